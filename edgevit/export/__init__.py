@@ -1,0 +1,1 @@
+"""edgevit.export"""

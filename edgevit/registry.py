@@ -1,0 +1,141 @@
+"""Model registry: one decorator registers a variant with its deployment facts.
+
+Each family module defines one builder function per variant and decorates it
+with ``@register_model(...)``. The registry records what an app needs to feed
+the model correctly (input size and preprocessing as the official
+implementation evaluates it) so that it can travel with exported files.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from edgevit.errors import EdgevitError
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How an RGB image becomes the model input.
+
+    The image is resized so its shorter side is ``resize_size`` (with
+    ``interpolation``), center-cropped to ``input_size``, scaled to [0, 1],
+    then normalized with ``(x - mean) / std``.
+    """
+
+    input_size: int
+    resize_size: int
+    interpolation: str = "bilinear"
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
+
+    def at_size(self, input_size: int) -> "Preprocessing":
+        """The same recipe for another input size (keeps the crop ratio)."""
+        ratio = self.resize_size / self.input_size
+        return Preprocessing(input_size, round(input_size * ratio), self.interpolation, self.mean, self.std)
+
+    @property
+    def value_range(self) -> tuple[float, float]:
+        """Range of model-input values for pixel values in [0, 1]."""
+        lo = min((0.0 - m) / s for m, s in zip(self.mean, self.std))
+        hi = max((1.0 - m) / s for m, s in zip(self.mean, self.std))
+        return (lo, hi)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["mean"], d["std"] = list(self.mean), list(self.std)
+        d["value_range"] = list(self.value_range)
+        return d
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    family: str
+    builder: Callable = field(repr=False)
+    default_input_size: int
+    preprocessing: Preprocessing
+    input_size_multiple: int = 32
+    reference: str = ""
+    checkpoint_formats: tuple[str, ...] = ()
+
+    def preprocessing_at(self, input_size: int | None) -> Preprocessing:
+        if input_size is None or input_size == self.preprocessing.input_size:
+            return self.preprocessing
+        return self.preprocessing.at_size(input_size)
+
+
+_REGISTRY: dict[str, ModelSpec] = {}
+
+
+def register_model(*, family: str, default_input_size: int, preprocessing: Preprocessing,
+                   input_size_multiple: int = 32, reference: str = "",
+                   checkpoint_formats: tuple[str, ...] = ()):
+    """Register the decorated builder ``fn(num_classes, input_size) -> keras.Model``
+    under its function name."""
+
+    def decorator(fn):
+        name = fn.__name__
+        if name in _REGISTRY:
+            raise ValueError(f"model {name!r} registered twice")
+        _REGISTRY[name] = ModelSpec(
+            name=name, family=family, builder=fn, default_input_size=default_input_size,
+            preprocessing=preprocessing, input_size_multiple=input_size_multiple,
+            reference=reference, checkpoint_formats=checkpoint_formats)
+        return fn
+
+    return decorator
+
+
+def _ensure_families_loaded():
+    import edgevit.models  # noqa: F401  (importing registers every family)
+
+
+def list_models(pattern: str | None = None) -> list[str]:
+    """Registered model names, sorted, optionally filtered by a shell-style pattern."""
+    _ensure_families_loaded()
+    names = sorted(_REGISTRY)
+    if pattern:
+        names = [n for n in names if fnmatch.fnmatch(n, pattern)]
+    return names
+
+
+def get_spec(name: str) -> ModelSpec:
+    _ensure_families_loaded()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else " Run `edgevit list` to see all models."
+        raise EdgevitError(f"Unknown model {name!r}.{hint}") from None
+
+
+def check_input_size(spec: ModelSpec, input_size: int) -> None:
+    multiple = spec.input_size_multiple
+    if input_size <= 0 or input_size % multiple:
+        lo = max(multiple, input_size // multiple * multiple)
+        raise EdgevitError(
+            f"Input size {input_size} does not work for {spec.name}: it must be a positive "
+            f"multiple of {multiple} (its patch grid), e.g. {lo} or {lo + multiple}.")
+
+
+def create_model(name: str, num_classes: int = 1000, input_size: int | None = None,
+                 weights: str | None = None):
+    """Build a registered model as a Keras functional model with a static
+    ``input_size x input_size x 3`` input.
+
+    ``weights`` is a Keras weights file (``.weights.h5``) or a ``.keras`` file
+    of the same architecture.
+    """
+    spec = get_spec(name)
+    input_size = spec.default_input_size if input_size is None else int(input_size)
+    check_input_size(spec, input_size)
+    if num_classes < 1:
+        raise EdgevitError(f"--num-classes must be at least 1, got {num_classes}.")
+    model = spec.builder(num_classes=num_classes, input_size=input_size)
+    if weights is not None:
+        from edgevit.weights import load_weights_into
+
+        load_weights_into(model, weights)
+    return model
