@@ -89,5 +89,55 @@ def info_command(name, input_size, as_json):
     print_table(name, ["field", "value"], rows)
 
 
+PRECISION_FLAGS = [("fp32", "float32 weights and activations"),
+                   ("fp16", "float16 weights, float32 compute"),
+                   ("dynamic", "int8 weights, float activations (dynamic range)"),
+                   ("int8", "full integer: int8 weights and activations, no float op"),
+                   ("int16x8", "int16 activations, int8 weights")]
+
+
+def _precision_options(fn):
+    for name, help_text in reversed(PRECISION_FLAGS):
+        fn = click.option(f"--{name}", "precision", flag_value=name, help=help_text,
+                          default=name == "int8")(fn)
+    return fn
+
+
+@main.command("convert")
+@click.argument("model")
+@_precision_options
+@click.option("--weights", type=str, default=None, help="Keras weights (.weights.h5 or .keras).")
+@click.option("--input-size", type=int, default=None, help="Square input size (multiple of the patch grid).")
+@click.option("--num-classes", type=int, default=None, help="Classifier classes (default 1000).")
+@click.option("--calib", "calib_dir", type=str, default=None,
+              help="Folder of images for int8 calibration (default: built-in sample photos).")
+@click.option("--calib-samples", type=click.IntRange(1, 10000), default=64, show_default=True)
+@click.option("--io", "io_dtype", type=click.Choice(["int8", "uint8", "float32"]), default=None,
+              help="Input/output tensor type (default int8 for --int8, float32 otherwise).")
+@click.option("-o", "--output", type=str, default=None, help="Output .tflite path.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+@user_errors
+def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
+                    io_dtype, output, as_json):
+    """Convert MODEL (a registered name or a .keras file) to a validated .tflite file."""
+    from edgevit.export.pipeline import ExportOptions, Progress, export
+    from edgevit.export.report import print_report
+    from edgevit.saving import resolve_model
+
+    progress = Progress(enabled=True)
+    progress.step(f"Building {model}")
+    keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
+    from_file = model.endswith(".keras")
+    weights_label = weights or (model if from_file else "random-init")
+    opts = ExportOptions(precision=precision, io_dtype=io_dtype, calib_dir=calib_dir,
+                         calib_samples=calib_samples, output=output, weights_label=weights_label,
+                         recalibrate_batchnorm=weights is None and not from_file)
+    report = export(keras_model, spec, opts, progress)
+    if as_json:
+        print_json(report)
+    else:
+        print_report(report)
+
+
 if __name__ == "__main__":
     main()

@@ -135,7 +135,7 @@ def create_model(name: str, num_classes: int = 1000, input_size: int | None = No
         raise EdgevitError(f"--num-classes must be at least 1, got {num_classes}.")
     model = spec.builder(num_classes=num_classes, input_size=input_size)
     if weights is not None:
-        from edgevit.weights import load_weights_into
+        from edgevit.saving import load_weights_into
 
         load_weights_into(model, weights)
     return model

@@ -1,0 +1,24 @@
+"""How closely a converted model follows its Keras original."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def agreement(reference: np.ndarray, candidate: np.ndarray) -> dict:
+    """Top-1 agreement, logit cosine (mean/min) and max abs logit error over a
+    batch of [N, classes] outputs."""
+    ref, cand = reference.astype(np.float64), candidate.astype(np.float64)
+    norms = np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1)
+    cosine = np.where(norms > 0, (ref * cand).sum(axis=1) / np.maximum(norms, 1e-30), 0.0)
+    top5_ref = np.argsort(-ref, axis=1)[:, :5]
+    top5_cand = np.argsort(-cand, axis=1)[:, :5]
+    top5_overlap = np.mean([len(set(a) & set(b)) / len(a) for a, b in zip(top5_ref, top5_cand)])
+    return {
+        "samples": int(len(ref)),
+        "top1_agreement": float(np.mean(ref.argmax(1) == cand.argmax(1))),
+        "top5_overlap": float(top5_overlap),
+        "cosine_mean": float(cosine.mean()),
+        "cosine_min": float(cosine.min()),
+        "max_abs_logit_error": float(np.abs(ref - cand).max()),
+        "reference_logit_range": [float(ref.min()), float(ref.max())],
+    }

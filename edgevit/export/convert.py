@@ -1,0 +1,134 @@
+"""Keras model -> .tflite bytes in one of the supported precisions.
+
+Every setting that decides what the converter produces lives here:
+- the model is traced as a batch-1 ``tf.function`` with a static input shape,
+  so no SHAPE/GATHER/PACK ops from a dynamic batch enter the graph;
+- ``experimental_lower_to_saved_model`` is off, so the converter reads
+  variables from the traced function and keeps fake-quant ranges of QAT models;
+- full-integer modes allow integer builtins only, so the converter fails
+  rather than silently falling back to float kernels where it can (what it
+  still leaves in float is caught by the dtype audit in ``graph``).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from edgevit.errors import EdgevitError
+
+PRECISIONS = ("fp32", "fp16", "dynamic", "int8", "int16x8")
+INTEGER_PRECISIONS = ("int8", "int16x8")
+IO_DTYPES = ("float32", "int8", "uint8")
+
+
+def default_io_dtype(precision: str) -> str:
+    return "int8" if precision == "int8" else "float32"
+
+
+def check_io_dtype(precision: str, io_dtype: str) -> None:
+    if io_dtype == "float32" or (precision == "int8" and io_dtype in ("int8", "uint8")):
+        return
+    if precision == "int16x8":
+        raise EdgevitError("int16x8 models take float32 input and output: use --io float32.")
+    raise EdgevitError(f"--io {io_dtype} needs a fully-integer model: add --int8, "
+                       f"or use --io float32 with --{precision}.")
+
+
+def batch1_function(model):
+    import tensorflow as tf
+
+    shape = [1, *model.inputs[0].shape[1:]]
+    if any(d is None for d in shape):
+        raise EdgevitError(f"Model {model.name} has a dynamic input shape {shape}; "
+                           "edgevit exports static shapes only.")
+
+    @tf.function(autograph=False)
+    def forward(images):
+        return model(images, training=False)
+
+    return forward.get_concrete_function(tf.TensorSpec(shape, tf.float32, name="images"))
+
+
+def convert(model, precision: str, calibration: np.ndarray | None = None,
+            io_dtype: str | None = None,
+            on_calibration_step: Callable[[], None] | None = None) -> bytes:
+    """Convert ``model``. Full-integer precisions need ``calibration``: a
+    [N, H, W, 3] batch of preprocessed inputs, unless the model carries
+    trained fake-quant ranges (QAT), in which case it may be None."""
+    import tensorflow as tf
+
+    if precision not in PRECISIONS:
+        raise EdgevitError(f"Unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}.")
+    io_dtype = io_dtype or default_io_dtype(precision)
+    check_io_dtype(precision, io_dtype)
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([batch1_function(model)], model)
+    converter.experimental_lower_to_saved_model = False
+    if precision == "fp16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif precision == "dynamic":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif precision in INTEGER_PRECISIONS:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if calibration is not None:
+            converter.representative_dataset = _representative(calibration, on_calibration_step)
+        ops = (tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if precision == "int8" else
+               tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8)
+        converter.target_spec.supported_ops = [ops]
+        io = {"float32": tf.float32, "int8": tf.int8, "uint8": tf.uint8}[io_dtype]
+        converter.inference_input_type = io
+        converter.inference_output_type = io
+    try:
+        with native_output_captured() as log:
+            return bytes(converter.convert())
+    except Exception as err:  # the converter raises many types, all with long texts
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        detail = _last_error_line(log.read_text()) if log.exists() else ""
+        raise EdgevitError(f"TFLite conversion ({precision}) of {model.name} failed: {first}"
+                           + (f" [{detail}]" if detail and detail not in first else "")) from err
+
+
+@contextmanager
+def native_output_captured():
+    """Send what the converter's C++ code prints on stdout/stderr to a temp
+    file, so `--json` output stays clean; yields that file's path."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryDirectory(prefix="edgevit-log-") as tmp:
+        log_path = os.path.join(tmp, "converter.log")
+        saved = os.dup(1), os.dup(2)
+        with open(log_path, "w") as log, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                yield Path(log_path)
+            finally:
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                os.close(saved[0])
+                os.close(saved[1])
+
+
+def _last_error_line(text: str) -> str:
+    lines = [l.strip() for l in text.splitlines() if "error" in l.lower()]
+    return lines[-1] if lines else ""
+
+
+def _representative(calibration: np.ndarray, on_step):
+    def generator():
+        for sample in calibration:
+            yield [sample[None].astype(np.float32)]
+            if on_step is not None:
+                on_step()
+
+    return generator

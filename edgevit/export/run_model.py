@@ -1,0 +1,96 @@
+"""Run a .tflite file on a batch of inputs in a child process.
+
+A delegate can abort the whole process (XNNPACK was once seen to die with
+``double free or corruption``); running in a child turns that into an error
+message instead of a crash of the caller.
+
+Child usage: ``python -m edgevit.export.run_model MODEL INPUTS.npy OUTPUTS.npy
+THREADS REFERENCE(0|1)``: inputs are float model inputs; outputs are float
+(dequantized) model outputs.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from edgevit.errors import EdgevitError
+
+
+def quantize(x: np.ndarray, detail: dict) -> np.ndarray:
+    dtype = np.dtype(detail["dtype"])
+    scale, zero_point = detail["quantization"]
+    if dtype.kind == "f":
+        return x.astype(dtype)
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x / scale) + zero_point, info.min, info.max).astype(dtype)
+
+
+def dequantize(q: np.ndarray, detail: dict) -> np.ndarray:
+    scale, zero_point = detail["quantization"]
+    if np.dtype(detail["dtype"]).kind == "f":
+        return q.astype(np.float32)
+    return ((q.astype(np.float32) - zero_point) * scale).astype(np.float32)
+
+
+def run_in_process(model_content: bytes, inputs: np.ndarray, num_threads: int = 1,
+                   reference_kernels: bool = False) -> np.ndarray:
+    from edgevit.export.graph import load_interpreter
+
+    interp = load_interpreter(model_content, num_threads=num_threads, reference_kernels=reference_kernels)
+    interp.allocate_tensors()
+    inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
+    results = []
+    for sample in inputs:
+        interp.set_tensor(inp["index"], quantize(sample[None], inp))
+        interp.invoke()
+        results.append(dequantize(interp.get_tensor(out["index"]), out)[0])
+    return np.stack(results)
+
+
+def run_in_child(model_path: str | Path, inputs: np.ndarray, num_threads: int = 1,
+                 reference_kernels: bool = False, timeout: float = 900) -> np.ndarray:
+    with tempfile.TemporaryDirectory(prefix="edgevit-run-") as tmp:
+        in_path, out_path = Path(tmp) / "inputs.npy", Path(tmp) / "outputs.npy"
+        np.save(in_path, inputs.astype(np.float32))
+        cmd = [sys.executable, "-m", "edgevit.export.run_model", str(model_path), str(in_path),
+               str(out_path), str(num_threads), "1" if reference_kernels else "0"]
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise EdgevitError(f"LiteRT did not finish running {Path(model_path).name} "
+                               f"within {timeout:.0f} s.") from None
+        if proc.returncode != 0:
+            raise EdgevitError(f"LiteRT failed running {Path(model_path).name}: "
+                               f"{_describe_failure(proc.returncode, proc.stderr)}")
+        return np.load(out_path)
+
+
+def _describe_failure(returncode: int, stderr: str) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        reason = f"the interpreter process was killed by {name}"
+    else:
+        reason = f"exit status {returncode}"
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    return f"{reason}" + (f" ({lines[-1].strip()})" if lines else "")
+
+
+def _child_main(argv: list[str]) -> None:
+    model_path, in_path, out_path, threads, reference = argv
+    outputs = run_in_process(Path(model_path).read_bytes(), np.load(in_path),
+                             num_threads=int(threads), reference_kernels=reference == "1")
+    np.save(out_path, outputs)
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1:])
