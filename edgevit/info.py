@@ -11,42 +11,13 @@ def count_params(model) -> int:
 
 
 def count_macs(model) -> int:
-    """Multiply-accumulates of one batch-1 forward pass, from the layers that
-    do the arithmetic (convolutions, dense layers, attention matmuls)."""
-    total = 0
-    for layer in _walk(model):
-        macs = getattr(layer, "macs", None)
-        if callable(macs):
-            total += int(macs())
-        else:
-            total += _builtin_layer_macs(layer)
-    return total
+    """Multiply-accumulates of one batch-1 forward pass, counted on the fp32
+    TFLite graph (convolutions, dense layers and activation matmuls), i.e.
+    on what the runtime executes."""
+    from edgevit.export.convert import convert
+    from edgevit.export.graph import describe
 
-
-def _walk(model):
-    for layer in model.layers:
-        if hasattr(layer, "layers") and layer.layers and not getattr(layer, "macs", None):
-            yield from _walk(layer)
-        else:
-            yield layer
-
-
-def _builtin_layer_macs(layer) -> int:
-    import keras
-
-    if isinstance(layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)):
-        out = layer.output.shape
-        kh, kw = layer.kernel_size
-        cin = layer.input.shape[-1]
-        per_out = kh * kw * (1 if isinstance(layer, keras.layers.DepthwiseConv2D) else cin // layer.groups)
-        return int(out[1] * out[2] * out[3] * per_out)
-    if isinstance(layer, keras.layers.Dense):
-        out = layer.output.shape
-        tokens = 1
-        for d in out[1:-1]:
-            tokens *= d
-        return int(tokens * layer.kernel.shape[0] * layer.kernel.shape[1])
-    return 0
+    return describe(convert(model, "fp32")).macs
 
 
 def model_info(name: str, input_size: int | None = None) -> dict:
