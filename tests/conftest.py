@@ -1,0 +1,19 @@
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+@pytest.fixture
+def shared_data():
+    """../shared/data, or skip: the default suite must pass without it."""
+    data = SHARED / "data"
+    if not data.is_dir():
+        pytest.skip("../shared/data is not present (opt-in test)")
+    return data

@@ -1,0 +1,161 @@
+"""The export pipeline on small hand-built models: precisions, audits,
+metadata, validation and the no-partial-output rule."""
+import json
+import warnings
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+from edgevit.errors import EdgevitError
+from edgevit.export.convert import convert
+from edgevit.export.graph import describe
+from edgevit.export.metadata import read_embedded
+from edgevit.export.pipeline import ExportOptions, export
+from edgevit.export.run_model import run_in_child
+from edgevit.quantize.batchnorm import recalibrate_batchnorm
+from edgevit.registry import ModelSpec, Preprocessing
+
+SIZE = 32
+SPEC = ModelSpec("tiny_convnet", "test", builder=None, default_input_size=SIZE,
+                 preprocessing=Preprocessing(SIZE, 36, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)))
+
+
+def tiny_model(norm=None, classes=10):
+    inputs = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(16, 3, strides=2, use_bias=False)(inputs)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.Activation("silu")(x)
+    if norm is not None:
+        x = norm(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(classes)(x), name="tiny_convnet")
+
+
+def run_export(tmp_path, model=None, **options):
+    options.setdefault("calib_samples", 8)
+    options.setdefault("validation_samples", 4)
+    options.setdefault("recalibrate_batchnorm", True)
+    out = tmp_path / f"tiny_{options.get('precision', 'int8')}.tflite"
+    return export(model or tiny_model(), SPEC, ExportOptions(output=str(out), **options)), out
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "dynamic", "int8", "int16x8"])
+def test_every_precision_converts_validates_and_writes_all_files(tmp_path, precision):
+    report, out = run_export(tmp_path, precision=precision)
+    for path in report["files"].values():
+        assert (tmp_path / path.split("/")[-1]).is_file()
+    assert report["agreement"]["samples"] == 4
+    assert report["agreement"]["cosine_mean"] > (0.999999 if precision in ("fp32", "dynamic") else 0.99)
+    assert all(check["passed"] for check in report["checks"])
+    assert report["max_rank"] == 4
+    assert report["macs"] == 15 * 15 * 16 * 27 + 16 * 10
+    expected_input = {"int8": "int8"}.get(precision, "float32")
+    assert report["io"]["input"]["dtype"] == expected_input
+
+
+def test_int8_graph_is_all_integer_and_carries_metadata(tmp_path):
+    report, out = run_export(tmp_path, precision="int8")
+    summary = describe(out.read_bytes())
+    assert summary.float_ops() == []
+    assert set(summary.op_histogram) == {"CONV_2D", "LOGISTIC", "MUL", "MEAN", "FULLY_CONNECTED"}
+    embedded = read_embedded(out.read_bytes())
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert embedded == sidecar
+    assert sidecar["input"]["quantization"]["zero_point"] == report["io"]["input"]["quantization"]["zero_point"]
+    assert sidecar["preprocessing"]["mean"] == [0.5, 0.5, 0.5]
+    assert sidecar["preprocessing"]["value_range"] == [-2.0, 2.0]
+    assert sidecar["num_classes"] == 10 == len(out.with_suffix(".labels.txt").read_text().split())
+    assert json.loads(out.with_name("tiny_int8.report.json").read_text())["precision"] == "int8"
+
+
+@pytest.mark.parametrize("io_dtype", ["uint8", "float32"])
+def test_int8_io_types(tmp_path, io_dtype):
+    report, out = run_export(tmp_path, precision="int8", io_dtype=io_dtype)
+    assert report["io"]["input"]["dtype"] == io_dtype == report["io"]["output"]["dtype"]
+    assert describe(out.read_bytes()).float_ops(allow_io_boundary=True) == []
+
+
+def test_io_type_that_does_not_fit_precision_is_refused(tmp_path):
+    with pytest.raises(EdgevitError, match="int16x8 models take float32"):
+        run_export(tmp_path, precision="int16x8", io_dtype="int8")
+    with pytest.raises(EdgevitError, match="needs a fully-integer model"):
+        run_export(tmp_path, precision="fp16", io_dtype="uint8")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_float_ops_left_in_int8_fail_loudly_and_write_nothing(tmp_path):
+    # Keras' own LayerNormalization converts with a NEG op that stays float.
+    model = tiny_model(norm=keras.layers.LayerNormalization())
+    with pytest.raises(EdgevitError, match="left float ops"):
+        run_export(tmp_path, model=model, precision="int8")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_or_unwritable_output_folder(tmp_path):
+    with pytest.raises(EdgevitError, match="does not exist"):
+        export(tiny_model(), SPEC, ExportOptions(precision="fp32", output=str(tmp_path / "no" / "m.tflite")))
+    with pytest.raises(EdgevitError, match="must end in .tflite"):
+        export(tiny_model(), SPEC, ExportOptions(precision="fp32", output=str(tmp_path / "m.bin")))
+
+
+def _write_images(folder, count, size=(48, 40)):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(folder / f"img{i}.png")
+
+
+def test_calibration_folder_is_used_and_bad_files_are_skipped(tmp_path):
+    calib = tmp_path / "calib"
+    _write_images(calib / "a", 14)
+    (calib / "notes.txt").write_text("not an image")
+    (calib / "broken.jpg").write_bytes(b"not a jpeg")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report, _ = run_export(out_dir, precision="int8", calib_dir=str(calib), calib_samples=6)
+    messages = " ".join(str(w.message) for w in caught)
+    assert "1 non-image file(s)" in messages and "1 unreadable image(s) skipped: broken.jpg" in messages
+    assert report["images"]["calibration"] == f"6 images of {calib}"
+    assert report["images"]["validation"].startswith("4 held-out images")
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda p: None, "does not exist"),
+    (lambda p: p.mkdir(), "contains no images"),
+    (lambda p: (p.mkdir(), (p / "x.txt").write_text("x")), "contains no images"),
+])
+def test_unusable_calibration_folder(tmp_path, setup, message):
+    calib = tmp_path / "calib"
+    setup(calib)
+    with pytest.raises(EdgevitError, match=message):
+        run_export(tmp_path, precision="int8", calib_dir=str(calib))
+
+
+def test_interpreter_failure_in_child_becomes_an_error(tmp_path):
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"\x00" * 64)
+    with pytest.raises(EdgevitError, match="LiteRT failed running bad.tflite"):
+        run_in_child(bad, np.zeros((1, SIZE, SIZE, 3), np.float32))
+
+
+def test_child_run_matches_in_process_run(tmp_path):
+    model = tiny_model()
+    path = tmp_path / "m.tflite"
+    path.write_bytes(convert(model, "fp32"))
+    x = np.random.default_rng(1).random((3, SIZE, SIZE, 3), dtype=np.float32)
+    np.testing.assert_allclose(run_in_child(path, x), model.predict(x, verbose=0), atol=1e-5)
+
+
+def test_batchnorm_recalibration_matches_input_statistics():
+    model = tiny_model()
+    images = np.random.default_rng(2).normal(0.3, 2.0, (16, SIZE, SIZE, 3)).astype(np.float32)
+    assert recalibrate_batchnorm(model, images, batch_size=16) == 1
+    conv = model.layers[1]
+    bn = model.layers[2]
+    features = np.asarray(conv(images))
+    np.testing.assert_allclose(np.asarray(bn.moving_mean), features.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(bn.moving_variance), features.var(axis=(0, 1, 2)), rtol=1e-3)
