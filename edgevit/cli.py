@@ -93,12 +93,13 @@ PRECISION_FLAGS = [("fp32", "float32 weights and activations"),
                    ("fp16", "float16 weights, float32 compute"),
                    ("dynamic", "int8 weights, float activations (dynamic range)"),
                    ("int8", "full integer: int8 weights and activations, no float op"),
+                   ("int8-mixed", "int8 except activation matmuls and softmax (fastest on CPU/XNNPACK)"),
                    ("int16x8", "int16 activations, int8 weights")]
 
 
 def _precision_options(fn):
     for name, help_text in reversed(PRECISION_FLAGS):
-        fn = click.option(f"--{name}", "precision", flag_value=name, help=help_text,
+        fn = click.option(f"--{name}", "precision", flag_value=name.replace("-", "_"), help=help_text,
                           default=name == "int8")(fn)
     return fn
 

@@ -159,3 +159,38 @@ def test_batchnorm_recalibration_matches_input_statistics():
     features = np.asarray(conv(images))
     np.testing.assert_allclose(np.asarray(bn.moving_mean), features.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(bn.moving_variance), features.var(axis=(0, 1, 2)), rtol=1e-3)
+
+
+@keras.saving.register_keras_serializable(package="edgevit_tests")
+class _Attention(keras.layers.Layer):
+    def call(self, q, k, v):
+        scores = keras.ops.matmul(q, keras.ops.transpose(k, (0, 2, 1)))
+        return keras.ops.matmul(keras.ops.softmax(scores, axis=-1), v)
+
+
+def tiny_attention_model():
+    inputs = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(16, 4, strides=4)(inputs)
+    tokens = keras.layers.Reshape((64, 16))(x)
+    q, k, v = (keras.layers.Dense(16)(tokens) for _ in range(3))
+    x = keras.layers.GlobalAveragePooling1D()(_Attention()(q, k, v))
+    return keras.Model(inputs, keras.layers.Dense(10)(x), name="tiny_convnet")
+
+
+def test_int8_mixed_keeps_only_matmuls_and_softmax_in_float(tmp_path):
+    report, out = run_export(tmp_path, model=tiny_attention_model(), precision="int8_mixed",
+                             recalibrate_batchnorm=False)
+    summary = describe(out.read_bytes())
+    float_ops = {op.name for op in summary.float_ops(allow_io_boundary=True)}
+    assert float_ops <= {"BATCH_MATMUL", "SOFTMAX", "QUANTIZE", "DEQUANTIZE"}
+    assert "BATCH_MATMUL" in float_ops
+    assert {op.name for op in summary.ops if op.name == "FULLY_CONNECTED" and op.output_dtypes == ["int8"]}
+    assert all(c["passed"] for c in report["checks"])
+    assert report["agreement"]["cosine_mean"] > 0.99
+
+
+def test_full_int8_of_attention_is_all_integer(tmp_path):
+    report, out = run_export(tmp_path, model=tiny_attention_model(), precision="int8",
+                             recalibrate_batchnorm=False)
+    assert describe(out.read_bytes()).float_ops() == []
+    assert report["op_histogram"]["BATCH_MATMUL"] == 2

@@ -22,9 +22,17 @@ import numpy as np
 
 from edgevit.errors import EdgevitError
 
-PRECISIONS = ("fp32", "fp16", "dynamic", "int8", "int16x8")
+PRECISIONS = ("fp32", "fp16", "dynamic", "int8", "int8_mixed", "int16x8")
 INTEGER_PRECISIONS = ("int8", "int16x8")
+# Ops that XNNPACK runs slower in int8 than in float on CPUs (measured in
+# ../shared/notes: BATCH_MATMUL 8x, SOFTMAX 1.6x slower); int8_mixed keeps
+# only these in float and everything else in int8.
+CPU_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX")
 IO_DTYPES = ("float32", "int8", "uint8")
+
+
+def needs_calibration(precision: str) -> bool:
+    return precision in INTEGER_PRECISIONS or precision == "int8_mixed"
 
 
 def default_io_dtype(precision: str) -> str:
@@ -34,6 +42,8 @@ def default_io_dtype(precision: str) -> str:
 def check_io_dtype(precision: str, io_dtype: str) -> None:
     if io_dtype == "float32" or (precision == "int8" and io_dtype in ("int8", "uint8")):
         return
+    if precision == "int8_mixed":
+        raise EdgevitError("int8_mixed models take float32 input and output: use --io float32.")
     if precision == "int16x8":
         raise EdgevitError("int16x8 models take float32 input and output: use --io float32.")
     raise EdgevitError(f"--io {io_dtype} needs a fully-integer model: add --int8, "
@@ -75,6 +85,8 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         converter.target_spec.supported_types = [tf.float16]
     elif precision == "dynamic":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif precision == "int8_mixed":
+        return _convert_mixed(converter, calibration, on_calibration_step, model.name)
     elif precision in INTEGER_PRECISIONS:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if calibration is not None:
@@ -93,6 +105,27 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         detail = _last_error_line(log.read_text()) if log.exists() else ""
         raise EdgevitError(f"TFLite conversion ({precision}) of {model.name} failed: {first}"
                            + (f" [{detail}]" if detail and detail not in first else "")) from err
+
+
+def _convert_mixed(converter, calibration, on_step, model_name: str) -> bytes:
+    """int8 everywhere except CPU_FLOAT_OPS, via the converter's selective
+    quantization (the quantization debugger's deny list)."""
+    import tensorflow as tf
+
+    if calibration is None:
+        raise EdgevitError("int8_mixed needs calibration images.")
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = _representative(calibration, on_step)
+    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(CPU_FLOAT_OPS))
+    try:
+        with native_output_captured() as log:
+            debugger = tf.lite.experimental.QuantizationDebugger(
+                converter=converter, debug_dataset=_representative(calibration[:1], None),
+                debug_options=options)
+            return bytes(debugger.get_nondebug_quantized_model())
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise EdgevitError(f"TFLite conversion (int8_mixed) of {model_name} failed: {first}") from err
 
 
 @contextmanager

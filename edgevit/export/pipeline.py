@@ -22,7 +22,7 @@ from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
 from edgevit.export import graph as graph_mod
 from edgevit.export.agreement import agreement
-from edgevit.export.convert import INTEGER_PRECISIONS, convert, default_io_dtype, check_io_dtype
+from edgevit.export.convert import CPU_FLOAT_OPS, INTEGER_PRECISIONS, check_io_dtype, convert, default_io_dtype, needs_calibration
 from edgevit.export.metadata import build_metadata, embed
 from edgevit.export.run_model import run_in_child
 from edgevit.registry import ModelSpec
@@ -125,6 +125,14 @@ def _checks(summary: graph_mod.GraphSummary, precision: str, io_dtype: str) -> l
                        "passed": not floats,
                        "detail": ", ".join(f"{op.name}#{op.index}" for op in floats[:10])
                                  + (" ..." if len(floats) > 10 else "") or "none"})
+    if precision == "int8_mixed":
+        allowed = (*CPU_FLOAT_OPS, "QUANTIZE", "DEQUANTIZE")
+        floats = summary.float_ops(allow_io_boundary=True)
+        unexpected = [op for op in floats if op.name not in allowed]
+        checks.append({"check": f"float only in {'/'.join(CPU_FLOAT_OPS)} (and their (de)quantize)",
+                       "passed": not unexpected,
+                       "detail": ", ".join(f"{op.name}#{op.index}" for op in unexpected[:10])
+                                 or f"{sum(op.name in CPU_FLOAT_OPS for op in floats)} float ops"})
     return checks
 
 
@@ -144,8 +152,8 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
     if not os.access(out_dir, os.W_OK):
         raise EdgevitError(f"Output folder {str(out_dir)!r} is not writable.")
 
-    integer = precision in INTEGER_PRECISIONS
-    calib, val, sources = _image_sets(spec, input_size, opts, need_calibration=integer)
+    calibrated = needs_calibration(precision)
+    calib, val, sources = _image_sets(spec, input_size, opts, need_calibration=calibrated)
     if opts.recalibrate_batchnorm:
         from edgevit.quantize.batchnorm import recalibrate_batchnorm
 
@@ -155,7 +163,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
 
     progress.step(f"Converting {spec.name} ({input_size}x{input_size}) to {precision}")
     start = time.perf_counter()
-    if integer:
+    if calibrated:
         with progress.bar("calibrating", total=len(calib)) as advance:
             content = convert(model, precision, calib, io_dtype, on_calibration_step=advance)
     else:
@@ -200,7 +208,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             "files": {"model": str(out_path), **{k: str(v) for k, v in paths.items()}},
         }
         failed = [c for c in checks if not c["passed"]]
-        if integer and any(c["check"].startswith("every op integer") for c in failed):
+        if precision in INTEGER_PRECISIONS and any(c["check"].startswith("every op integer") for c in failed):
             raise EdgevitError(
                 f"The {precision} conversion left float ops in the graph "
                 f"({next(c['detail'] for c in failed if c['check'].startswith('every op'))}); "
