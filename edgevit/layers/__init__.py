@@ -1,1 +1,10 @@
 """Building blocks shared by the model families."""
+from edgevit.layers.attention import MultiHeadSelfAttention, SeparableSelfAttention
+from edgevit.layers.conv import conv_norm_act, inverted_residual, make_divisible
+from edgevit.layers.norm import LayerNorm
+from edgevit.layers.patches import Fold, ResizeBilinear, Unfold
+from edgevit.layers.transformer import mlp, separable_attention_block, transformer_encoder
+
+__all__ = ["Fold", "LayerNorm", "MultiHeadSelfAttention", "ResizeBilinear", "SeparableSelfAttention",
+           "Unfold", "conv_norm_act", "inverted_residual", "make_divisible", "mlp",
+           "separable_attention_block", "transformer_encoder"]

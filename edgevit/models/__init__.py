@@ -1,1 +1,2 @@
 """Model families. Importing this package registers every variant."""
+from edgevit.models import mobilevit, mobilevit_v2  # noqa: F401

@@ -1,0 +1,88 @@
+"""Self-attention in tensors of rank <= 4, with the official weight layouts.
+
+Both layers keep every tensor at rank 4 or less (the qkv head split is a
+single rank-4 transpose) and use no einsum, which TFLite cannot convert.
+"""
+from __future__ import annotations
+
+import keras
+from keras import layers, ops
+
+from edgevit.layers.conv import DENSE_INIT
+
+
+@keras.saving.register_keras_serializable(package="edgevit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head self-attention over ``[B, N, C]`` tokens.
+
+    One ``qkv`` projection whose output channels are ordered (q|k|v, head,
+    head_dim), as in timm and ml-cvnets, then an output projection.
+    """
+
+    def __init__(self, dim: int, num_heads: int, attn_dropout: float = 0.0, qkv_bias: bool = True,
+                 **kwargs):
+        super().__init__(**kwargs)
+        if dim % num_heads:
+            raise ValueError(f"dim {dim} is not divisible by num_heads {num_heads}")
+        self.dim, self.num_heads = dim, num_heads
+        self.attn_dropout, self.qkv_bias = attn_dropout, qkv_bias
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.qkv = layers.Dense(3 * dim, use_bias=qkv_bias, kernel_initializer=DENSE_INIT, name="qkv")
+        self.proj = layers.Dense(dim, kernel_initializer=DENSE_INIT, name="proj")
+        self.dropout = layers.Dropout(attn_dropout)
+
+    def build(self, input_shape):
+        self.qkv.build(input_shape)
+        self.proj.build((*input_shape[:-1], self.dim))
+
+    def call(self, x, training=None):
+        import tensorflow as tf
+
+        tokens = x.shape[1]
+        qkv = ops.reshape(self.qkv(x), (-1, tokens, 3 * self.num_heads, self.head_dim))
+        qkv = ops.transpose(qkv, (0, 2, 1, 3))  # [B, 3*heads, N, head_dim]
+        q, k, v = ops.split(qkv, 3, axis=1)
+        attn = tf.linalg.matmul(q * self.scale, k, transpose_b=True)
+        attn = self.dropout(ops.softmax(attn, axis=-1), training=training)
+        out = ops.transpose(tf.linalg.matmul(attn, v), (0, 2, 1, 3))  # [B, N, heads, head_dim]
+        return self.proj(ops.reshape(out, (-1, tokens, self.dim)))
+
+    def get_config(self):
+        return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
+                "attn_dropout": self.attn_dropout, "qkv_bias": self.qkv_bias}
+
+
+@keras.saving.register_keras_serializable(package="edgevit")
+class SeparableSelfAttention(keras.layers.Layer):
+    """MobileViT v2's linear-cost attention over ``[B, N, P, C]`` patches.
+
+    A single query channel scores the N patches (softmax over N, per pixel
+    position P); the score-weighted mean of the keys is a context vector that
+    gates ReLU(values). ``qkv`` outputs (1 | C | C) channels as in ml-cvnets.
+    The weighted sum is written as a MEAN times N: MEAN has a fast int8
+    kernel and no activation-by-activation matmul is needed.
+    """
+
+    def __init__(self, dim: int, attn_dropout: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.dim, self.attn_dropout = dim, attn_dropout
+        self.qkv = layers.Dense(1 + 2 * dim, kernel_initializer=DENSE_INIT, name="qkv_proj")
+        self.proj = layers.Dense(dim, kernel_initializer=DENSE_INIT, name="out_proj")
+        self.dropout = layers.Dropout(attn_dropout)
+
+    def build(self, input_shape):
+        self.qkv.build(input_shape)
+        self.proj.build((*input_shape[:-1], self.dim))
+
+    def call(self, x, training=None):
+        _, tokens, pixels, _ = x.shape
+        query, key, value = ops.split(self.qkv(x), [1, 1 + self.dim], axis=-1)
+        scores = ops.transpose(ops.reshape(query, (-1, tokens, pixels)), (0, 2, 1))
+        scores = ops.transpose(ops.softmax(scores, axis=-1), (0, 2, 1))
+        scores = self.dropout(ops.reshape(scores, (-1, tokens, pixels, 1)), training=training)
+        context = ops.mean(ops.multiply(key, scores), axis=1, keepdims=True) * float(tokens)
+        return self.proj(ops.multiply(ops.relu(value), context))
+
+    def get_config(self):
+        return {**super().get_config(), "dim": self.dim, "attn_dropout": self.attn_dropout}

@@ -1,0 +1,148 @@
+"""MobileViT v1 and the v1-based MobileViT v3 (xxs / xs / s and their _l2
+low-latency variants).
+
+v1 (Mehta & Rastegari, 2021): a 3x3 conv and a 1x1 conv give local features,
+a transformer mixes patches, a 1x1 conv projects back and a 3x3 conv fuses
+the result with the block input.
+v3 (Wadekar & Chaurasia, 2022): the local 3x3 conv is depthwise, the fusion is
+a 1x1 conv over [local features, global features], and the block input is
+added back as a residual; channel widths of layers 3-5 are larger.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import keras
+from keras import layers
+
+from edgevit.layers import Fold, LayerNorm, Unfold, conv_norm_act, inverted_residual, transformer_encoder
+from edgevit.models._mobilevit_common import (PATCH_SIZE, PREPROCESS_V1, REFERENCE_CVNETS, REFERENCE_V3,
+                                              classifier, image_input, mobilenet_stage, patch_grid,
+                                              resize_to, stem)
+from edgevit.registry import register_model
+
+NUM_HEADS = 4
+MAX_HEAD_CHANNELS = 960
+
+
+@dataclass(frozen=True)
+class MobileViTConfig:
+    expand_ratio: int
+    channels: tuple[int, int, int, int, int]   # output of layers 1..5
+    dims: tuple[int, int, int]                 # transformer width in layers 3..5
+    depths: tuple[int, int, int] = (2, 4, 3)   # transformer blocks in layers 3..5
+    version: int = 1
+
+    @property
+    def ffn_dims(self):
+        return tuple(2 * d for d in self.dims)
+
+
+CONFIGS = {
+    "mobilevit_v1_xxs": MobileViTConfig(2, (16, 24, 48, 64, 80), (64, 80, 96)),
+    "mobilevit_v1_xs": MobileViTConfig(4, (32, 48, 64, 80, 96), (96, 120, 144)),
+    "mobilevit_v1_s": MobileViTConfig(4, (32, 64, 96, 128, 160), (144, 192, 240)),
+    "mobilevit_v3_xxs": MobileViTConfig(2, (16, 24, 64, 80, 128), (64, 80, 96), version=3),
+    "mobilevit_v3_xs": MobileViTConfig(4, (32, 48, 96, 160, 160), (96, 120, 144), version=3),
+    "mobilevit_v3_s": MobileViTConfig(4, (32, 64, 128, 256, 320), (144, 192, 240), version=3),
+    # "_fast" in the official configs: two transformer blocks in layer 4
+    "mobilevit_v3_xxs_l2": MobileViTConfig(2, (16, 24, 64, 80, 128), (64, 80, 96), (2, 2, 3), 3),
+    "mobilevit_v3_xs_l2": MobileViTConfig(4, (32, 48, 96, 160, 160), (96, 120, 144), (2, 2, 3), 3),
+    "mobilevit_v3_s_l2": MobileViTConfig(4, (32, 64, 128, 256, 320), (144, 192, 240), (2, 2, 3), 3),
+}
+
+# Official training settings; dropout only acts while training.
+DROPOUT, ATTN_DROPOUT, FFN_DROPOUT, CLASSIFIER_DROPOUT = 0.1, 0.0, 0.0, 0.1
+
+
+def mobilevit_block(x, dim: int, ffn_dim: int, depth: int, *, version: int, name: str):
+    channels = x.shape[-1]
+    shortcut = x
+    local = conv_norm_act(x, channels, 3, depthwise=version == 3, name=f"{name}.local_rep.conv_3x3")
+    local = conv_norm_act(local, dim, 1, norm=False, activation=None, use_bias=False,
+                          name=f"{name}.local_rep.conv_1x1")
+
+    size, grid = tuple(local.shape[1:3]), patch_grid(local)
+    y = resize_to(local, grid, align_corners=False, name=f"{name}.resize_in")
+    y = Unfold(PATCH_SIZE, pixels_in_batch=True, name=f"{name}.unfold")(y)
+    for i in range(depth):
+        y = transformer_encoder(y, dim, ffn_dim, NUM_HEADS, dropout=DROPOUT, attn_dropout=ATTN_DROPOUT,
+                                ffn_dropout=FFN_DROPOUT, name=f"{name}.global_rep.{i}")
+    y = LayerNorm(name=f"{name}.global_rep.{depth}")(y)
+    y = Fold(grid, PATCH_SIZE, pixels_in_batch=True, name=f"{name}.fold")(y)
+    y = resize_to(y, size, align_corners=False, name=f"{name}.resize_out")
+    y = conv_norm_act(y, channels, 1, name=f"{name}.conv_proj")
+
+    if version == 1:
+        y = layers.Concatenate(name=f"{name}.concat")([shortcut, y])
+        return conv_norm_act(y, channels, 3, name=f"{name}.fusion")
+    y = layers.Concatenate(name=f"{name}.concat")([local, y])
+    y = conv_norm_act(y, channels, 1, name=f"{name}.fusion")
+    return layers.Add(name=f"{name}.add")([y, shortcut])
+
+
+def build_mobilevit(name: str, num_classes: int = 1000, input_size: int = 256) -> keras.Model:
+    cfg = CONFIGS[name]
+    inputs = image_input(input_size)
+    x = stem(inputs, 16)
+    x = mobilenet_stage(x, cfg.channels[0], 1, 1, cfg.expand_ratio, name="layer_1")
+    x = mobilenet_stage(x, cfg.channels[1], 3, 2, cfg.expand_ratio, name="layer_2")
+    for i in range(3):
+        stage = f"layer_{i + 3}"
+        x = inverted_residual(x, cfg.channels[i + 2], 2, cfg.expand_ratio, name=f"{stage}.0")
+        x = mobilevit_block(x, cfg.dims[i], cfg.ffn_dims[i], cfg.depths[i], version=cfg.version,
+                            name=f"{stage}.1")
+    x = conv_norm_act(x, min(4 * cfg.channels[4], MAX_HEAD_CHANNELS), 1, name="conv_1x1_exp")
+    outputs = classifier(x, num_classes, CLASSIFIER_DROPOUT)
+    return keras.Model(inputs, outputs, name=name)
+
+
+_V1 = dict(family="mobilevit_v1", default_input_size=256, preprocessing=PREPROCESS_V1,
+           reference=REFERENCE_CVNETS, checkpoint_formats=("timm", "cvnets"))
+_V3 = dict(family="mobilevit_v3", default_input_size=256, preprocessing=PREPROCESS_V1,
+           reference=REFERENCE_V3, checkpoint_formats=("cvnets",))
+
+
+@register_model(**_V1)
+def mobilevit_v1_xxs(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit("mobilevit_v1_xxs", num_classes, input_size)
+
+
+@register_model(**_V1)
+def mobilevit_v1_xs(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit("mobilevit_v1_xs", num_classes, input_size)
+
+
+@register_model(**_V1)
+def mobilevit_v1_s(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit("mobilevit_v1_s", num_classes, input_size)
+
+
+@register_model(**_V3)
+def mobilevit_v3_xxs(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit("mobilevit_v3_xxs", num_classes, input_size)
+
+
+@register_model(**_V3)
+def mobilevit_v3_xs(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit("mobilevit_v3_xs", num_classes, input_size)
+
+
+@register_model(**_V3)
+def mobilevit_v3_s(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit("mobilevit_v3_s", num_classes, input_size)
+
+
+@register_model(**_V3)
+def mobilevit_v3_xxs_l2(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit("mobilevit_v3_xxs_l2", num_classes, input_size)
+
+
+@register_model(**_V3)
+def mobilevit_v3_xs_l2(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit("mobilevit_v3_xs_l2", num_classes, input_size)
+
+
+@register_model(**_V3)
+def mobilevit_v3_s_l2(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit("mobilevit_v3_s_l2", num_classes, input_size)

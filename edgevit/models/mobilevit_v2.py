@@ -1,0 +1,145 @@
+"""MobileViT v2 and the v2-based MobileViT v3 (width multipliers 0.5-2.0).
+
+v2 (Mehta & Rastegari, 2022) replaces multi-head attention with separable
+self-attention (linear in the number of patches, no activation-by-activation
+matmul), uses GroupNorm(1) ("layer_norm_2d") and drops the fusion conv.
+v3 on v2 fuses [global, local] features with the projection conv and adds the
+block input back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import keras
+from keras import layers
+
+from edgevit.layers import (Fold, LayerNorm, Unfold, conv_norm_act, inverted_residual, make_divisible,
+                            separable_attention_block)
+from edgevit.models._mobilevit_common import (PATCH_SIZE, PREPROCESS_V2, REFERENCE_CVNETS, REFERENCE_V3,
+                                              classifier, image_input, mobilenet_stage, patch_grid,
+                                              resize_to, stem)
+from edgevit.registry import register_model
+
+EXPAND_RATIO = 2
+FFN_MULTIPLIER = 2
+DEPTHS = (2, 4, 3)
+
+
+@dataclass(frozen=True)
+class MobileViTv2Config:
+    """Every width follows from the multiplier as in the official config."""
+
+    width: float
+    version: int = 2
+
+    @property
+    def stem_channels(self) -> int:
+        return make_divisible(min(max(32 * self.width, 16), 64), 8, min_value=16)
+
+    @property
+    def channels(self) -> tuple[int, ...]:
+        return (make_divisible(64 * self.width, 16),
+                *(make_divisible(c * self.width, 8) for c in (128, 256, 384, 512)))
+
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        return tuple(make_divisible(c * self.width, 8) for c in (128, 192, 256))
+
+
+CONFIGS = {
+    **{f"mobilevit_v2_{w}": MobileViTv2Config(int(w) / 100)
+       for w in ("050", "075", "100", "125", "150", "175", "200")},
+    **{f"mobilevit_v3_{w}": MobileViTv2Config(int(w) / 100, version=3) for w in ("050", "075", "100")},
+}
+
+
+def mobilevit_v2_block(x, dim: int, depth: int, *, version: int, name: str):
+    channels = x.shape[-1]
+    # The official block resizes its input (align_corners=True) when the map
+    # is off the patch grid, and keeps that size.
+    x = resize_to(x, patch_grid(x), align_corners=True, name=f"{name}.resize_in")
+    local = conv_norm_act(x, None, 3, depthwise=True, name=f"{name}.local_rep.conv_3x3")
+    local = conv_norm_act(local, dim, 1, norm=False, activation=None, use_bias=False,
+                          name=f"{name}.local_rep.conv_1x1")
+
+    ffn_dim = FFN_MULTIPLIER * dim // 16 * 16
+    y = Unfold(PATCH_SIZE, pixels_in_batch=False, name=f"{name}.unfold")(local)
+    for i in range(depth):
+        y = separable_attention_block(y, dim, ffn_dim, name=f"{name}.global_rep.{i}")
+    y = LayerNorm(axes=(1, 2, 3), name=f"{name}.global_rep.{depth}")(y)
+    y = Fold(tuple(local.shape[1:3]), PATCH_SIZE, pixels_in_batch=False, name=f"{name}.fold")(y)
+    if version == 2:
+        return conv_norm_act(y, channels, 1, activation=None, name=f"{name}.conv_proj")
+    y = layers.Concatenate(name=f"{name}.concat")([y, local])
+    y = conv_norm_act(y, channels, 1, activation=None, name=f"{name}.conv_proj")
+    return layers.Add(name=f"{name}.add")([y, x])
+
+
+def build_mobilevit_v2(name: str, num_classes: int = 1000, input_size: int = 256) -> keras.Model:
+    cfg = CONFIGS[name]
+    inputs = image_input(input_size)
+    x = stem(inputs, cfg.stem_channels)
+    x = mobilenet_stage(x, cfg.channels[0], 1, 1, EXPAND_RATIO, name="layer_1")
+    x = mobilenet_stage(x, cfg.channels[1], 2, 2, EXPAND_RATIO, name="layer_2")
+    for i in range(3):
+        stage = f"layer_{i + 3}"
+        x = inverted_residual(x, cfg.channels[i + 2], 2, EXPAND_RATIO, name=f"{stage}.0")
+        x = mobilevit_v2_block(x, cfg.dims[i], DEPTHS[i], version=cfg.version, name=f"{stage}.1")
+    outputs = classifier(x, num_classes, dropout=0.0)
+    return keras.Model(inputs, outputs, name=name)
+
+
+_V2 = dict(family="mobilevit_v2", default_input_size=256, preprocessing=PREPROCESS_V2,
+           reference=REFERENCE_CVNETS, checkpoint_formats=("timm", "cvnets"))
+_V3 = dict(family="mobilevit_v3", default_input_size=256, preprocessing=PREPROCESS_V2,
+           reference=REFERENCE_V3, checkpoint_formats=("cvnets",))
+
+
+@register_model(**_V2)
+def mobilevit_v2_050(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit_v2("mobilevit_v2_050", num_classes, input_size)
+
+
+@register_model(**_V2)
+def mobilevit_v2_075(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit_v2("mobilevit_v2_075", num_classes, input_size)
+
+
+@register_model(**_V2)
+def mobilevit_v2_100(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit_v2("mobilevit_v2_100", num_classes, input_size)
+
+
+@register_model(**_V2)
+def mobilevit_v2_125(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit_v2("mobilevit_v2_125", num_classes, input_size)
+
+
+@register_model(**_V2)
+def mobilevit_v2_150(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit_v2("mobilevit_v2_150", num_classes, input_size)
+
+
+@register_model(**_V2)
+def mobilevit_v2_175(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit_v2("mobilevit_v2_175", num_classes, input_size)
+
+
+@register_model(**_V2)
+def mobilevit_v2_200(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit_v2("mobilevit_v2_200", num_classes, input_size)
+
+
+@register_model(**_V3)
+def mobilevit_v3_050(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit_v2("mobilevit_v3_050", num_classes, input_size)
+
+
+@register_model(**_V3)
+def mobilevit_v3_075(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit_v2("mobilevit_v3_075", num_classes, input_size)
+
+
+@register_model(**_V3)
+def mobilevit_v3_100(num_classes: int = 1000, input_size: int = 256):
+    return build_mobilevit_v2("mobilevit_v3_100", num_classes, input_size)
