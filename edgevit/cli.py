@@ -116,15 +116,21 @@ def _precision_options(fn):
 @click.option("--io", "io_dtype", type=click.Choice(["int8", "uint8", "float32"]), default=None,
               help="Input/output tensor type (default int8 for --int8, float32 otherwise).")
 @click.option("-o", "--output", type=str, default=None, help="Output .tflite path.")
+@click.option("--android-demo", "android_demo", type=str, default=None, metavar="DIR",
+              help="Also copy the model, metadata and labels into this Android demo app (android_demo/).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @user_errors
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
-                    io_dtype, output, as_json):
+                    io_dtype, output, android_demo, as_json):
     """Convert MODEL (a registered name or a .keras file) to a validated .tflite file."""
     from edgevit.export.pipeline import ExportOptions, Progress, export
     from edgevit.export.report import print_report
     from edgevit.saving import resolve_model
 
+    if android_demo is not None:
+        from edgevit.export.android_bundle import check_demo_folder
+
+        check_demo_folder(android_demo)  # fail before a long conversion, not after
     progress = Progress(enabled=True)
     progress.step(f"Building {model}")
     keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
@@ -134,10 +140,39 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
                          calib_samples=calib_samples, output=output, weights_label=weights_label,
                          recalibrate_batchnorm=weights is None and not from_file)
     report = export(keras_model, spec, opts, progress)
+    if android_demo is not None:
+        from edgevit.export.android_bundle import bundle
+
+        report["android_demo"] = bundle(report["files"]["model"], android_demo)
     if as_json:
         print_json(report)
     else:
         print_report(report)
+        if android_demo is not None:
+            _print_bundle(report["android_demo"], android_demo)
+
+
+def _print_bundle(result: dict, demo_dir: str) -> None:
+    assets = result["assets"]
+    click.echo(f"Android demo: {assets['model']}, {assets['metadata']} and {assets['labels']} written.")
+    click.echo(f"  Build and install: cd {demo_dir} && ./gradlew installDebug   (see {demo_dir}/README.md)")
+
+
+@main.command("bundle")
+@click.argument("model_file", metavar="MODEL.tflite")
+@click.option("--android-demo", "android_demo", type=str, required=True, metavar="DIR",
+              help="The Android demo app folder (android_demo/ of the edgevit repository).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@user_errors
+def bundle_command(model_file, android_demo, as_json):
+    """Copy an exported MODEL.tflite with its metadata and labels into the Android demo app."""
+    from edgevit.export.android_bundle import bundle
+
+    result = bundle(model_file, android_demo)
+    if as_json:
+        print_json(result)
+    else:
+        _print_bundle(result, android_demo)
 
 
 if __name__ == "__main__":

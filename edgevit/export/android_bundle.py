@@ -1,0 +1,145 @@
+"""Put an exported model into the Android demo app (``android_demo/``).
+
+The app reads three assets under fixed names, so any edgevit model works
+without code changes:
+
+- ``app/src/main/assets/model.tflite``: the model,
+- ``app/src/main/assets/model.json``: its metadata (docs/model-metadata.md),
+- ``app/src/main/assets/labels.txt``: one label per line.
+
+The three files are written to a staging folder next to them and moved into
+place (one atomic rename each) only after every check passed, so a failed
+bundle leaves the app's previous assets untouched.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from edgevit.errors import EdgevitError
+
+ASSETS_DIR = Path("app") / "src" / "main" / "assets"
+MODEL_ASSET = "model.tflite"
+METADATA_ASSET = "model.json"
+LABELS_ASSET = "labels.txt"
+# Present at the root of every edgevit Android demo checkout.
+DEMO_MARKER = ".edgevit-android-demo"
+
+SUPPORTED_SCHEMA = "edgevit-model-metadata"
+SUPPORTED_SCHEMA_VERSION = 1
+SUPPORTED_DTYPES = ("float32", "int8", "uint8")
+
+
+def check_demo_folder(demo_dir: str | Path) -> Path:
+    """Return the assets folder of ``demo_dir`` or raise a clear error."""
+    demo = Path(demo_dir)
+    if not demo.exists():
+        raise EdgevitError(f"Android demo folder {str(demo)!r} does not exist "
+                           "(pass the android_demo/ folder of the edgevit repository).")
+    if not demo.is_dir():
+        raise EdgevitError(f"{str(demo)!r} is not a folder (pass the android_demo/ folder).")
+    if not (demo / DEMO_MARKER).is_file() or not (demo / "app" / "src" / "main" / "AndroidManifest.xml").is_file():
+        raise EdgevitError(f"{str(demo)!r} is not an edgevit Android demo (no {DEMO_MARKER} file and "
+                           "app/src/main/AndroidManifest.xml): pass the android_demo/ folder of the "
+                           "edgevit repository, or a copy of it.")
+    assets = demo / ASSETS_DIR
+    assets.mkdir(parents=True, exist_ok=True)
+    if not os.access(assets, os.W_OK):
+        raise EdgevitError(f"Assets folder {str(assets)!r} is not writable.")
+    return assets
+
+
+def _sidecars(model_path: Path) -> tuple[Path, Path]:
+    stem = model_path.with_suffix("")
+    return stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".labels.txt")
+
+
+def _load_metadata(model_path: Path, content: bytes) -> tuple[dict, str]:
+    meta_path, _ = _sidecars(model_path)
+    if meta_path.is_file():
+        try:
+            return json.loads(meta_path.read_text(encoding="utf-8")), f"{meta_path.name}"
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise EdgevitError(f"Metadata file {str(meta_path)!r} is not valid JSON: {err}") from None
+    from edgevit.export.metadata import read_embedded
+
+    try:
+        embedded = read_embedded(content)
+    except Exception as err:  # a corrupt flatbuffer raises anything
+        raise EdgevitError(f"Could not read {model_path.name}: {err}") from None
+    if embedded is None:
+        raise EdgevitError(f"{model_path.name} has no edgevit metadata (no {meta_path.name} next to it and "
+                           "none embedded): convert it with `edgevit convert` first.")
+    return embedded, "metadata embedded in the model"
+
+
+def validate_metadata(meta: dict, source: str) -> None:
+    """The checks the app would otherwise fail on at run time, as one clear error."""
+    def fail(why: str):
+        raise EdgevitError(f"Unsupported model metadata ({source}): {why}.")
+
+    if not isinstance(meta, dict) or meta.get("schema") != SUPPORTED_SCHEMA:
+        fail(f"'schema' is not {SUPPORTED_SCHEMA!r}")
+    if meta.get("schema_version") != SUPPORTED_SCHEMA_VERSION:
+        fail(f"schema_version {meta.get('schema_version')!r}; this app reads version {SUPPORTED_SCHEMA_VERSION}")
+    for key in ("input", "output"):
+        tensor = meta.get(key) or {}
+        if tensor.get("dtype") not in SUPPORTED_DTYPES:
+            fail(f"{key} dtype {tensor.get('dtype')!r} (the app handles {', '.join(SUPPORTED_DTYPES)})")
+        if tensor["dtype"] != "float32" and not tensor.get("quantization"):
+            fail(f"{key} is {tensor['dtype']} but has no quantization parameters")
+    shape = meta["input"].get("shape") or []
+    if len(shape) != 4 or shape[0] != 1 or shape[3] != 3 or shape[1] != shape[2]:
+        fail(f"input shape {shape} (the app feeds one square RGB image: [1, S, S, 3])")
+    out_shape = meta["output"].get("shape") or []
+    if len(out_shape) != 2 or out_shape[0] != 1:
+        fail(f"output shape {out_shape} (the app reads class scores: [1, classes])")
+    pre = meta.get("preprocessing") or {}
+    if pre.get("input_size") != shape[1]:
+        fail(f"preprocessing.input_size {pre.get('input_size')} does not match the input shape {shape}")
+    if pre.get("interpolation") not in ("bilinear", "bicubic"):
+        fail(f"interpolation {pre.get('interpolation')!r} (the app resizes with bilinear or bicubic)")
+
+
+def bundle(model_path: str | Path, demo_dir: str | Path) -> dict:
+    """Copy ``model_path`` with its metadata and labels into ``demo_dir``'s assets.
+
+    Returns ``{"model": ..., "precision": ..., "assets": {"model": path, "metadata": path,
+    "labels": path}}``.
+    """
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise EdgevitError(f"Model file {str(model_path)!r} does not exist.")
+    if model_path.suffix != ".tflite":
+        raise EdgevitError(f"{str(model_path)!r} is not a .tflite file.")
+    assets = check_demo_folder(demo_dir)
+    content = model_path.read_bytes()
+    if len(content) < 8 or content[4:8] != b"TFL3":
+        raise EdgevitError(f"{model_path.name} is not a LiteRT/TFLite flatbuffer (no TFL3 identifier).")
+
+    meta, source = _load_metadata(model_path, content)
+    validate_metadata(meta, source)
+    _, labels_path = _sidecars(model_path)
+    if labels_path.is_file():
+        labels = labels_path.read_text(encoding="utf-8").splitlines()
+    else:
+        labels = [str(label) for label in meta.get("labels") or []]
+    classes = meta["output"]["shape"][1]
+    if len(labels) != classes:
+        raise EdgevitError(f"{labels_path.name if labels_path.is_file() else 'The metadata'} has "
+                           f"{len(labels)} labels but the model outputs {classes} classes.")
+
+    targets = {"model": assets / MODEL_ASSET, "metadata": assets / METADATA_ASSET, "labels": assets / LABELS_ASSET}
+    with tempfile.TemporaryDirectory(prefix=".edgevit-bundle-", dir=assets) as staging:
+        staged = {k: Path(staging) / v.name for k, v in targets.items()}
+        shutil.copyfile(model_path, staged["model"])
+        staged["metadata"].write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        staged["labels"].write_text("\n".join(labels) + "\n", encoding="utf-8")
+        # Each file is replaced atomically, and only once every check passed.
+        for key in ("metadata", "labels", "model"):
+            os.replace(staged[key], targets[key])
+    return {"model": meta.get("model"), "precision": meta.get("precision"), "source": str(model_path),
+            "assets": {k: str(v) for k, v in targets.items()}}
