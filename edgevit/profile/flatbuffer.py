@@ -1,0 +1,159 @@
+"""The operators of a .tflite file with everything a delegate looks at:
+op name and version, tensor dtypes and shapes, which inputs are constants,
+and each op's builtin options (strides, masks, fused activation, ...).
+
+Read from the flatbuffer with the schema bindings LiteRT ships, so no
+interpreter is built and files that do not load still get described.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from edgevit.errors import EdgevitError
+
+
+@dataclass(frozen=True)
+class Tensor:
+    index: int
+    name: str
+    dtype: str            # "float32", "int8", ...
+    shape: tuple[int, ...]
+    is_const: bool
+    scale: float | None = None
+    zero_point: int | None = None
+    data: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+@dataclass
+class Op:
+    index: int
+    name: str                     # builtin name (CONV_2D) or the custom op's code
+    version: int
+    inputs: list[Tensor | None]   # None for an omitted optional input
+    outputs: list[Tensor]
+    options: dict
+    custom: bool = False
+
+    def input(self, i: int) -> Tensor | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    @property
+    def runtime_inputs(self) -> list[Tensor]:
+        return [t for t in self.inputs if t is not None and not t.is_const]
+
+    @property
+    def const_inputs(self) -> list[Tensor]:
+        return [t for t in self.inputs if t is not None and t.is_const]
+
+
+@dataclass
+class Graph:
+    ops: list[Op]
+    inputs: list[int]
+    outputs: list[int]
+    consumers: dict[int, list[int]]   # tensor index -> op indices reading it
+    producers: dict[int, int]         # tensor index -> op index writing it
+    # DEQUANTIZE ops of constant float16 weights (fp16 models): delegates fold
+    # them into constants, so their outputs count as constants here.
+    folded_ops: set[int] = field(default_factory=set)
+
+
+def _enum_names(enum_cls) -> dict[int, str]:
+    return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
+
+
+def _schema():
+    try:
+        from ai_edge_litert import schema_py_generated as schema
+    except ImportError:  # pragma: no cover - TF-only installs
+        from tensorflow.lite.python import schema_py_generated as schema
+    return schema
+
+
+_DTYPES = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT32": np.int32, "UINT8": np.uint8,
+           "INT64": np.int64, "INT16": np.int16, "INT8": np.int8, "FLOAT64": np.float64,
+           "BOOL": np.bool_, "UINT32": np.uint32, "UINT16": np.uint16}
+
+
+def _options(obj) -> dict:
+    if obj is None:
+        return {}
+    out = {}
+    for key, value in vars(obj).items():
+        if isinstance(value, (np.ndarray, list)):
+            value = [int(v) if isinstance(v, (np.integer, int)) else v for v in value]
+        elif isinstance(value, np.generic):
+            value = value.item()
+        out[key] = value
+    return out
+
+
+def read(model_content: bytes, subgraph: int = 0) -> Graph:
+    """Operators of ``subgraph`` (0: the main graph) in execution order."""
+    schema = _schema()
+    try:
+        model = schema.ModelT.InitFromPackedBuf(bytearray(model_content), 0)
+    except Exception as err:  # a file that is not a TFLite flatbuffer
+        raise EdgevitError(f"Not a readable .tflite file ({type(err).__name__}: {err}).") from None
+    if not model.subgraphs:
+        raise EdgevitError("The .tflite file has no subgraph.")
+    ops_names = _enum_names(schema.BuiltinOperator)
+    type_names = _enum_names(schema.TensorType)
+    graph = model.subgraphs[subgraph]
+    buffers = model.buffers or []
+
+    tensors: list[Tensor] = []
+    for index, t in enumerate(graph.tensors or []):
+        dtype = type_names.get(t.type, str(t.type))
+        buffer = buffers[t.buffer] if t.buffer is not None and t.buffer < len(buffers) else None
+        has_data = buffer is not None and ((buffer.data is not None and len(buffer.data) > 0)
+                                           or (getattr(buffer, "offset", 0) or 0) > 1)
+        data = None
+        if has_data and buffer.data is not None and dtype in _DTYPES and len(buffer.data) <= 4096:
+            data = np.frombuffer(bytes(bytearray(buffer.data)), dtype=_DTYPES[dtype])
+        q = t.quantization
+        scale = zero_point = None
+        if q is not None and q.scale is not None and len(q.scale):
+            scale = float(q.scale[0])
+            zero_point = int(q.zeroPoint[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0
+        name = t.name.decode() if isinstance(t.name, bytes) else (t.name or "")
+        shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
+        tensors.append(Tensor(index, name, dtype.lower(), shape, bool(has_data), scale, zero_point, data))
+
+    folded_ops, opcode_names = set(), []
+    for code in model.operatorCodes or []:
+        builtin = max(int(code.builtinCode or 0), int(code.deprecatedBuiltinCode or 0))
+        opcode_names.append(ops_names.get(builtin, f"BUILTIN_{builtin}"))
+    for index, op in enumerate(graph.operators or []):
+        ins = [int(i) for i in (op.inputs if op.inputs is not None else [])]
+        if opcode_names[op.opcodeIndex] == "DEQUANTIZE" and len(ins) == 1 and ins[0] >= 0 and \
+                tensors[ins[0]].is_const and tensors[ins[0]].dtype == "float16":
+            folded_ops.add(index)
+            for o in op.outputs:
+                tensors[int(o)] = replace(tensors[int(o)], is_const=True)
+
+    ops, consumers, producers = [], {}, {}
+    for index, op in enumerate(graph.operators or []):
+        code = model.operatorCodes[op.opcodeIndex]
+        builtin = max(int(code.builtinCode or 0), int(code.deprecatedBuiltinCode or 0))
+        name = ops_names.get(builtin, f"BUILTIN_{builtin}")
+        custom = name == "CUSTOM"
+        if custom:
+            raw = code.customCode
+            name = raw.decode() if isinstance(raw, bytes) else str(raw)
+        inputs = [tensors[int(i)] if int(i) >= 0 else None for i in (op.inputs if op.inputs is not None else [])]
+        outputs = [tensors[int(i)] for i in (op.outputs if op.outputs is not None else []) if int(i) >= 0]
+        ops.append(Op(index, name, int(code.version or 1), inputs, outputs, _options(op.builtinOptions), custom))
+        for t in inputs:
+            if t is not None:
+                consumers.setdefault(t.index, []).append(index)
+        for t in outputs:
+            producers[t.index] = index
+    return Graph(ops=ops, inputs=[int(i) for i in graph.inputs], outputs=[int(i) for i in graph.outputs],
+                 consumers=consumers, producers=producers, folded_ops=folded_ops)
