@@ -1,0 +1,143 @@
+"""Latency of a .tflite file on this machine with the LiteRT interpreter.
+
+Each configuration (kernels x threads) runs in a fresh child process: a
+crashing kernel (XNNPACK once aborted with ``double free or corruption``)
+becomes a failed row instead of killing edgevit, and the child's peak
+resident memory (``getrusage``) belongs to that configuration alone.
+
+Kernels: ``xnnpack`` (LiteRT's default CPU delegate), ``builtin`` (optimized
+builtin kernels without the default delegate) and ``reference`` (the
+reference kernels; slow, useful to separate kernel effects).
+
+Child usage: ``python -m edgevit.profile.host CONFIG.json RESULT.json``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edgevit.errors import EdgevitError
+
+KERNELS = ("xnnpack", "builtin", "reference")
+
+
+def _interpreter(content: bytes, threads: int, kernels: str):
+    try:
+        from ai_edge_litert import interpreter as litert
+    except ImportError:  # pragma: no cover - device-style installs
+        from tflite_runtime import interpreter as litert
+    resolver = {"xnnpack": litert.OpResolverType.AUTO,
+                "builtin": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                "reference": litert.OpResolverType.BUILTIN_REF}[kernels]
+    return litert.Interpreter(model_content=content, num_threads=threads,
+                              experimental_op_resolver_type=resolver)
+
+
+def _random_input(detail: dict, rng: np.random.Generator) -> np.ndarray:
+    dtype, shape = np.dtype(detail["dtype"]), detail["shape"]
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -128), min(info.max, 127) + 1, size=shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    raise EdgevitError(f"Cannot make random input of type {dtype}.")
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KB on Linux
+
+
+def percentiles(times_ms: list[float]) -> dict:
+    a = np.asarray(times_ms, dtype=np.float64)
+    if a.size == 0:
+        return {}
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"avg_ms": float(a.mean()), "std_ms": float(a.std()), "min_ms": float(a.min()),
+            "max_ms": float(a.max()), "p50_ms": float(p50), "p90_ms": float(p90), "p99_ms": float(p99)}
+
+
+def bench_in_process(model_path: str, threads: int = 1, kernels: str = "xnnpack", warmup: int = 5,
+                     runs: int = 50, max_secs: float = 60.0, seed: int = 0) -> dict:
+    """Init, first inference, warm-up, counted runs; times in ms."""
+    content = Path(model_path).read_bytes()
+    baseline_mb = _rss_mb()
+    start = time.perf_counter()
+    interp = _interpreter(content, threads, kernels)
+    interp.allocate_tensors()
+    init_ms = (time.perf_counter() - start) * 1e3
+    rng = np.random.default_rng(seed)
+    for detail in interp.get_input_details():
+        interp.set_tensor(detail["index"], _random_input(detail, rng))
+    start = time.perf_counter()
+    interp.invoke()
+    first_ms = (time.perf_counter() - start) * 1e3
+    deadline = time.perf_counter() + max_secs
+    warm = []
+    for _ in range(warmup):
+        t = time.perf_counter()
+        interp.invoke()
+        warm.append((time.perf_counter() - t) * 1e3)
+    times = []
+    while len(times) < runs and (not times or time.perf_counter() < deadline):
+        t = time.perf_counter()
+        interp.invoke()
+        times.append((time.perf_counter() - t) * 1e3)
+    peak_mb = _rss_mb()
+    return {"init_ms": init_ms, "first_ms": first_ms,
+            "warmup_avg_ms": float(np.mean(warm)) if warm else None, "runs": len(times),
+            **percentiles(times), "peak_mem_mb": peak_mb, "mem_delta_mb": peak_mb - baseline_mb}
+
+
+def host_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"host ({cpu}, {os.cpu_count()} cores)"
+
+
+def run_config(model_path: str | Path, threads: int, kernels: str, warmup: int = 5, runs: int = 50,
+               max_secs: float = 60.0, timeout: float = 600.0) -> dict:
+    """One configuration in a child process; a record with ``status`` ok / crashed / timeout."""
+    if kernels not in KERNELS:
+        raise EdgevitError(f"Unknown host kernels {kernels!r}; choose from {', '.join(KERNELS)}.")
+    record = {"target": "host", "runtime": "litert-python", "delegate": kernels, "threads": threads}
+    with tempfile.TemporaryDirectory(prefix="edgevit-bench-") as tmp:
+        config, result = Path(tmp) / "config.json", Path(tmp) / "result.json"
+        config.write_text(json.dumps({"model_path": str(model_path), "threads": threads, "kernels": kernels,
+                                      "warmup": warmup, "runs": runs, "max_secs": max_secs}))
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        try:
+            proc = subprocess.run([sys.executable, "-m", "edgevit.profile.host", str(config), str(result)],
+                                  capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return {**record, "status": "timeout", "error": f"no result within {timeout:.0f} s"}
+        if proc.returncode != 0 or not result.exists():
+            from edgevit.export.run_model import _describe_failure
+
+            return {**record, "status": "crashed", "error": _describe_failure(proc.returncode, proc.stderr)}
+        return {**record, "status": "ok", "error": None, **json.loads(result.read_text())}
+
+
+def _child_main(argv: list[str]) -> None:
+    config = json.loads(Path(argv[0]).read_text())
+    Path(argv[1]).write_text(json.dumps(bench_in_process(**config)))
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1:])

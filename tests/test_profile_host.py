@@ -1,0 +1,50 @@
+"""Host latency: child-process LiteRT benchmark on a tiny model gives sane
+percentiles, init/first-inference times and memory for each kernel set."""
+import keras
+import numpy as np
+import pytest
+
+from edgevit.export.convert import convert
+from edgevit.profile.host import percentiles, run_config
+
+
+@pytest.fixture(scope="module")
+def tiny_model_path(tmp_path_factory):
+    inputs = keras.Input((32, 32, 3))
+    x = keras.layers.Conv2D(16, 3, activation="relu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x), name="tiny")
+    path = tmp_path_factory.mktemp("bench") / "tiny_fp32.tflite"
+    path.write_bytes(convert(model, "fp32"))
+    return path
+
+
+@pytest.mark.parametrize("kernels, threads", [("xnnpack", 1), ("xnnpack", 2), ("reference", 1)])
+def test_host_benchmark_reports_sane_numbers(tiny_model_path, kernels, threads):
+    r = run_config(tiny_model_path, threads, kernels, warmup=3, runs=30)
+    assert r["status"] == "ok", r
+    assert (r["target"], r["delegate"], r["threads"], r["runs"]) == ("host", kernels, threads, 30)
+    assert 0 < r["min_ms"] <= r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"] < 1000
+    assert r["min_ms"] <= r["avg_ms"] <= r["max_ms"] and r["std_ms"] >= 0
+    assert r["init_ms"] > 0 and r["first_ms"] > 0 and r["warmup_avg_ms"] > 0
+    assert 10 < r["peak_mem_mb"] < 4000 and r["mem_delta_mb"] >= 0
+
+
+def test_reference_kernels_are_slower_than_xnnpack(tiny_model_path):
+    fast = run_config(tiny_model_path, 1, "xnnpack", warmup=3, runs=30)
+    slow = run_config(tiny_model_path, 1, "reference", warmup=3, runs=30)
+    assert slow["p50_ms"] > fast["p50_ms"]
+
+
+def test_a_file_the_interpreter_rejects_is_a_failed_row_not_a_crash(tmp_path):
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"not a flatbuffer" * 10)
+    r = run_config(bad, 1, "xnnpack", runs=3)
+    assert r["status"] == "crashed" and "exit status 1" in r["error"]
+
+
+def test_percentiles_match_numpy():
+    times = list(np.arange(1, 101, dtype=float))
+    p = percentiles(times)
+    assert (p["p50_ms"], p["min_ms"], p["max_ms"]) == (50.5, 1.0, 100.0)
+    assert p["p90_ms"] == pytest.approx(90.1) and p["p99_ms"] == pytest.approx(99.01)
