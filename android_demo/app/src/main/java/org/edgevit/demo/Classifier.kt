@@ -1,0 +1,175 @@
+package org.edgevit.demo
+
+import android.content.Context
+import android.content.res.AssetManager
+import android.os.Build
+import android.os.SystemClock
+import org.edgevit.demo.core.Accelerator
+import org.edgevit.demo.core.AcceleratorChoice
+import org.edgevit.demo.core.ImagePreprocessor
+import org.edgevit.demo.core.Labels
+import org.edgevit.demo.core.ModelMetadata
+import org.edgevit.demo.core.Opened
+import org.edgevit.demo.core.Postprocessor
+import org.edgevit.demo.core.Prediction
+import org.edgevit.demo.core.TensorType
+import org.tensorflow.lite.DataType
+import org.tensorflow.lite.Delegate
+import org.tensorflow.lite.Interpreter
+import org.tensorflow.lite.gpu.CompatibilityList
+import org.tensorflow.lite.gpu.GpuDelegate
+import org.tensorflow.lite.nnapi.NnApiDelegate
+import java.io.Closeable
+import java.io.FileNotFoundException
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
+
+/**
+ * The bundled model (assets `model.tflite`, `model.json`, `labels.txt`) on a
+ * LiteRT Interpreter, on the accelerator asked for when the device can run it
+ * there, else on the CPU (see [fallbackReason]).
+ *
+ * Not thread-safe: use one instance from one thread at a time.
+ */
+class Classifier private constructor(
+    val metadata: ModelMetadata,
+    val labels: List<String>,
+    private val opened: Opened<Session>,
+    val threads: Int,
+) : Closeable {
+    /** An interpreter with the delegate it owns (null on the CPU). */
+    class Session(val interpreter: Interpreter, val delegate: Delegate?)
+
+    class Result(val top: List<Prediction>, val preprocessMs: Double, val inferenceMs: Double)
+
+    val requested: Accelerator get() = opened.requested
+    val active: Accelerator get() = opened.active
+
+    /** Why the model runs on the CPU although [requested] was another accelerator. */
+    val fallbackReason: String? get() = opened.fallbackReason
+
+    private val preprocessor = ImagePreprocessor(metadata)
+    private val input = preprocessor.newInputBuffer()
+    private val output = ByteBuffer.allocateDirect(metadata.output.byteSize).order(ByteOrder.nativeOrder())
+
+    /** Classify packed ARGB pixels ([width] x [height], upright). */
+    fun classify(argb: IntArray, width: Int, height: Int, k: Int = 5): Result {
+        val start = SystemClock.elapsedRealtimeNanos()
+        input.rewind()
+        preprocessor.process(argb, width, height, input)
+        input.rewind()
+        val preprocessed = SystemClock.elapsedRealtimeNanos()
+        output.rewind()
+        opened.value.interpreter.run(input, output)
+        val inferred = SystemClock.elapsedRealtimeNanos()
+        output.rewind()
+        val scores = Postprocessor.scores(output, metadata.output)
+        val top = Postprocessor.classify(scores, metadata.outputKind, labels, k)
+        return Result(top, (preprocessed - start) / 1e6, (inferred - preprocessed) / 1e6)
+    }
+
+    override fun close() {
+        opened.value.interpreter.close()
+        opened.value.delegate?.close()
+    }
+
+    companion object {
+        const val MODEL_ASSET = "model.tflite"
+        const val METADATA_ASSET = "model.json"
+        const val LABELS_ASSET = "labels.txt"
+
+        fun hasModel(assets: AssetManager): Boolean =
+            assets.list("")?.let { MODEL_ASSET in it && METADATA_ASSET in it } == true
+
+        /** Load the bundled model on [requested] (or the CPU, see [fallbackReason]) with [threads] CPU threads. */
+        fun create(context: Context, requested: Accelerator, threads: Int): Classifier {
+            val assets = context.assets
+            val metadata = ModelMetadata.parse(readText(assets, METADATA_ASSET))
+            val fileLabels = try {
+                Labels.parse(readText(assets, LABELS_ASSET))
+            } catch (e: FileNotFoundException) {
+                null
+            }
+            val model = readModel(assets)
+            val opened = AcceleratorChoice.open(requested, ::unsupportedReason) { accelerator ->
+                openSession(model, metadata, accelerator, threads)
+            }
+            return Classifier(metadata, Labels.choose(metadata, fileLabels), opened, threads)
+        }
+
+        /** The cheap compatibility check before trying a delegate; null when it may work. */
+        fun unsupportedReason(accelerator: Accelerator): String? = when (accelerator) {
+            Accelerator.CPU -> null
+            Accelerator.GPU -> CompatibilityList().use { list ->
+                if (list.isDelegateSupportedOnThisDevice) null else "this device's GPU is not supported by the GPU delegate"
+            }
+            Accelerator.NNAPI ->
+                if (Build.VERSION.SDK_INT < Build.VERSION_CODES.O_MR1) "NNAPI needs Android 8.1 (API 27)" else null
+        }
+
+        private fun openSession(model: ByteBuffer, metadata: ModelMetadata, accelerator: Accelerator, threads: Int): Session {
+            val delegate: Delegate? = when (accelerator) {
+                Accelerator.CPU -> null
+                Accelerator.GPU -> CompatibilityList().use { GpuDelegate(it.bestOptionsForThisDevice) }
+                Accelerator.NNAPI -> NnApiDelegate()
+            }
+            try {
+                val options = Interpreter.Options().setNumThreads(threads)
+                if (delegate != null) options.addDelegate(delegate)
+                val interpreter = Interpreter(model, options)
+                try {
+                    checkTensors(interpreter, metadata)
+                    // A delegate may accept the graph and fail on the first run: run once here,
+                    // so that failure also falls back to the CPU instead of failing later.
+                    val input = ByteBuffer.allocateDirect(metadata.input.byteSize).order(ByteOrder.nativeOrder())
+                    val output = ByteBuffer.allocateDirect(metadata.output.byteSize).order(ByteOrder.nativeOrder())
+                    interpreter.run(input, output)
+                } catch (e: Exception) {
+                    interpreter.close()
+                    throw e
+                }
+                return Session(interpreter, delegate)
+            } catch (e: Exception) {
+                delegate?.close()
+                throw e
+            }
+        }
+
+        /** The metadata must describe the model it came with; say so clearly when it does not. */
+        private fun checkTensors(interpreter: Interpreter, metadata: ModelMetadata) {
+            val input = interpreter.getInputTensor(0)
+            val output = interpreter.getOutputTensor(0)
+            val expected = listOf(
+                "input" to Triple(metadata.input.shape, metadata.input.type, input),
+                "output" to Triple(metadata.output.shape, metadata.output.type, output),
+            )
+            for ((name, spec) in expected) {
+                val (shape, type, tensor) = spec
+                val actualType = when (tensor.dataType()) {
+                    DataType.FLOAT32 -> TensorType.FLOAT32
+                    DataType.INT8 -> TensorType.INT8
+                    DataType.UINT8 -> TensorType.UINT8
+                    else -> null
+                }
+                if (tensor.shape().toList() != shape || actualType != type) {
+                    throw IllegalStateException(
+                        "$METADATA_ASSET says the $name is $shape ${type.jsonName}, but $MODEL_ASSET has " +
+                            "${tensor.shape().toList()} ${tensor.dataType()}: bundle them together again",
+                    )
+                }
+            }
+        }
+
+        private fun readText(assets: AssetManager, name: String): String =
+            assets.open(name).use { it.readBytes().toString(Charsets.UTF_8) }
+
+        /** The model in a direct buffer, as the Interpreter requires. */
+        private fun readModel(assets: AssetManager): ByteBuffer {
+            val bytes = assets.open(MODEL_ASSET).use { it.readBytes() }
+            val buffer = ByteBuffer.allocateDirect(bytes.size).order(ByteOrder.nativeOrder())
+            buffer.put(bytes)
+            buffer.rewind()
+            return buffer
+        }
+    }
+}

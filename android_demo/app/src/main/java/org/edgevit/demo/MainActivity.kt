@@ -1,0 +1,279 @@
+package org.edgevit.demo
+
+import android.Manifest
+import android.content.pm.PackageManager
+import android.graphics.Bitmap
+import android.graphics.BitmapFactory
+import android.graphics.Matrix
+import android.media.ExifInterface
+import android.net.Uri
+import android.os.Bundle
+import android.util.Log
+import android.view.View
+import android.widget.AdapterView
+import android.widget.ArrayAdapter
+import android.widget.Button
+import android.widget.ImageView
+import android.widget.Spinner
+import android.widget.TextView
+import androidx.activity.ComponentActivity
+import androidx.activity.result.PickVisualMediaRequest
+import androidx.activity.result.contract.ActivityResultContracts
+import androidx.camera.core.CameraSelector
+import androidx.camera.core.ImageAnalysis
+import androidx.camera.core.ImageProxy
+import androidx.camera.core.Preview
+import androidx.camera.lifecycle.ProcessCameraProvider
+import androidx.camera.view.PreviewView
+import androidx.core.content.ContextCompat
+import org.edgevit.demo.core.Accelerator
+import org.edgevit.demo.core.AcceleratorChoice
+import org.edgevit.demo.core.MovingAverage
+import java.util.concurrent.ExecutorService
+import java.util.concurrent.Executors
+
+/**
+ * Live camera classification with the bundled model: top-5 labels, latency as
+ * a moving average, accelerator and thread count switchable at run time, and
+ * a gallery image as the other input. All model work runs on one background
+ * thread ([worker]); the UI thread only shows results.
+ */
+class MainActivity : ComponentActivity() {
+    private lateinit var previewView: PreviewView
+    private lateinit var pickedImage: ImageView
+    private lateinit var statusText: TextView
+    private lateinit var fallbackText: TextView
+    private lateinit var resultsText: TextView
+    private lateinit var latencyText: TextView
+    private lateinit var delegateSpinner: Spinner
+    private lateinit var threadsSpinner: Spinner
+    private lateinit var galleryButton: Button
+
+    private val worker: ExecutorService = Executors.newSingleThreadExecutor()
+
+    // Touched on the worker thread only.
+    private var classifier: Classifier? = null
+    private val inferenceMs = MovingAverage(LATENCY_WINDOW)
+    private val preprocessMs = MovingAverage(LATENCY_WINDOW)
+
+    // Written on the UI thread, read by the analyzer.
+    @Volatile private var showingGalleryImage = false
+
+    private val threadChoices = AcceleratorChoice.threadChoices(Runtime.getRuntime().availableProcessors())
+    private var accelerator = Accelerator.CPU
+    private var threads = minOf(4, threadChoices.last())
+
+    private val requestCamera = registerForActivityResult(ActivityResultContracts.RequestPermission()) { granted ->
+        if (granted) startCamera() else statusText.setText(R.string.camera_denied)
+    }
+
+    private val pickImage = registerForActivityResult(ActivityResultContracts.PickVisualMedia()) { uri ->
+        if (uri != null) classifyGalleryImage(uri)
+    }
+
+    override fun onCreate(savedInstanceState: Bundle?) {
+        super.onCreate(savedInstanceState)
+        setContentView(R.layout.activity_main)
+        previewView = findViewById(R.id.preview)
+        pickedImage = findViewById(R.id.picked_image)
+        statusText = findViewById(R.id.status)
+        fallbackText = findViewById(R.id.fallback)
+        resultsText = findViewById(R.id.results)
+        latencyText = findViewById(R.id.latency)
+        delegateSpinner = findViewById(R.id.delegate_spinner)
+        threadsSpinner = findViewById(R.id.threads_spinner)
+        galleryButton = findViewById(R.id.gallery_button)
+
+        if (!Classifier.hasModel(assets)) {
+            statusText.setText(R.string.no_model)
+            galleryButton.isEnabled = false
+            return
+        }
+        setUpControls()
+        loadClassifier()
+        if (checkSelfPermission(Manifest.permission.CAMERA) == PackageManager.PERMISSION_GRANTED) {
+            startCamera()
+        } else {
+            requestCamera.launch(Manifest.permission.CAMERA)
+        }
+    }
+
+    private fun setUpControls() {
+        val accelerators = Accelerator.entries
+        delegateSpinner.adapter = ArrayAdapter(this, android.R.layout.simple_spinner_item, accelerators.map { it.label })
+            .also { it.setDropDownViewResource(android.R.layout.simple_spinner_dropdown_item) }
+        delegateSpinner.setSelection(accelerators.indexOf(accelerator), false)
+        delegateSpinner.onItemSelectedListener = onSelected { position ->
+            if (accelerators[position] != accelerator) {
+                accelerator = accelerators[position]
+                loadClassifier()
+            }
+        }
+        threadsSpinner.adapter = ArrayAdapter(this, android.R.layout.simple_spinner_item, threadChoices.map { it.toString() })
+            .also { it.setDropDownViewResource(android.R.layout.simple_spinner_dropdown_item) }
+        threadsSpinner.setSelection(threadChoices.indexOf(threads), false)
+        threadsSpinner.onItemSelectedListener = onSelected { position ->
+            if (threadChoices[position] != threads) {
+                threads = threadChoices[position]
+                loadClassifier()
+            }
+        }
+        galleryButton.setOnClickListener {
+            if (showingGalleryImage) {
+                showingGalleryImage = false
+                pickedImage.visibility = View.GONE
+                galleryButton.setText(R.string.pick_image)
+            } else {
+                pickImage.launch(PickVisualMediaRequest(ActivityResultContracts.PickVisualMedia.ImageOnly))
+            }
+        }
+    }
+
+    private fun onSelected(action: (Int) -> Unit) = object : AdapterView.OnItemSelectedListener {
+        override fun onItemSelected(parent: AdapterView<*>?, view: View?, position: Int, id: Long) = action(position)
+        override fun onNothingSelected(parent: AdapterView<*>?) {}
+    }
+
+    /** (Re)open the model with the current accelerator and threads, on the worker thread. */
+    private fun loadClassifier() {
+        val requested = accelerator
+        val threadCount = threads
+        statusText.text = getString(R.string.loading_model, Classifier.MODEL_ASSET, requested.label)
+        worker.execute {
+            classifier?.close()
+            classifier = null
+            inferenceMs.clear()
+            preprocessMs.clear()
+            val loaded = try {
+                Classifier.create(this, requested, threadCount)
+            } catch (e: Exception) {
+                Log.e(TAG, "model load failed", e)
+                runOnUiThread { statusText.text = getString(R.string.model_failed, AcceleratorChoice.describe(e)) }
+                return@execute
+            }
+            classifier = loaded
+            val m = loaded.metadata
+            val status = getString(
+                R.string.running_on, m.model, m.precision, loaded.active.label, loaded.threads,
+                m.inputSize, m.input.type.jsonName,
+            )
+            val fallback = loaded.fallbackReason?.let { getString(R.string.fallback, loaded.requested.label, it) }
+            runOnUiThread {
+                statusText.text = status
+                fallbackText.text = fallback ?: ""
+                fallbackText.visibility = if (fallback != null) View.VISIBLE else View.GONE
+            }
+        }
+    }
+
+    private fun startCamera() {
+        val future = ProcessCameraProvider.getInstance(this)
+        future.addListener({
+            try {
+                val provider = future.get()
+                val preview = Preview.Builder().build()
+                preview.setSurfaceProvider(previewView.surfaceProvider)
+                val analysis = ImageAnalysis.Builder()
+                    .setBackpressureStrategy(ImageAnalysis.STRATEGY_KEEP_ONLY_LATEST)
+                    .setOutputImageFormat(ImageAnalysis.OUTPUT_IMAGE_FORMAT_RGBA_8888)
+                    .build()
+                analysis.setAnalyzer(worker) { image -> analyze(image) }
+                provider.unbindAll()
+                provider.bindToLifecycle(this, CameraSelector.DEFAULT_BACK_CAMERA, preview, analysis)
+            } catch (e: Exception) {
+                Log.e(TAG, "camera failed", e)
+                statusText.text = getString(R.string.camera_failed, AcceleratorChoice.describe(e))
+            }
+        }, ContextCompat.getMainExecutor(this))
+    }
+
+    /** One camera frame, on the worker thread (KEEP_ONLY_LATEST drops frames while busy). */
+    private fun analyze(image: ImageProxy) {
+        try {
+            val current = classifier ?: return
+            if (showingGalleryImage) return
+            val bitmap = rotate(image.toBitmap(), image.imageInfo.rotationDegrees)
+            classifyAndShow(current, bitmap)
+        } finally {
+            image.close()
+        }
+    }
+
+    private fun classifyGalleryImage(uri: Uri) {
+        showingGalleryImage = true
+        galleryButton.setText(R.string.back_to_camera)
+        worker.execute {
+            val bitmap = try {
+                decodeUpright(uri)
+            } catch (e: Exception) {
+                Log.e(TAG, "decode failed", e)
+                runOnUiThread { statusText.text = getString(R.string.image_failed, AcceleratorChoice.describe(e)) }
+                return@execute
+            }
+            runOnUiThread {
+                pickedImage.setImageBitmap(bitmap)
+                pickedImage.visibility = View.VISIBLE
+            }
+            classifier?.let { classifyAndShow(it, bitmap) }
+        }
+    }
+
+    private fun classifyAndShow(current: Classifier, bitmap: Bitmap) {
+        val w = bitmap.width
+        val h = bitmap.height
+        val pixels = IntArray(w * h)
+        bitmap.getPixels(pixels, 0, w, 0, 0, w, h)
+        val result = current.classify(pixels, w, h, TOP_K)
+        inferenceMs.add(result.inferenceMs)
+        preprocessMs.add(result.preprocessMs)
+        val lines = result.top.joinToString("\n") { getString(R.string.result_line, 100f * it.probability, it.label) }
+        val latency = getString(R.string.latency, inferenceMs.average, preprocessMs.average, inferenceMs.count)
+        runOnUiThread {
+            resultsText.text = lines
+            latencyText.text = latency
+        }
+    }
+
+    /** A gallery image, downsampled to at most ~2x the largest side the model needs, EXIF-rotated upright. */
+    private fun decodeUpright(uri: Uri): Bitmap {
+        val bounds = BitmapFactory.Options().apply { inJustDecodeBounds = true }
+        contentResolver.openInputStream(uri)?.use { BitmapFactory.decodeStream(it, null, bounds) }
+        var sample = 1
+        while (minOf(bounds.outWidth, bounds.outHeight) / (sample * 2) >= MAX_GALLERY_SHORT_SIDE) sample *= 2
+        val options = BitmapFactory.Options().apply { inSampleSize = sample }
+        val bitmap = contentResolver.openInputStream(uri)?.use { BitmapFactory.decodeStream(it, null, options) }
+            ?: throw IllegalArgumentException("not an image")
+        val orientation = contentResolver.openInputStream(uri)?.use {
+            ExifInterface(it).getAttributeInt(ExifInterface.TAG_ORIENTATION, ExifInterface.ORIENTATION_NORMAL)
+        } ?: ExifInterface.ORIENTATION_NORMAL
+        val degrees = when (orientation) {
+            ExifInterface.ORIENTATION_ROTATE_90 -> 90
+            ExifInterface.ORIENTATION_ROTATE_180 -> 180
+            ExifInterface.ORIENTATION_ROTATE_270 -> 270
+            else -> 0
+        }
+        return rotate(bitmap, degrees)
+    }
+
+    private fun rotate(bitmap: Bitmap, degrees: Int): Bitmap {
+        if (degrees == 0) return bitmap
+        val matrix = Matrix().apply { postRotate(degrees.toFloat()) }
+        return Bitmap.createBitmap(bitmap, 0, 0, bitmap.width, bitmap.height, matrix, false)
+    }
+
+    override fun onDestroy() {
+        super.onDestroy()
+        worker.execute {
+            classifier?.close()
+            classifier = null
+        }
+        worker.shutdown()
+    }
+
+    companion object {
+        private const val TAG = "edgevit"
+        private const val TOP_K = 5
+        private const val LATENCY_WINDOW = 20
+        private const val MAX_GALLERY_SHORT_SIDE = 1024
+    }
+}

@@ -1,0 +1,7 @@
+package android;
+
+public final class Manifest {
+    public static final class permission {
+        public static final String CAMERA = "android.permission.CAMERA";
+    }
+}

@@ -1,0 +1,4 @@
+package android.graphics;
+
+public final class Rect {
+}

@@ -1,0 +1,16 @@
+package android.view;
+
+public class View {
+    public static final int VISIBLE = 0x00000000;
+    public static final int GONE = 0x00000008;
+
+    public interface OnClickListener {
+        void onClick(View v);
+    }
+
+    public void setOnClickListener(OnClickListener l) { throw new RuntimeException("Stub!"); }
+    public void setVisibility(int visibility) { throw new RuntimeException("Stub!"); }
+    public int getVisibility() { throw new RuntimeException("Stub!"); }
+    public void setEnabled(boolean enabled) { throw new RuntimeException("Stub!"); }
+    public boolean isEnabled() { throw new RuntimeException("Stub!"); }
+}

@@ -1,0 +1,4 @@
+package android.view;
+
+public abstract class ViewGroup extends View {
+}

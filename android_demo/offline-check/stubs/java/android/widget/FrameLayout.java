@@ -1,0 +1,6 @@
+package android.widget;
+
+import android.view.ViewGroup;
+
+public class FrameLayout extends ViewGroup {
+}

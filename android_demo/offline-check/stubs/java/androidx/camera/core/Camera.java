@@ -1,0 +1,4 @@
+package androidx.camera.core;
+
+public interface Camera {
+}

@@ -1,0 +1,5 @@
+package androidx.camera.core;
+
+public interface ImageInfo {
+    int getRotationDegrees();
+}

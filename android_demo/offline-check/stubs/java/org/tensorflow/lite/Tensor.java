@@ -1,0 +1,6 @@
+package org.tensorflow.lite;
+
+public interface Tensor {
+    DataType dataType();
+    int[] shape();
+}

@@ -1,0 +1,6 @@
+package org.tensorflow.lite.gpu;
+
+public class GpuDelegateFactory {
+    public static class Options {
+    }
+}
