@@ -175,5 +175,10 @@ def bundle_command(model_file, android_demo, as_json):
         _print_bundle(result, android_demo)
 
 
+from edgevit.profile.commands import bench_command, check_command  # noqa: E402
+
+main.add_command(bench_command)
+main.add_command(check_command)
+
 if __name__ == "__main__":
     main()

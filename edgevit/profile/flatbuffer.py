@@ -157,3 +157,23 @@ def read(model_content: bytes, subgraph: int = 0) -> Graph:
             producers[t.index] = index
     return Graph(ops=ops, inputs=[int(i) for i in graph.inputs], outputs=[int(i) for i in graph.outputs],
                  consumers=consumers, producers=producers, folded_ops=folded_ops)
+
+
+def read_metadata(model_content: bytes, name: str = "edgevit_metadata") -> dict | None:
+    """The JSON document edgevit embeds in exported files (None if absent)."""
+    import json
+
+    schema = _schema()
+    try:
+        model = schema.ModelT.InitFromPackedBuf(bytearray(model_content), 0)
+    except Exception:
+        return None
+    for entry in model.metadata or []:
+        entry_name = entry.name.decode() if isinstance(entry.name, bytes) else entry.name
+        if entry_name == name and entry.buffer < len(model.buffers or []):
+            data = model.buffers[entry.buffer].data
+            try:
+                return json.loads(bytes(bytearray(data)).decode("utf-8"))
+            except (TypeError, ValueError):
+                return None
+    return None

@@ -1,0 +1,177 @@
+"""`edgevit bench`: one or more .tflite files x (this machine, phones) x
+delegates x threads, collected into one result document."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from edgevit.errors import EdgevitError
+from edgevit.profile import adb as adb_mod
+from edgevit.profile import benchmark_binary, host
+from edgevit.profile.flatbuffer import read, read_metadata
+
+PRECISION_WORDS = ("int8_mixed", "int16x8", "int8", "fp16", "fp32", "dynamic")
+
+
+@dataclass
+class BenchOptions:
+    delegates: list[str] = field(default_factory=lambda: ["cpu"])
+    threads: list[int] = field(default_factory=lambda: [1, 2, 4])
+    host_kernels: list[str] = field(default_factory=lambda: ["xnnpack", "reference"])
+    runs: int = 50
+    warmup: int = 5
+    max_secs: float = 20.0
+    op_profiling: bool = False
+    peak_memory: bool = False
+    binaries: list[Path] = field(default_factory=list)
+    device: str | None = None
+    all_devices: bool = False
+    host: bool = True
+    nnapi_accelerator: str | None = None
+    timeout: float = 300.0
+
+
+def parse_list(text: str, what: str, allowed: tuple[str, ...] | None = None) -> list[str]:
+    items = [x.strip().lower() for x in text.split(",") if x.strip()]
+    if not items:
+        raise EdgevitError(f"--{what} needs at least one value.")
+    if allowed:
+        bad = [x for x in items if x not in allowed]
+        if bad:
+            raise EdgevitError(f"Unknown {what} {', '.join(bad)}: choose from {', '.join(allowed)}.")
+    return list(dict.fromkeys(items))
+
+
+def parse_threads(text: str) -> list[int]:
+    out = []
+    for item in parse_list(text, "threads"):
+        if not item.isdigit() or int(item) < 1:
+            raise EdgevitError(f"--threads takes positive whole numbers like 1,2,4 (got {item!r}).")
+        out.append(int(item))
+    return list(dict.fromkeys(out))
+
+
+def describe_model(path: str | Path) -> dict:
+    """File facts for the tables: name, precision, size."""
+    p = Path(path)
+    if not p.is_file():
+        raise EdgevitError(f"Model file {str(path)!r} does not exist." if not p.exists()
+                           else f"{str(path)!r} is a folder, not a .tflite file.")
+    content = p.read_bytes()
+    read(content)  # a clear error for a file that is not a .tflite flatbuffer
+    meta = read_metadata(content) or {}
+    precision = meta.get("precision") or _precision_from_name(p.stem) or _precision_from_graph(content)
+    return {"file": p.name, "path": str(p), "model": meta.get("model") or p.stem,
+            "precision": precision, "size_mb": round(len(content) / 1e6, 3)}
+
+
+def _precision_from_name(stem: str) -> str | None:
+    words = re.split(r"[^a-z0-9]+", stem.lower().replace("int8_mixed", "int8mixed"))
+    for word in PRECISION_WORDS:
+        if word.replace("_", "") in words:
+            return word
+    return None
+
+
+def _precision_from_graph(content: bytes) -> str:
+    graph = read(content)
+    dtypes = {t.dtype for op in graph.ops for t in [*op.inputs, *op.outputs] if t is not None and not t.is_const}
+    if "int16" in dtypes:
+        return "int16x8"
+    if dtypes & {"int8", "uint8"}:
+        return "int8" if not dtypes & {"float32"} else "int8_mixed"
+    if graph.folded_ops:
+        return "fp16"
+    weights = {t.dtype for op in graph.ops for t in op.inputs if t is not None and t.is_const}
+    return "dynamic" if weights & {"int8"} else "fp32"
+
+
+def run_bench(models: list[str | Path], opts: BenchOptions,
+              step: Callable[[str], None] = lambda msg: None,
+              warn: Callable[[str], None] = lambda msg: None) -> dict:
+    infos = [describe_model(m) for m in models]
+    if opts.device and opts.all_devices:
+        raise EdgevitError("Use either --device SERIAL or --all-devices, not both.")
+    on_phones = bool(opts.device or opts.all_devices)
+    binaries = {}
+    for b in opts.binaries:
+        binaries.setdefault(benchmark_binary.check_binary(b), Path(b))
+    if on_phones and not any(arch in ("aarch64", "arm", "x86_64", "x86") for arch in binaries):
+        raise EdgevitError("Benchmarking on phones needs --benchmark-binary PATH: the Android benchmark_model "
+                           "build for the phone's ABI (android_aarch64 for arm64-v8a phones).")
+    if not on_phones and "cpu" not in opts.delegates:
+        raise EdgevitError(f"--delegate {','.join(opts.delegates)} needs a phone: add --device SERIAL or "
+                           "--all-devices (this machine runs the CPU only; ai-edge-litert ships no GPU/NNAPI "
+                           "delegate).")
+    if not on_phones and set(opts.delegates) - {"cpu"}:
+        warn(f"{'/'.join(d.upper() for d in opts.delegates if d != 'cpu')} needs a phone: "
+             "measuring the CPU on this machine only")
+
+    # Resolve phones before the (slow) host runs, so device errors come first.
+    adb = devices = None
+    if on_phones:
+        adb = adb_mod.Adb()
+        devices = adb_mod.select_devices(adb, opts.device, opts.all_devices, warn=warn)
+
+    results: list[dict] = []
+    by_file = {info["file"]: info for info in infos}
+    host_info = {"target": "host", "model": host.host_description(), "cpus": os.cpu_count()}
+    if opts.host:
+        host_threads = [t for t in opts.threads if t <= (os.cpu_count() or 1)] or [1]
+        if len(host_threads) < len(opts.threads):
+            warn(f"this machine has {os.cpu_count()} cores: host runs use threads {host_threads}")
+        for info in infos:
+            for kernels in opts.host_kernels:
+                # The reference kernels are single-threaded: one row is enough.
+                for threads in (host_threads if kernels != "reference" else host_threads[:1]):
+                    step(f"host: {info['file']} {kernels} x{threads}")
+                    row = host.run_config(info["path"], threads, kernels, opts.warmup, opts.runs, opts.max_secs,
+                                          timeout=opts.timeout)
+                    results.append(_with_model({**row, "device": "host"}, info))
+            binary = binaries.get(benchmark_binary.host_arch())
+            if binary is not None:
+                for threads in host_threads:
+                    step(f"host: {info['file']} benchmark_model x{threads}")
+                    row = benchmark_binary.run_on_host(binary, info["path"], threads, opts.runs, opts.warmup,
+                                                       op_profiling=True, peak_memory=opts.peak_memory,
+                                                       timeout=opts.timeout)
+                    results.append(_with_model({**row, "device": "host"}, info))
+            elif binaries and not on_phones:
+                warn(f"no benchmark binary for this machine ({benchmark_binary.host_arch()}): "
+                     f"given builds are for {', '.join(binaries)}")
+
+    device_facts = []
+    for device in devices or []:
+        try:
+            step(f"{device.serial}: reading device facts")
+            facts = adb_mod.device_facts(adb, device)
+            device_facts.append(facts)
+            arch = benchmark_binary.ABI_ARCH.get(facts["abi"], facts["abi"])
+            binary = binaries.get(arch)
+            if binary is None:
+                raise EdgevitError(f"no benchmark binary for {device.serial} ({facts['model']}, {facts['abi']}): "
+                                   f"given builds are for {', '.join(binaries)}")
+            job = adb_mod.DeviceRun(models=[Path(i["path"]) for i in infos], binary=binary, binary_arch=arch,
+                                    delegates=opts.delegates, threads=opts.threads, runs=opts.runs,
+                                    warmup=opts.warmup, op_profiling=opts.op_profiling,
+                                    peak_memory=opts.peak_memory, nnapi_accelerator=opts.nnapi_accelerator,
+                                    timeout=opts.timeout)
+            for row in adb_mod.bench_device(adb, facts, job, on_step=step):
+                results.append(_with_model(row, by_file[row.pop("model_file")]))
+        except EdgevitError as err:
+            if opts.device:  # the one phone asked for: the whole command fails
+                raise
+            warn(f"{device.serial}: {err}")
+            results.append({"target": device.serial, "device": device.attrs.get("model", device.serial),
+                            "status": "failed", "error": str(err)})
+    return {"models": infos, "host": host_info if opts.host else None, "devices": device_facts,
+            "options": {"delegates": opts.delegates, "threads": opts.threads, "runs": opts.runs,
+                        "warmup": opts.warmup, "host_kernels": opts.host_kernels if opts.host else []},
+            "results": results}
+
+
+def _with_model(row: dict, info: dict) -> dict:
+    return {"model": info["model"], "file": info["file"], "precision": info["precision"], **row}

@@ -1,0 +1,150 @@
+"""The `edgevit bench` and `edgevit check` commands (registered in edgevit.cli)."""
+from __future__ import annotations
+
+import functools
+
+import click
+
+from edgevit.errors import EdgevitError
+
+
+# edgevit.cli imports this module at its end; importing it back here at load
+# time would be circular under `python -m edgevit.cli`, so bind on first call.
+def user_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from edgevit.cli import user_errors as cli_user_errors
+
+        return cli_user_errors(fn)(*args, **kwargs)
+
+    return wrapper
+
+
+def print_json(obj) -> None:
+    from edgevit.cli import print_json as cli_print_json
+
+    cli_print_json(obj)
+
+
+def _stderr_console():
+    import os
+    import sys
+
+    from rich.console import Console
+
+    return Console(file=os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+                   if hasattr(sys.stderr, "fileno") and _has_fileno(sys.stderr) else sys.stderr)
+
+
+def _has_fileno(stream) -> bool:
+    try:
+        stream.fileno()
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+@click.command("bench")
+@click.argument("models", nargs=-1, required=True, metavar="MODEL.tflite...")
+@click.option("--models", "sweep", is_flag=True,
+              help="Compare several files in one table and plot (precision sweep): "
+                   "`--models a_fp32.tflite a_int8.tflite`.")
+@click.option("--delegate", "delegates", default="cpu", show_default=True,
+              help="Comma list of cpu, gpu, nnapi (gpu/nnapi run on phones).")
+@click.option("--threads", default="1,2,4", show_default=True, help="CPU thread counts, comma list.")
+@click.option("--host-kernels", default="xnnpack,reference", show_default=True,
+              help="Kernels for this machine: xnnpack, builtin, reference.")
+@click.option("--no-host", is_flag=True, help="Do not measure on this machine.")
+@click.option("--device", "device", default=None, metavar="SERIAL", help="Also run on this adb device.")
+@click.option("--all-devices", is_flag=True, help="Also run on every attached adb device.")
+@click.option("--benchmark-binary", "binaries", multiple=True, type=click.Path(dir_okay=False),
+              help="An official benchmark_model build (repeatable: one per architecture). "
+                   "Runs on this machine when built for it, and is pushed to phones of its ABI.")
+@click.option("--runs", type=click.IntRange(1, 100000), default=50, show_default=True, help="Counted runs.")
+@click.option("--warmup", type=click.IntRange(0, 10000), default=5, show_default=True, help="Warm-up runs.")
+@click.option("--max-secs", type=click.FloatRange(0.1, None), default=20.0, show_default=True,
+              help="Time cap for the counted runs of one host configuration.")
+@click.option("--op-profiling", is_flag=True, help="Phones: per-op timings (--enable_op_profiling).")
+@click.option("--peak-memory", is_flag=True, help="benchmark_model: --report_peak_memory_footprint.")
+@click.option("--nnapi-accelerator", default=None, metavar="NAME",
+              help="NNAPI accelerator name (e.g. google-edgetpu, qti-dsp).")
+@click.option("--timeout", type=click.FloatRange(1, None), default=300.0, show_default=True,
+              help="Seconds one configuration may take.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--csv", "csv_path", default=None, metavar="PATH", help="Also write the rows as CSV.")
+@click.option("--plot", "plot_path", default=None, metavar="PATH.png",
+              help="Also draw latency by delegate x precision (and accuracy vs latency with --eval).")
+@click.option("--eval", "eval_path", default=None, metavar="PATH.json",
+              help="Accuracy per model for the plot: {\"a_int8.tflite\": {\"top1\": 0.71}, ...}.")
+@user_errors
+def bench_command(models, sweep, delegates, threads, host_kernels, no_host, device, all_devices, binaries, runs,
+                  warmup, max_secs, op_profiling, peak_memory, nnapi_accelerator, timeout, as_json, csv_path,
+                  plot_path, eval_path):
+    """How fast is MODEL, where, and why: this machine (LiteRT XNNPACK and reference
+    kernels, threads) and phones over adb (benchmark_model on CPU, GPU, NNAPI)."""
+    from pathlib import Path
+
+    from edgevit.profile import bench, report
+    from edgevit.profile.benchmark_binary import DELEGATES
+    from edgevit.profile.host import KERNELS
+
+    opts = bench.BenchOptions(
+        delegates=bench.parse_list(delegates, "delegate", DELEGATES), threads=bench.parse_threads(threads),
+        host_kernels=bench.parse_list(host_kernels, "host-kernels", KERNELS), runs=runs, warmup=warmup,
+        max_secs=max_secs, op_profiling=op_profiling, peak_memory=peak_memory,
+        binaries=[Path(b) for b in binaries], device=device, all_devices=all_devices, host=not no_host,
+        nnapi_accelerator=nnapi_accelerator, timeout=timeout)
+    if no_host and not (device or all_devices):
+        raise EdgevitError("--no-host leaves nothing to measure: add --device SERIAL or --all-devices.")
+    accuracies = report.load_eval(eval_path) if eval_path else None
+    if plot_path and not plot_path.lower().endswith(".png"):
+        raise EdgevitError(f"--plot writes a PNG file: give a path ending in .png (got {plot_path!r}).")
+    for out in (csv_path, plot_path):
+        if out and not Path(out).resolve().parent.is_dir():
+            raise EdgevitError(f"Output folder of {out!r} does not exist.")
+    console = _stderr_console()
+    result = bench.run_bench(models, opts, step=lambda m: console.print(f"[bold]>[/bold] {m}"),
+                             warn=lambda m: console.print(f"[yellow]warning:[/yellow] {m}"))
+    if csv_path:
+        report.write_csv(result, csv_path)
+    if plot_path:
+        report.plot(result, plot_path, accuracies)
+    if as_json:
+        print_json(result)
+    else:
+        report.print_bench(result)
+    if not any(r.get("status") == "ok" for r in result["results"]):
+        first = next((r.get("error") for r in result["results"] if r.get("error")), "no configuration ran")
+        raise EdgevitError(f"No configuration produced timings ({first}).")
+
+
+@click.command("check")
+@click.argument("model", metavar="MODEL.tflite")
+@click.option("--gpu", is_flag=True, help="Check the GPU delegate (default: both).")
+@click.option("--nnapi", is_flag=True, help="Check the NNAPI delegate (default: both).")
+@click.option("--android-api", type=click.IntRange(27, 40), default=33, show_default=True,
+              help="Android API level whose NNAPI rules apply.")
+@click.option("--fail-on-fallback", is_flag=True, help="Exit with status 2 when any op falls back to the CPU.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@user_errors
+def check_command(model, gpu, nnapi, android_api, fail_on_fallback, as_json):
+    """Which ops of MODEL the GPU / NNAPI delegates would leave on the CPU, and
+    into how many delegate partitions the graph splits (no phone needed)."""
+    import sys
+    from pathlib import Path
+
+    from edgevit.profile import compat, report
+
+    path = Path(model)
+    if not path.is_file():
+        raise EdgevitError(f"Model file {model!r} does not exist." if not path.exists()
+                           else f"{model!r} is a folder, not a .tflite file.")
+    if not gpu and not nnapi:
+        gpu = nnapi = True
+    reports = compat.check(path.read_bytes(), gpu=gpu, nnapi=nnapi, android_api=android_api)
+    if as_json:
+        print_json({"model": str(path), **{k: r.to_dict() for k, r in reports.items()}})
+    else:
+        report.print_check(path.name, reports)
+    if fail_on_fallback and any(r.fallbacks for r in reports.values()):
+        sys.exit(2)
