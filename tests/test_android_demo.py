@@ -1,0 +1,352 @@
+"""The Android demo (android_demo/) without an Android SDK: bundling, the
+offline build checks (aapt2, kotlinc against API stubs, JUnit on the JVM) and
+the golden test of the Kotlin preprocessing against edgevit's Python one.
+
+Tests that need kotlinc / a JDK / aapt2 / JUnit skip with the missing tool's
+name; `bash scripts/install-test-tools.sh` installs them all.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from edgevit.errors import EdgevitError
+from edgevit.export import android_bundle
+from edgevit.export.android_bundle import bundle
+from edgevit.export.pipeline import ExportOptions, export
+from edgevit.registry import ModelSpec, Preprocessing
+
+DEMO = Path(__file__).resolve().parents[1] / "android_demo"
+OFFLINE = DEMO / "offline-check"
+APP_KOTLIN = DEMO / "app" / "src" / "main" / "java" / "org" / "edgevit" / "demo"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+offline = _load("edgevit_android_offline_check", OFFLINE / "offline_check.py")
+golden = _load("edgevit_android_make_golden", OFFLINE / "make_golden.py")
+
+
+# ---------------------------------------------------------------- bundling
+
+SIZE = 32
+SPEC = ModelSpec("tiny_convnet", "test", builder=None, default_input_size=SIZE,
+                 preprocessing=Preprocessing(SIZE, 36, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)))
+
+
+def tiny_model(classes=10):
+    inputs = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(8, 3, strides=2)(inputs)
+    x = keras.layers.Activation("relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(classes)(x), name="tiny_convnet")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A tiny int8 model written by the real export pipeline, with its sidecars."""
+    out = tmp_path_factory.mktemp("export") / "tiny_int8.tflite"
+    report = export(tiny_model(), SPEC, ExportOptions(precision="int8", output=str(out), calib_samples=8,
+                                                      validation_samples=4))
+    return Path(report["files"]["model"])
+
+
+def fake_demo(root: Path) -> Path:
+    """The parts of android_demo/ the bundler looks at (never the repository's own copy)."""
+    demo = root / "android_demo"
+    (demo / "app" / "src" / "main").mkdir(parents=True)
+    shutil.copy(DEMO / android_bundle.DEMO_MARKER, demo / android_bundle.DEMO_MARKER)
+    shutil.copy(DEMO / "app" / "src" / "main" / "AndroidManifest.xml", demo / "app" / "src" / "main")
+    return demo
+
+
+def kotlin_constant(name: str) -> str:
+    text = (APP_KOTLIN / "Classifier.kt").read_text()
+    return re.search(rf'const val {name} = "([^"]+)"', text).group(1)
+
+
+def test_bundle_names_match_what_the_app_reads():
+    assert kotlin_constant("MODEL_ASSET") == android_bundle.MODEL_ASSET
+    assert kotlin_constant("METADATA_ASSET") == android_bundle.METADATA_ASSET
+    assert kotlin_constant("LABELS_ASSET") == android_bundle.LABELS_ASSET
+    assert (DEMO / android_bundle.ASSETS_DIR).is_dir()
+    assert (DEMO / android_bundle.DEMO_MARKER).is_file()
+    ignored = (DEMO / ".gitignore").read_text()
+    for name in (android_bundle.MODEL_ASSET, android_bundle.METADATA_ASSET, android_bundle.LABELS_ASSET):
+        assert f"/app/src/main/assets/{name}" in ignored
+
+
+def test_bundle_puts_model_metadata_and_labels_where_the_app_reads_them(tmp_path, exported):
+    demo = fake_demo(tmp_path)
+    result = bundle(exported, demo)
+    assets = demo / "app" / "src" / "main" / "assets"
+    assert sorted(p.name for p in assets.iterdir()) == ["labels.txt", "model.json", "model.tflite"]
+    assert (assets / "model.tflite").read_bytes() == exported.read_bytes()
+    meta = json.loads((assets / "model.json").read_text())
+    assert meta == json.loads(exported.with_suffix(".json").read_text())
+    assert meta["input"]["dtype"] == "int8" and meta["preprocessing"]["input_size"] == SIZE
+    labels = (assets / "labels.txt").read_text().splitlines()
+    assert labels == exported.with_name("tiny_int8.labels.txt").read_text().splitlines()
+    assert len(labels) == meta["num_classes"] == 10
+    assert result["assets"]["model"] == str(assets / "model.tflite")
+    assert result["model"] == "tiny_convnet" and result["precision"] == "int8"
+
+
+def test_bundle_falls_back_to_the_embedded_metadata(tmp_path, exported):
+    lone = tmp_path / "lone.tflite"
+    shutil.copy(exported, lone)  # no lone.json / lone.labels.txt next to it
+    demo = fake_demo(tmp_path)
+    bundle(lone, demo)
+    assets = demo / android_bundle.ASSETS_DIR
+    assert json.loads((assets / "model.json").read_text()) == json.loads(exported.with_suffix(".json").read_text())
+    assert len((assets / "labels.txt").read_text().splitlines()) == 10
+
+
+def test_rebundling_replaces_and_a_failed_bundle_keeps_the_previous_assets(tmp_path, exported):
+    demo = fake_demo(tmp_path)
+    bundle(exported, demo)
+    assets = demo / android_bundle.ASSETS_DIR
+    before = {p.name: p.read_bytes() for p in assets.iterdir()}
+    broken = tmp_path / "broken.tflite"
+    shutil.copy(exported, broken)
+    broken.with_suffix(".json").write_text(exported.with_suffix(".json").read_text())
+    (tmp_path / "broken.labels.txt").write_text("only\ntwo\n")
+    with pytest.raises(EdgevitError, match="has 2 labels but the model outputs 10 classes"):
+        bundle(broken, demo)
+    assert {p.name: p.read_bytes() for p in assets.iterdir()} == before
+    bundle(exported, demo)  # again: replaced in place, no staging folder left behind
+    assert sorted(p.name for p in assets.iterdir()) == ["labels.txt", "model.json", "model.tflite"]
+
+
+def test_bundle_refuses_a_folder_that_is_not_the_demo(tmp_path, exported):
+    with pytest.raises(EdgevitError, match="does not exist"):
+        bundle(exported, tmp_path / "nowhere")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(EdgevitError, match="is not an edgevit Android demo"):
+        bundle(exported, tmp_path / "other")
+    assert list((tmp_path / "other").iterdir()) == []
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d / "missing.tflite", "does not exist"),
+    (lambda d: _write(d / "m.bin", b"x"), "is not a .tflite file"),
+    (lambda d: _write(d / "m.tflite", b"\0" * 64), "no TFL3 identifier"),
+])
+def test_bundle_refuses_what_is_not_a_model(tmp_path, make, message):
+    with pytest.raises(EdgevitError, match=message):
+        bundle(make(tmp_path), fake_demo(tmp_path))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.update(schema="other"), "'schema' is not"),
+    (lambda m: m.update(schema_version=2), "schema_version 2"),
+    (lambda m: m["input"].update(dtype="int16"), "input dtype 'int16'"),
+    (lambda m: m["input"].update(quantization=None), "has no quantization"),
+    (lambda m: m["input"].update(shape=[1, 3, 32, 32]), "input shape"),
+    (lambda m: m["preprocessing"].update(interpolation="lanczos"), "interpolation 'lanczos'"),
+])
+def test_bundle_checks_the_metadata_the_app_depends_on(tmp_path, exported, edit, message):
+    model = tmp_path / "edited.tflite"
+    shutil.copy(exported, model)
+    meta = json.loads(exported.with_suffix(".json").read_text())
+    edit(meta)
+    model.with_suffix(".json").write_text(json.dumps(meta))
+    with pytest.raises(EdgevitError, match=message):
+        bundle(model, fake_demo(tmp_path))
+
+
+def test_cli_bundle_command(tmp_path, exported):
+    from edgevit.cli import main
+
+    demo = fake_demo(tmp_path)
+    result = CliRunner().invoke(main, ["bundle", str(exported), "--android-demo", str(demo)])
+    assert result.exit_code == 0, result.output
+    assert "model.tflite" in result.stdout and "gradlew installDebug" in result.stdout
+    assert (demo / android_bundle.ASSETS_DIR / "model.tflite").is_file()
+    result = CliRunner().invoke(main, ["bundle", str(exported), "--android-demo", str(tmp_path / "x")])
+    assert result.exit_code == 1 and result.stderr.startswith("error: ") and "does not exist" in result.stderr
+
+
+def test_cli_convert_with_android_demo(tmp_path, monkeypatch):
+    from edgevit import saving
+    from edgevit.cli import main
+
+    monkeypatch.setattr(saving, "resolve_model", lambda *a, **k: (tiny_model(), SPEC))
+    demo = fake_demo(tmp_path)
+    out = tmp_path / "m.tflite"
+    result = CliRunner().invoke(main, ["convert", "tiny_convnet", "--int8", "-o", str(out), "--calib-samples", "8",
+                                       "--android-demo", str(demo), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["android_demo"]["assets"]["model"] == str(demo / android_bundle.ASSETS_DIR / "model.tflite")
+    assert (demo / android_bundle.ASSETS_DIR / "model.tflite").read_bytes() == out.read_bytes()
+
+
+def test_cli_convert_checks_the_demo_folder_before_converting(tmp_path, monkeypatch):
+    from edgevit import saving
+    from edgevit.cli import main
+
+    monkeypatch.setattr(saving, "resolve_model", lambda *a, **k: pytest.fail("converted before checking"))
+    result = CliRunner().invoke(main, ["convert", "tiny_convnet", "--android-demo", str(tmp_path)])
+    assert result.exit_code == 1 and "is not an edgevit Android demo" in result.stderr
+
+
+# ---------------------------------------------------------------- golden cases
+
+@pytest.fixture(scope="module")
+def golden_dir(tmp_path_factory):
+    """The golden preprocessing cases, regenerated by edgevit's Python code now."""
+    out = tmp_path_factory.mktemp("golden")
+    golden.write_golden(out)
+    return out
+
+
+def test_committed_golden_cases_are_current(golden_dir):
+    """The copy Android Studio's unit tests read must equal what Python computes today."""
+    committed = DEMO / "app" / "src" / "test" / "resources" / "golden"
+    fresh_names = sorted(p.name for p in golden_dir.iterdir())
+    assert sorted(p.name for p in committed.iterdir()) == fresh_names
+    for name in fresh_names:
+        a, b = committed / name, golden_dir / name
+        if name.endswith(".png"):  # compare pixels: PNG bytes depend on the zlib build
+            assert np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b))), name
+        elif name.endswith(".json"):
+            ja, jb = json.loads(a.read_text()), json.loads(b.read_text())
+            ja.pop("edgevit_version"), jb.pop("edgevit_version")
+            assert ja == jb, name
+        else:
+            assert a.read_bytes() == b.read_bytes(), f"{name}: run python {OFFLINE / 'make_golden.py'}"
+
+
+def test_golden_cases_cover_every_input_type_and_path(golden_dir):
+    cases = (golden_dir / "cases.txt").read_text().split()
+    assert {"downscale_bilinear", "upscale_bicubic", "half_rounding", "exact_size"} <= set(cases)
+    for case in cases:
+        for dtype in ("float32", "int8", "uint8"):
+            meta = json.loads((golden_dir / f"{case}.{dtype}.json").read_text())
+            size = meta["preprocessing"]["input_size"]
+            data = (golden_dir / f"{case}.{dtype}.bin").read_bytes()
+            assert len(data) == size * size * 3 * (4 if dtype == "float32" else 1)
+            assert meta["input"]["dtype"] == dtype
+
+
+# ---------------------------------------------------------------- offline build checks
+
+@pytest.fixture(scope="module")
+def tools():
+    return offline.find_tools()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tools):
+    """aapt2 link, then kotlinc of the app and of the tests: once per session (kotlinc is slow)."""
+    out = tmp_path_factory.mktemp("android-offline-check")
+    res, app, tests = offline.build(tools, out)
+    return {"out": out, "res": res, "app": app, "tests": tests}
+
+
+def _require(step):
+    if step.skipped:
+        pytest.skip(step.skipped)
+    assert step.ok, f"{step.name} failed:\n{step.output}"
+
+
+def test_resources_and_manifest_link_with_aapt2(built):
+    _require(built["res"])
+    r_java = next((built["out"] / "res" / "gen").rglob("R.java")).read_text()
+    used_ids = set(re.findall(r"R\.id\.(\w+)", (APP_KOTLIN / "MainActivity.kt").read_text()))
+    assert used_ids and all(f"int {i}=" in r_java.replace(" = ", "=") for i in used_ids)
+    assert "uses-native-library" in built["res"].output  # said what was left out of the API 29 link
+
+
+def test_linking_catches_a_misspelled_attribute(tools, tmp_path, monkeypatch):
+    why = tools.lacking("aapt2", "framework-res")
+    if why:
+        pytest.skip(why)
+    res = tmp_path / "main"
+    shutil.copytree(DEMO / "app" / "src" / "main", res, ignore=shutil.ignore_patterns("java", "assets"))
+    layout = res / "res" / "layout" / "activity_main.xml"
+    layout.write_text(layout.read_text().replace('android:scaleType="fitCenter"', 'android:scaleTipe="fitCenter"'))
+    monkeypatch.setattr(offline, "MAIN_SRC", res)
+    step = offline.link_resources(tools, tmp_path / "out")
+    assert not step.ok and "scaleTipe" in step.output
+
+
+def test_app_kotlin_sources_compile_against_the_api_stubs(built):
+    _require(built["app"])
+    classes = built["out"] / "res" / "app-classes" / "org" / "edgevit" / "demo"
+    assert (classes / "MainActivity.class").is_file() and (classes / "Classifier.class").is_file()
+
+
+def test_pure_kotlin_unit_tests_pass_on_the_jvm_with_python_golden_cases(built, tools, golden_dir):
+    _require(built["tests"])
+    step = offline.run_tests(tools, built["out"], golden_dir)
+    assert step.ok, step.output
+    run, failed = offline.junit_counts(step.output)
+    assert failed == 0 and run >= 30, step.output
+    assert "GoldenPreprocessingTest" in " ".join(offline.test_class_names())
+
+
+# ---------------------------------------------------------------- the stubs stay small
+
+# Members a stub must declare although the app never names them.
+STUB_MEMBERS_NOT_CALLED = {
+    "onClick": "the single method that makes View.OnClickListener a lambda target",
+    "getNativeHandle": "abstract in org.tensorflow.lite.Delegate; the delegates implement it",
+    "onActivityResult": "the single method of the ActivityResultCallback fun interface",
+}
+
+
+def _stub_members() -> dict[str, Path]:
+    members = {}
+    for path in (OFFLINE / "stubs").rglob("*.java"):
+        text = path.read_text()
+        if re.search(r"\benum\s+\w+", text):
+            continue  # an enum stub lists the real enum's constants
+        for m in re.finditer(r"^\s+(?:public|protected|static|final|abstract|default|@Override|\s)*"
+                             r"[\w.<>\[\], ?]+\s+(\w+)\s*\(", text, re.M):
+            if not m.group(1)[0].isupper():  # constructors
+                members.setdefault(m.group(1), path)
+        for m in re.finditer(r"^\s+public\s+(?:static\s+)?(?:final\s+)?[\w.]+\s+(\w+)\s*[=;]", text, re.M):
+            members.setdefault(m.group(1), path)
+    for path in (OFFLINE / "stubs").rglob("*.kt"):
+        for m in re.finditer(r"\bfun\s+(?:<[^>]+>\s+)?(\w+)\s*\(", path.read_text()):
+            members.setdefault(m.group(1), path)
+    return members
+
+
+def test_stubs_declare_only_what_the_app_uses():
+    app = "\n".join(p.read_text() for p in APP_KOTLIN.glob("*.kt"))
+    words = set(re.findall(r"\w+", app))
+    members = _stub_members()
+    assert len(members) > 40
+    unused = []
+    for name, path in sorted(members.items()):
+        # Kotlin calls Java getters/setters as properties: getText/setText -> text, setEnabled -> isEnabled.
+        prop = re.sub(r"^(get|set)([A-Z])", lambda m: m.group(2).lower(), name)
+        candidates = {name, prop, "is" + prop[:1].upper() + prop[1:]}
+        if candidates & words or name in STUB_MEMBERS_NOT_CALLED:
+            continue
+        unused.append(f"{name} ({path.relative_to(OFFLINE)})")
+    assert not unused, "stub members the app does not use: " + ", ".join(unused)
