@@ -13,9 +13,10 @@ android {
 
     defaultConfig {
         applicationId = "org.edgevit.demo"
-        // minSdk 24 (Android 7.0): the lowest level LiteRT's AARs and CameraX
-        // 1.4 both support; NNAPI needs 27 and is offered only there (the app
-        // falls back to CPU and says so on older devices).
+        // minSdk 24 (Android 7.0): CameraX 1.4 and LiteRT's Interpreter line run
+        // there, and it is the floor of LiteRT's 2.x AARs (a later move to
+        // CompiledModel keeps the same devices). NNAPI needs 27: below it the
+        // app falls back to the CPU and says so.
         minSdk = 24
         targetSdk = 36
         versionCode = 1
