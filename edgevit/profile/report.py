@@ -170,7 +170,7 @@ def plot(result: dict, path: str | Path, accuracies: dict[str, float] | None = N
         ax.bar_label(bars, fmt="%.1f", fontsize=7)
     ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(configs))], configs, fontsize=8)
     values = [latency(r) for r in ok]
-    if min(values) > 0 and max(values) / min(values) > 30:
+    if min(values) > 0 and max(values) / min(values) > 10:
         ax.set_yscale("log")
     ax.set_ylabel("median latency per inference (ms)")
     ax.set_title("latency by device/delegate x precision (whisker: p90 or p95)")
