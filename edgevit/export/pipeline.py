@@ -172,6 +172,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
 
     summary = graph_mod.describe(content)
     checks = _checks(summary, precision, io_dtype)
+    delegates = delegate_compatibility(content)
     labels = default_labels(int(model.outputs[0].shape[-1]))
     paths = sidecar_paths(out_path)
     metadata = build_metadata(
@@ -202,6 +203,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             "op_histogram": summary.op_histogram,
             "max_rank": summary.max_rank,
             "checks": checks,
+            "delegates": delegates,
             "images": sources,
             "agreement": agreement(expected, actual),
             "seconds": {"convert": round(convert_seconds, 2), "validate": round(validate_seconds, 2)},
@@ -219,6 +221,14 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         for final in [out_path, *paths.values()]:
             os.replace(Path(staging) / final.name, final)
     return report
+
+
+def delegate_compatibility(content: bytes) -> dict:
+    """Ops the phone GPU / NNAPI delegates would leave on the CPU, and the
+    delegate partitions (the rules behind `edgevit check`)."""
+    from edgevit.profile import compat
+
+    return compat.summary(compat.check(content))
 
 
 def _public(tensor: dict) -> dict:

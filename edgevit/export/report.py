@@ -14,6 +14,14 @@ def _fmt_tensor(t: dict) -> str:
     return f"{t['dtype']} {t['shape']}{quant}"
 
 
+def _fmt_delegate(d: dict) -> str:
+    parts = "1 partition" if d["partitions"] == 1 else f"{d['partitions']} partitions"
+    if not d["fallback_ops"]:
+        return f"all {d['ops']} ops delegated, {parts}"
+    why = "; ".join(f"{g['op']} x{g['count']}: {g['reason']}" for g in d["fallbacks"][:4])
+    return f"{d['fallback_ops']} of {d['ops']} ops fall back to the CPU, {parts} ({why})"
+
+
 def print_report(report: dict, stream=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -43,6 +51,9 @@ def print_report(report: dict, stream=None) -> None:
                                 f"{a['reference_logit_range'][0]:.3g} .. {a['reference_logit_range'][1]:.3g})"),
         ("time", f"convert {report['seconds']['convert']} s, validate {report['seconds']['validate']} s"),
     ]
+    for name, d in (report.get("delegates") or {}).items():
+        label = "GPU delegate" if name == "gpu" else f"NNAPI delegate (Android API {d.get('android_api')})"
+        rows.append((label, _fmt_delegate(d)))
     for key, value in rows:
         summary.add_row(key, str(value))
     console.print(summary)

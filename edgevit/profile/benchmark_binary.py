@@ -46,6 +46,9 @@ def check_binary(path: str | Path) -> str:
         raise EdgevitError(f"Benchmark binary {str(path)!r} is a folder, not the benchmark_model executable.")
     arch = elf_arch(p)
     if arch is None:
+        with open(p, "rb") as f:
+            if f.read(2) == b"#!":  # a wrapper script runs here, on this machine
+                return host_arch()
         raise EdgevitError(f"{str(path)!r} is not an executable benchmark_model build (no ELF header).")
     return arch
 

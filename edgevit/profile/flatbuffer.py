@@ -97,9 +97,11 @@ def _options(obj) -> dict:
 def read(model_content: bytes, subgraph: int = 0) -> Graph:
     """Operators of ``subgraph`` (0: the main graph) in execution order."""
     schema = _schema()
+    if len(model_content) < 8 or model_content[4:8] != b"TFL3":
+        raise EdgevitError("Not a readable .tflite file (no TFL3 flatbuffer identifier).")
     try:
         model = schema.ModelT.InitFromPackedBuf(bytearray(model_content), 0)
-    except Exception as err:  # a file that is not a TFLite flatbuffer
+    except Exception as err:  # a damaged TFLite flatbuffer
         raise EdgevitError(f"Not a readable .tflite file ({type(err).__name__}: {err}).") from None
     if not model.subgraphs:
         raise EdgevitError("The .tflite file has no subgraph.")
