@@ -17,3 +17,11 @@ def shared_data():
     if not data.is_dir():
         pytest.skip("../shared/data is not present (opt-in test)")
     return data
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Random-init weights and sample crops are the same on every run."""
+    import keras
+
+    keras.utils.set_random_seed(0)

@@ -2,16 +2,19 @@
 
 MobileViT attends across patches, separately for each pixel position inside a
 patch. The usual implementations express this with 5-D/6-D reshapes and
-transposes; here a SPACE_TO_DEPTH gathers the pixels of each patch into
-channels, so one rank-4 transpose (or none) gives the layouts attention needs:
+transposes. Here the p x p pixel positions are peeled off with reshapes and
+SPLITs (a row of patches viewed as p image rows, a patch row as p pixels per
+channel group) and regrouped with one CONCATENATION, giving the layouts
+attention needs:
 
-- ``pixels_in_batch=True``: ``[B * P, N, C]`` (MobileViT v1/v3 multi-head
+- ``pixels_in_batch=True``: ``[P * B, N, C]`` (MobileViT v1/v3 multi-head
   attention: every pixel position is an independent sequence of N tokens);
 - ``pixels_in_batch=False``: ``[B, N, P, C]`` (MobileViT v2 separable
-  attention and its per-sample GroupNorm need all of a sample in one batch
-  entry; no transpose at all).
+  attention and its per-sample GroupNorm need a whole sample in one entry).
 
-P = patch_size**2 pixels per patch, N = number of patches.
+P = patch_size**2 pixel positions (row-major inside the patch), N patches
+(row-major). Only RESHAPE, SPLIT and CONCATENATION are used: all three have
+int8, int16 and GPU kernels, unlike SPACE_TO_DEPTH under int16x8.
 """
 from __future__ import annotations
 
@@ -19,16 +22,25 @@ import keras
 from keras import ops
 
 
-def _space_to_depth(x, block):
-    import tensorflow as tf
+def pixel_planes(x, patch_size: int) -> list:
+    """The P maps ``[B, H/p, W/p, C]`` holding pixel (i, j) of every patch, in
+    row-major (i, j) order."""
+    _, height, width, channels = x.shape
+    grid_h, grid_w = height // patch_size, width // patch_size
+    rows = ops.split(ops.reshape(x, (-1, grid_h, patch_size * width, channels)), patch_size, axis=2)
+    planes = []
+    for row in rows:
+        planes += ops.split(ops.reshape(row, (-1, grid_h, grid_w, patch_size * channels)), patch_size, axis=3)
+    return planes
 
-    return tf.nn.space_to_depth(x, block)
 
-
-def _depth_to_space(x, block):
-    import tensorflow as tf
-
-    return tf.nn.depth_to_space(x, block)
+def merge_pixel_planes(planes: list, patch_size: int):
+    """Inverse of :func:`pixel_planes`."""
+    _, grid_h, grid_w, channels = planes[0].shape
+    rows = [ops.reshape(ops.concatenate(planes[i:i + patch_size], axis=3),
+                        (-1, grid_h, grid_w * patch_size, channels))
+            for i in range(0, len(planes), patch_size)]
+    return ops.reshape(ops.concatenate(rows, axis=2), (-1, grid_h * patch_size, grid_w * patch_size, channels))
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
@@ -39,14 +51,12 @@ class Unfold(keras.layers.Layer):
         self.pixels_in_batch = pixels_in_batch
 
     def call(self, x):
-        _, height, width, channels = x.shape
-        pixels = self.patch_size ** 2
-        tokens = (height // self.patch_size) * (width // self.patch_size)
-        x = ops.reshape(_space_to_depth(x, self.patch_size), (-1, tokens, pixels, channels))
-        if not self.pixels_in_batch:
-            return x
-        x = ops.transpose(x, (0, 2, 1, 3))
-        return ops.reshape(x, (-1, tokens, channels))
+        channels = x.shape[-1]
+        tokens = (x.shape[1] // self.patch_size) * (x.shape[2] // self.patch_size)
+        planes = pixel_planes(x, self.patch_size)
+        if self.pixels_in_batch:
+            return ops.concatenate([ops.reshape(p, (-1, tokens, channels)) for p in planes], axis=0)
+        return ops.concatenate([ops.reshape(p, (-1, tokens, 1, channels)) for p in planes], axis=2)
 
     def get_config(self):
         return {**super().get_config(), "patch_size": self.patch_size,
@@ -67,11 +77,9 @@ class Fold(keras.layers.Layer):
         channels = x.shape[-1]
         pixels = self.patch_size ** 2
         grid_h, grid_w = self.grid[0] // self.patch_size, self.grid[1] // self.patch_size
-        if self.pixels_in_batch:
-            x = ops.reshape(x, (-1, pixels, grid_h * grid_w, channels))
-            x = ops.transpose(x, (0, 2, 1, 3))
-        x = ops.reshape(x, (-1, grid_h, grid_w, pixels * channels))
-        return _depth_to_space(x, self.patch_size)
+        planes = ops.split(x, pixels, axis=0 if self.pixels_in_batch else 2)
+        planes = [ops.reshape(p, (-1, grid_h, grid_w, channels)) for p in planes]
+        return merge_pixel_planes(planes, self.patch_size)
 
     def compute_output_shape(self, input_shape):
         batch = None

@@ -1,0 +1,111 @@
+"""MobileViT v1/v2/v3: exact sizes, any input size, serialisation, and the
+deployment rules on converted files."""
+import numpy as np
+import pytest
+
+import keras
+
+import edgevit
+from edgevit.export.convert import PRECISIONS, convert
+from edgevit.export.graph import describe
+from edgevit.export.pipeline import ExportOptions, export
+from edgevit.info import count_params
+from edgevit.registry import get_spec
+
+# Trainable parameters of the official implementations (1000 classes).
+OFFICIAL_PARAMS = {
+    "mobilevit_v1_xxs": 1_272_024, "mobilevit_v1_xs": 2_317_848, "mobilevit_v1_s": 5_578_632,
+    "mobilevit_v2_050": 1_370_593, "mobilevit_v2_075": 2_866_009, "mobilevit_v2_100": 4_901_841,
+    "mobilevit_v2_125": 7_478_089, "mobilevit_v2_150": 10_594_753, "mobilevit_v2_175": 14_251_833,
+    "mobilevit_v2_200": 18_449_329,
+    "mobilevit_v3_xxs": 1_249_448, "mobilevit_v3_xs": 2_490_360, "mobilevit_v3_s": 5_763_912,
+    "mobilevit_v3_xxs_l2": 1_145_288, "mobilevit_v3_xs_l2": 2_257_320, "mobilevit_v3_s_l2": 5_169_864,
+    "mobilevit_v3_050": 1_429_985, "mobilevit_v3_075": 2_999_641, "mobilevit_v3_100": 5_139_409,
+}
+SMALLEST = ["mobilevit_v1_xxs", "mobilevit_v2_050", "mobilevit_v3_xxs", "mobilevit_v3_050"]
+SMALL_SIZE = 64
+
+
+def test_registry_holds_exactly_the_mobilevit_variants():
+    assert edgevit.list_models("mobilevit*") == sorted(OFFICIAL_PARAMS)
+
+
+@pytest.mark.parametrize("name", sorted(OFFICIAL_PARAMS))
+def test_parameter_count_equals_official(name):
+    model = edgevit.create_model(name, input_size=SMALL_SIZE)
+    assert count_params(model) == OFFICIAL_PARAMS[name]
+    assert model.name == name and get_spec(name).default_input_size == 256
+
+
+@pytest.mark.parametrize("name", SMALLEST)
+@pytest.mark.parametrize("size", [96, 224])
+def test_any_multiple_of_32_builds_and_runs(name, size):
+    """224 puts layer 5 on a 7x7 map, off the 2x2 patch grid (resize path)."""
+    model = edgevit.create_model(name, num_classes=7, input_size=size)
+    out = model.predict(np.random.default_rng(0).random((2, size, size, 3), dtype="float32"), verbose=0)
+    assert out.shape == (2, 7) and np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", ["mobilevit_v3_xxs", "mobilevit_v3_050"])
+def test_keras_file_round_trip_is_identical(tmp_path, name):
+    model = edgevit.create_model(name, num_classes=5, input_size=SMALL_SIZE)
+    x = np.random.default_rng(1).random((2, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    assert reloaded.name == name
+    np.testing.assert_array_equal(model.predict(x, verbose=0), reloaded.predict(x, verbose=0))
+
+
+def _export(tmp_path, name, precision, size=SMALL_SIZE):
+    spec = get_spec(name)
+    model = edgevit.create_model(name, num_classes=10, input_size=size)
+    opts = ExportOptions(precision=precision, output=str(tmp_path / f"{name}_{precision}.tflite"),
+                         calib_samples=16, validation_samples=8, recalibrate_batchnorm=True)
+    return export(model, spec, opts)
+
+
+def _assert_deployable(report, precision):
+    failed = [c for c in report["checks"] if not c["passed"]]
+    assert not failed, failed
+    hist = report["op_histogram"]
+    assert report["max_rank"] <= 4
+    assert not {"SHAPE", "GATHER", "PACK", "REDUCE_PROD", "SQUARED_DIFFERENCE", "NEG"} & set(hist)
+    assert report["io"]["input"]["shape"] == [1, report["input_size"], report["input_size"], 3]
+
+
+@pytest.mark.parametrize("name", SMALLEST[:3])
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_smallest_variant_converts_in_every_precision(tmp_path, name, precision):
+    report = _export(tmp_path, name, precision)
+    _assert_deployable(report, precision)
+    agreement = report["agreement"]
+    floor = {"fp32": 0.9999, "fp16": 0.999, "dynamic": 0.95, "int16x8": 0.99}.get(precision, 0.85)
+    assert agreement["cosine_mean"] > floor, agreement
+
+
+def test_int8_attention_and_layernorm_run_in_integer_ops(tmp_path):
+    """The whole transformer path (LayerNorm, softmax, SiLU, attention matmuls)
+    is int8 in --int8 output; int8_mixed leaves only matmuls and softmax float."""
+    model = edgevit.create_model("mobilevit_v3_xxs", num_classes=10, input_size=SMALL_SIZE)
+    calib = np.random.default_rng(0).random((4, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
+    int8 = describe(convert(model, "int8", calib, "int8"))
+    assert int8.float_ops() == []
+    assert {"BATCH_MATMUL", "SOFTMAX", "RSQRT", "LOGISTIC"} <= set(int8.op_histogram)
+    mixed = describe(convert(model, "int8_mixed", calib, "float32"))
+    float_compute = {op.name for op in mixed.float_ops(allow_io_boundary=True)} - {"QUANTIZE", "DEQUANTIZE"}
+    assert float_compute == {"BATCH_MATMUL", "SOFTMAX"}
+
+
+def test_v2_separable_attention_has_no_activation_matmul(tmp_path):
+    model = edgevit.create_model("mobilevit_v2_050", num_classes=10, input_size=SMALL_SIZE)
+    hist = describe(convert(model, "fp32")).op_histogram
+    assert "BATCH_MATMUL" not in hist and "TRANSPOSE" in hist
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(OFFICIAL_PARAMS))
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_full_matrix_at_default_size(tmp_path, name, precision):
+    report = _export(tmp_path, name, precision, size=256)
+    _assert_deployable(report, precision)
