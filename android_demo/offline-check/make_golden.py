@@ -1,4 +1,4 @@
-"""Golden preprocessing cases for the app's Kotlin preprocessing.
+"""Golden cases for the app's Kotlin pre- and postprocessing.
 
 For each case: a small PNG, the edgevit metadata documents a model with that
 preprocessing would carry (float32, int8 and uint8 input), and the exact bytes
@@ -23,7 +23,7 @@ from PIL import Image
 
 from edgevit.data.images import open_rgb, resize_and_crop, to_model_input
 from edgevit.export.metadata import build_metadata
-from edgevit.export.run_model import quantize
+from edgevit.export.run_model import dequantize, quantize
 from edgevit.registry import Preprocessing
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "app" / "src" / "test" / "resources" / "golden"
@@ -95,7 +95,33 @@ def write_golden(out_dir: str | Path) -> list[str]:
             written += [f"{name}.{dtype}.json", f"{name}.{dtype}.bin"]
         written += [png.name, f"{name}.rgb"]
     (out / "cases.txt").write_text("\n".join(CASES) + "\n")
+    written += _write_postprocessing(out)
     return sorted(written + ["cases.txt"])
+
+
+def _write_postprocessing(out: Path) -> list[str]:
+    """Raw int8/uint8 model outputs with what Python makes of them: dequantized
+    scores (`edgevit.export.run_model.dequantize`, exact), softmax probabilities
+    (float64, compared with a tolerance) and the top-5 classes (ties: lower index)."""
+    rng = np.random.default_rng(99)
+    written = []
+    for dtype, zero_point in (("int8", -3), ("uint8", 125)):
+        info = np.iinfo(dtype)
+        raw = rng.integers(info.min, info.max + 1, 1000).astype(dtype)
+        raw[[10, 500]] = info.max  # a tie for first place: index 10 must win
+        scale = float(np.float32(0.0625))
+        scores = dequantize(raw[None], {"dtype": np.dtype(dtype), "quantization": (scale, zero_point)})[0]
+        logits = scores.astype(np.float64)
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        top5 = np.lexsort((np.arange(len(probs)), -probs))[:5]
+        (out / f"postprocess.{dtype}.bin").write_bytes(raw.tobytes())
+        (out / f"postprocess.{dtype}.scores.bin").write_bytes(scores.astype("<f4").tobytes())
+        (out / f"postprocess.{dtype}.json").write_text(json.dumps({
+            "dtype": dtype, "quantization": {"scale": scale, "zero_point": zero_point},
+            "top5": top5.tolist(), "top5_probabilities": probs[top5].tolist()}, indent=2) + "\n")
+        written += [f"postprocess.{dtype}.bin", f"postprocess.{dtype}.scores.bin", f"postprocess.{dtype}.json"]
+    return written
 
 
 if __name__ == "__main__":
