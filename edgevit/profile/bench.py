@@ -160,7 +160,10 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
                                     peak_memory=opts.peak_memory, nnapi_accelerator=opts.nnapi_accelerator,
                                     timeout=opts.timeout)
             for row in adb_mod.bench_device(adb, facts, job, on_step=step):
-                results.append(_with_model(row, by_file[row.pop("model_file")]))
+                info = by_file[row.pop("model_file")]
+                if row.get("delegate") in ("gpu", "nnapi"):
+                    row["expected_fallback_ops"] = _expected_fallbacks(info, row["delegate"], facts.get("sdk"))
+                results.append(_with_model(row, info))
         except EdgevitError as err:
             if opts.device:  # the one phone asked for: the whole command fails
                 raise
@@ -171,6 +174,17 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
             "options": {"delegates": opts.delegates, "threads": opts.threads, "runs": opts.runs,
                         "warmup": opts.warmup, "host_kernels": opts.host_kernels if opts.host else []},
             "results": results}
+
+
+def _expected_fallbacks(info: dict, delegate: str, sdk: int | None) -> int:
+    """What `edgevit check` predicts for this file, delegate and Android level:
+    printed next to what the phone reports, to explain a slow delegate."""
+    from edgevit.profile import compat
+
+    content = Path(info["path"]).read_bytes()
+    if delegate == "gpu":
+        return len(compat.check_gpu(content).fallbacks)
+    return len(compat.check_nnapi(content, android_api=sdk or compat.DEFAULT_ANDROID_API).fallbacks)
 
 
 def _with_model(row: dict, info: dict) -> dict:

@@ -44,11 +44,15 @@ def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
                "p99 ms", "avg ms (std)", "peak MB", "on delegate"]
     rows = []
     for r in result["results"]:
-        delegated = "-"
+        parts = []
         if r.get("delegated_nodes") is not None and r.get("delegate") in ("gpu", "nnapi"):
-            delegated = f"{r['delegated_nodes']}/{r['total_nodes']} ops"
-            if r.get("delegate_kernels"):
-                delegated += f", {r['delegate_kernels']} kernel" + ("s" if r["delegate_kernels"] > 1 else "")
+            kernels = r.get("delegate_kernels")
+            parts.append(f"{r['delegated_nodes']}/{r['total_nodes']} ops"
+                         + (f", {kernels} kernel" + ("s" if kernels > 1 else "") if kernels else ""))
+        if r.get("expected_fallback_ops") is not None:
+            n = r["expected_fallback_ops"]
+            parts.append(f"check: {n} CPU op" + ("s" if n != 1 else ""))
+        delegated = "; ".join(parts) or "-"
         status = r.get("status", "?")
         if status != "ok" and r.get("error"):
             status = f"{status}: {r['error']}"
