@@ -201,6 +201,11 @@ def plot(result: dict, path: str | Path, accuracies: dict[str, float] | None = N
         plt.close(fig)
 
 
+def _sizes(sizes: list[int], shown: int = 6) -> str:
+    top = sorted(sizes, reverse=True)
+    return ", ".join(map(str, top[:shown])) + (" ..." if len(top) > shown else "")
+
+
 def print_check(model: str, reports: dict, stream=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -212,7 +217,7 @@ def print_check(model: str, reports: dict, stream=None) -> None:
             f"[red]{len(r.fallbacks)} of {r.ops} ops fall back to the CPU[/red]"
         console.print(f"[bold]{label}[/bold] - {model}: {verdict}; {r.supported_ops}/{r.ops} ops in "
                       f"{r.partitions} delegate partition{'s' if r.partitions != 1 else ''}"
-                      + (f" (sizes {', '.join(map(str, r.partition_sizes))}; with default options the delegate "
+                      + (f" (largest {_sizes(r.partition_sizes)}; with default options the delegate "
                          f"takes {r.ops_on_delegate_by_default} ops)" if r.partitions > 1 else ""))
         if r.fallbacks:
             from edgevit.profile.compat import fallback_summary
