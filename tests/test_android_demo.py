@@ -299,13 +299,19 @@ def test_app_kotlin_sources_compile_against_the_api_stubs(built):
     assert (classes / "MainActivity.class").is_file() and (classes / "Classifier.class").is_file()
 
 
-def test_pure_kotlin_unit_tests_pass_on_the_jvm_with_python_golden_cases(built, tools, golden_dir):
+def test_pure_kotlin_unit_tests_pass_on_the_jvm_with_python_golden_cases(built, tools, golden_dir, exported,
+                                                                         tmp_path):
+    """All JUnit tests, with golden cases Python just computed and a model the
+    real exporter just wrote, bundled the way users bundle it."""
     _require(built["tests"])
-    step = offline.run_tests(tools, built["out"], golden_dir)
+    demo = fake_demo(tmp_path)
+    bundle(exported, demo)
+    step = offline.run_tests(tools, built["out"], golden_dir, demo / android_bundle.ASSETS_DIR)
     assert step.ok, step.output
     run, failed = offline.junit_counts(step.output)
     assert failed == 0 and run >= 30, step.output
-    assert "GoldenPreprocessingTest" in " ".join(offline.test_class_names())
+    names = " ".join(offline.test_class_names())
+    assert "GoldenPreprocessingTest" in names and "BundledAssetsTest" in names
 
 
 # ---------------------------------------------------------------- the stubs stay small

@@ -220,8 +220,10 @@ def test_class_names() -> list[str]:
     return names
 
 
-def run_tests(tools: Tools, out: Path, golden_dir: Path | None = None) -> StepResult:
-    """Run the compiled JUnit tests on the JVM (JUnitCore)."""
+def run_tests(tools: Tools, out: Path, golden_dir: Path | None = None, assets_dir: Path | None = None) -> StepResult:
+    """Run the compiled JUnit tests on the JVM (JUnitCore). ``golden_dir``: the
+    golden cases to use; ``assets_dir``: bundled assets for BundledAssetsTest
+    (default: the app's own src/main/assets)."""
     start = time.perf_counter()
     name = "JUnit tests on the JVM"
     why = tools.lacking("java", "kotlin-stdlib", "junit")
@@ -230,6 +232,7 @@ def run_tests(tools: Tools, out: Path, golden_dir: Path | None = None) -> StepRe
     classpath = os.pathsep.join([str(out / "test-classes"), str(tools.kotlin_lib / "kotlin-stdlib.jar"),
                                  str(TEST_RESOURCES), *tools.junit])
     props = [f"-Dedgevit.golden.dir={golden_dir}"] if golden_dir else []
+    props.append(f"-Dedgevit.assets.dir={assets_dir or MAIN_SRC / 'assets'}")
     rc, log = _run([tools.java, "-Xmx512m", *props, "-cp", classpath, "org.junit.runner.JUnitCore",
                     *test_class_names()])
     return StepResult(name, rc == 0, time.perf_counter() - start, log)

@@ -1,0 +1,36 @@
+package org.edgevit.demo.core
+
+import org.junit.Assert.assertEquals
+import org.junit.Assume.assumeTrue
+import org.junit.Test
+import java.io.File
+
+/**
+ * The files `edgevit bundle` put into the app's assets, read the way the app
+ * reads them. Uses the folder named by the `edgevit.assets.dir` system property
+ * (the pytest suite bundles a freshly exported model there), else the app's own
+ * src/main/assets; skipped when no model is bundled.
+ */
+class BundledAssetsTest {
+    private val dir: File = System.getProperty("edgevit.assets.dir")?.let(::File) ?: File("src/main/assets")
+
+    @Test
+    fun bundledModelMetadataAndLabelsAreReadable() {
+        val metadataFile = File(dir, "model.json")
+        assumeTrue("no model bundled in $dir", metadataFile.isFile)
+        val metadata = ModelMetadata.parse(metadataFile.readText())
+        val labels = Labels.parse(File(dir, "labels.txt").readText())
+        assertEquals("labels.txt lines", metadata.numClasses, labels.size)
+        assertEquals(labels, Labels.choose(metadata, labels))
+        val model = File(dir, "model.tflite").readBytes()
+        assertEquals("TFL3", String(model, 4, 4, Charsets.US_ASCII))
+
+        // A camera-sized frame becomes exactly one input tensor of the model.
+        val pre = ImagePreprocessor(metadata)
+        val buffer = pre.newInputBuffer()
+        val frame = IntArray(640 * 480) { i -> (0xFF shl 24) or ((i * 31) and 0xFFFFFF) }
+        pre.process(frame, 640, 480, buffer)
+        assertEquals(0, buffer.remaining())
+        assertEquals(metadata.input.byteSize, buffer.capacity())
+    }
+}
