@@ -27,7 +27,8 @@ def test_host_benchmark_reports_sane_numbers(tiny_model_path, kernels, threads):
     assert 0 < r["min_ms"] <= r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"] < 1000
     assert r["min_ms"] <= r["avg_ms"] <= r["max_ms"] and r["std_ms"] >= 0
     assert r["init_ms"] > 0 and r["first_ms"] > 0 and r["warmup_avg_ms"] > 0
-    assert 10 < r["peak_mem_mb"] < 4000 and r["mem_delta_mb"] >= 0
+    # The child's own peak (not the pytest parent's, which holds TensorFlow).
+    assert 10 < r["peak_mem_mb"] < 300 and 0 < r["mem_delta_mb"] < r["peak_mem_mb"]
 
 
 def test_reference_kernels_are_slower_than_xnnpack(tiny_model_path):

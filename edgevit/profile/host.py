@@ -3,7 +3,9 @@
 Each configuration (kernels x threads) runs in a fresh child process: a
 crashing kernel (XNNPACK once aborted with ``double free or corruption``)
 becomes a failed row instead of killing edgevit, and the child's peak
-resident memory (``getrusage``) belongs to that configuration alone.
+resident memory (VmHWM) belongs to that configuration alone (Python, numpy
+and LiteRT included; ``mem_delta_mb`` is the growth from loading and running
+the model).
 
 Kernels: ``xnnpack`` (LiteRT's default CPU delegate), ``builtin`` (optimized
 builtin kernels without the default delegate) and ``reference`` (the
@@ -55,6 +57,15 @@ def _random_input(detail: dict, rng: np.random.Generator) -> np.ndarray:
 
 
 def _rss_mb() -> float:
+    """Peak resident memory of this process so far (MB). /proc's VmHWM belongs
+    to the current address space; getrusage's ru_maxrss would also count what
+    the parent had mapped when it forked this child (it survives exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KB on Linux
 
 
