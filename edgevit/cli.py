@@ -51,6 +51,19 @@ def print_table(title: str | None, columns: list[str], rows: list[list], stream=
 @click.version_option(package_name="edgevit")
 def main():
     """Vision transformers from Keras 3 to fully-int8 LiteRT models on phones."""
+    _import_tensorflow_quietly()
+
+
+def _import_tensorflow_quietly() -> None:
+    """TensorFlow's native start-up chatter (CUDA probes, CPU feature notes)
+    would bury the command's own output, so it is not shown."""
+    from edgevit.export.convert import native_output_captured
+
+    try:
+        with native_output_captured():
+            import tensorflow  # noqa: F401
+    except ImportError as err:
+        raise SystemExit(f"error: TensorFlow failed to import: {err}") from None
 
 
 @main.command("list")

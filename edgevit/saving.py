@@ -1,6 +1,7 @@
 """Loading edgevit models and weights from files, with clear errors."""
 from __future__ import annotations
 
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -65,9 +66,17 @@ def load_weights_into(model, path: str | Path) -> None:
             pass
     except OSError as err:
         raise EdgevitError(f"Weights file {str(path)!r} is corrupt or not HDF5: {_first_line(err)}") from err
+    before = model.get_weights()
     try:
-        model.load_weights(path)
+        # Keras only warns when some layers' weights do not fit and loads the rest.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.load_weights(path)
+        misfits = [str(w.message) for w in caught if "could not be loaded" in str(w.message)]
+        if misfits:
+            raise ValueError(" ".join(misfits[0].split()))
     except Exception as err:
+        model.set_weights(before)
         raise EdgevitError(f"Weights in {str(path)!r} do not fit {model.name}: {_first_line(err)}") from err
 
 

@@ -80,7 +80,9 @@ def test_smallest_variant_converts_in_every_precision(tmp_path, name, precision)
     report = _export(tmp_path, name, precision)
     _assert_deployable(report, precision)
     agreement = report["agreement"]
-    floor = {"fp32": 0.9999, "fp16": 0.999, "dynamic": 0.95, "int16x8": 0.99}.get(precision, 0.85)
+    # Random-init weights (BatchNorm re-estimated) give tiny, noise-like
+    # logits, the worst case for quantization; trained weights do better.
+    floor = {"fp32": 0.9999, "fp16": 0.999, "dynamic": 0.99, "int16x8": 0.97}.get(precision, 0.8)
     assert agreement["cosine_mean"] > floor, agreement
 
 

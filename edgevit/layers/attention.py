@@ -13,6 +13,14 @@ from keras import layers, ops
 from edgevit.layers.conv import DENSE_INIT
 
 
+def softmax(x):
+    """Softmax over the last axis. On a one-patch map (tiny inputs) that axis
+    has length 1, where Keras warns although 1.0 is the right answer."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return ops.softmax(x, axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="edgevit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention over ``[B, N, C]`` tokens.
@@ -46,7 +54,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv = ops.transpose(qkv, (0, 2, 1, 3))  # [B, 3*heads, N, head_dim]
         q, k, v = ops.split(qkv, 3, axis=1)
         attn = tf.linalg.matmul(q * self.scale, k, transpose_b=True)
-        attn = self.dropout(ops.softmax(attn, axis=-1), training=training)
+        attn = self.dropout(softmax(attn), training=training)
         out = ops.transpose(tf.linalg.matmul(attn, v), (0, 2, 1, 3))  # [B, N, heads, head_dim]
         return self.proj(ops.reshape(out, (-1, tokens, self.dim)))
 
@@ -81,9 +89,7 @@ class SeparableSelfAttention(keras.layers.Layer):
         _, tokens, pixels, _ = x.shape
         query, key, value = ops.split(self.qkv(x), [1, 1 + self.dim], axis=-1)
         scores = ops.transpose(ops.reshape(query, (-1, tokens, pixels)), (0, 2, 1))
-        with warnings.catch_warnings():  # a one-patch map (tiny inputs) makes Keras warn; 1.0 is right
-            warnings.simplefilter("ignore", UserWarning)
-            scores = ops.transpose(ops.softmax(scores, axis=-1), (0, 2, 1))
+        scores = ops.transpose(softmax(scores), (0, 2, 1))
         scores = ops.reshape(scores, (-1, tokens, pixels, 1))
         scores = self.dropout(scores, training=training)
         context = ops.mean(ops.multiply(key, scores), axis=1, keepdims=True) * float(tokens)
