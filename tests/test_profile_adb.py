@@ -133,6 +133,7 @@ def test_two_phones_every_delegate_facts_push_run_and_cleanup(adb, models):
     assert (pixel["model"], pixel["soc"], pixel["board"], pixel["android"], pixel["sdk"], pixel["abi"]) == \
         ("Google Pixel 7", "Google GS201", "gs201", "14", 34, "arm64-v8a")
     assert pixel["thermal"] == {"status": "light", "max_temp_c": 41.5, "hottest_sensor": "BIG"}
+    assert pixel["thermal_after"] == pixel["thermal"]
     assert facts[EMULATOR]["abi"] == "x86_64" and facts[EMULATOR]["thermal"] == {"status": "unknown"}
 
     rows = [(r["target"], r["delegate"], r["threads"], r["status"]) for r in result["results"]]
@@ -158,7 +159,7 @@ def test_two_phones_every_delegate_facts_push_run_and_cleanup(adb, models):
     assert "--num_threads=4" in runs[1] and "--use_gpu=true" in runs[2]
     assert "--use_nnapi=true --nnapi_accelerator_name=google-edgetpu" in runs[3]
     folder = runs[0].split("/benchmark_model")[0]
-    assert adb.shell_calls(PIXEL)[-1] == f"rm -rf {folder}"
+    assert adb.shell_calls(PIXEL)[-2:] == [f"rm -rf {folder}", "dumpsys thermalservice"]
     assert adb.shell_calls(PIXEL)[0] == "getprop"
 
 
@@ -168,7 +169,7 @@ def test_table_shows_devices_and_rows(adb, models):
                            "--benchmark-binary", adb.arm)
     assert code == 0, err
     assert "Google Pixel 7, SoC Google GS201" in out and "Android 14 (API 34), arm64-v8a" in out
-    assert "thermal light, 41.5 C BIG" in out
+    assert "thermal light, 41.5 C BIG -> light, 41.5 C BIG after the runs" in " ".join(out.split())
     assert "148/152 ops" in out and "14.29" in out
     assert not [c for c in adb.calls if c[:2] == ["-s", EMULATOR]]
 
@@ -220,7 +221,7 @@ def test_binary_missing_on_the_phone(adb, models):
                            adb.arm, "--json")
     clean_error(code, err, "benchmark_model was not found on the target", "inaccessible or not found")
     assert json.loads(out)["results"][0]["status"] == "missing"
-    assert adb.shell_calls(PIXEL)[-1].startswith("rm -rf /data/local/tmp/edgevit-")
+    assert adb.shell_calls(PIXEL)[-2].startswith("rm -rf /data/local/tmp/edgevit-")
 
 
 def test_gpu_delegate_refused_is_a_row_not_a_failure(adb, models):
@@ -242,7 +243,7 @@ def test_crash_keeps_partial_output_and_cleans_up(adb, models):
     assert [r["status"] for r in rows] == ["ok", "crashed"]
     assert "SIGSEGV" in rows[1]["error"] and "Segmentation fault" in rows[1]["error"]
     assert rows[1]["init_ms"] == pytest.approx(50.1)
-    assert adb.shell_calls(PIXEL)[-1].startswith("rm -rf ")
+    assert adb.shell_calls(PIXEL)[-2].startswith("rm -rf ")
 
 
 def test_timeout_kills_our_process_and_cleans_up(adb, models):
@@ -253,7 +254,7 @@ def test_timeout_kills_our_process_and_cleans_up(adb, models):
     assert json.loads(out)["results"][0]["status"] == "timeout"
     shell = adb.shell_calls(PIXEL)
     folder = next(c for c in shell if "benchmark_model --graph" in c).split("/benchmark_model")[0]
-    assert f"pkill -f {folder}/benchmark_model" in shell and shell[-1] == f"rm -rf {folder}"
+    assert f"pkill -f {folder}/benchmark_model" in shell and shell[-2] == f"rm -rf {folder}"
 
 
 def test_precision_sweep_one_table_csv_and_plot(adb, models, tmp_path):

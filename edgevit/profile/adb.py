@@ -180,13 +180,16 @@ def device_facts(adb: Adb, device: Device) -> dict:
         "abi": props.get("ro.product.cpu.abi", "unknown"),
         "thermal": {"status": "unknown"},
     }
-    try:
-        rc, out = adb.shell(device.serial, "dumpsys thermalservice", timeout=30)
-        if rc == 0:
-            facts["thermal"] = parse_thermal(out) or {"status": "unknown"}
-    except AdbTimeout:
-        pass
+    facts["thermal"] = read_thermal(adb, device.serial)
     return facts
+
+
+def read_thermal(adb: Adb, serial: str) -> dict:
+    try:
+        rc, out = adb.shell(serial, "dumpsys thermalservice", timeout=30)
+    except AdbTimeout:
+        return {"status": "unknown"}
+    return (parse_thermal(out) if rc == 0 else {}) or {"status": "unknown"}
 
 
 def thermal_label(thermal: dict) -> str:

@@ -159,7 +159,9 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
                                     warmup=opts.warmup, op_profiling=opts.op_profiling,
                                     peak_memory=opts.peak_memory, nnapi_accelerator=opts.nnapi_accelerator,
                                     timeout=opts.timeout)
-            for row in adb_mod.bench_device(adb, facts, job, on_step=step):
+            rows = adb_mod.bench_device(adb, facts, job, on_step=step)
+            facts["thermal_after"] = adb_mod.read_thermal(adb, device.serial)  # throttling during the runs?
+            for row in rows:
                 info = by_file[row.pop("model_file")]
                 if row.get("delegate") in ("gpu", "nnapi"):
                     row["expected_fallback_ops"] = _expected_fallbacks(info, row["delegate"], facts.get("sdk"))

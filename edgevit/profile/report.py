@@ -73,7 +73,8 @@ def print_bench(result: dict, stream=None) -> None:
         from edgevit.profile.adb import thermal_label
 
         console.print(f"[bold]{d['serial']}[/bold]: {d['model']}, SoC {d['soc']} (board {d['board']}), "
-                      f"Android {d['android']} (API {d['sdk']}), {d['abi']}, thermal {thermal_label(d['thermal'])}")
+                      f"Android {d['android']} (API {d['sdk']}), {d['abi']}, thermal {thermal_label(d['thermal'])}"
+                      + (f" -> {thermal_label(d['thermal_after'])} after the runs" if d.get("thermal_after") else ""))
     if result.get("host"):
         console.print(f"[bold]host[/bold]: {result['host']['model']}")
     columns, rows = table_rows(result)
