@@ -267,3 +267,17 @@ THERMAL_PIXEL7 = "\n".join([
     "Current cooling devices from HAL:",
     "",
 ])
+
+# NNAPI missing on the device: benchmark_model falls back to the CPU silently.
+NNAPI_UNAVAILABLE = "\n".join([
+    "INFO: STARTING!",
+    "INFO: Use NNAPI: [1]",
+    "INFO: Loaded model /data/local/tmp/edgevit-1234/model.tflite",
+    "WARNING: NNAPI acceleration is unsupported on this platform.",
+    "INFO: Initialized session in 48.0ms.",
+    "INFO: count=30 first=16000 curr=14100 min=13900 max=16000 avg=14300 std=300",
+    "INFO: count=50 first=14200 curr=14100 min=13800 max=15000 avg=14250 std=210",
+    "INFO: Inference timings in us: Init: 48000, First inference: 16000, Warmup (avg): 14300, "
+    "Inference (avg): 14250",
+    "",
+])

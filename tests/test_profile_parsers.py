@@ -2,6 +2,7 @@
 op-profiling tables read by their header row, CSV mode, delegate lines)."""
 import pytest
 
+from edgevit.profile.benchmark_binary import record_from_output
 from edgevit.profile.benchmark_output import RunStats, parse
 
 import profile_samples as S
@@ -95,3 +96,18 @@ def test_run_stats_variants(line, expected):
     stats = RunStats.parse(line)
     for key, value in expected.items():
         assert getattr(stats, key) == value
+
+
+def test_rows_from_outputs_classify_success_refusal_and_silent_cpu_fallback():
+    ok = record_from_output(S.GPU_RUN, 0, "gpu")
+    assert ok["status"] == "ok" and ok["avg_ms"] == 7.5126 and ok["delegate_kernels"] == 1
+    assert ok["p50_ms"] is None and ok["init_ms"] == 812.4
+    refused = record_from_output(S.GPU_REFUSED, 1, "gpu")
+    assert refused["status"] == "refused" and refused["error"].endswith("Failed to apply GPU delegate.")
+    cpu_only = record_from_output(S.NNAPI_UNAVAILABLE, 0, "nnapi")
+    assert cpu_only["status"] == "not delegated" and cpu_only["avg_ms"] == 14.25
+    assert "NNAPI acceleration is unsupported on this platform" in cpu_only["error"]
+    assert record_from_output(S.NNAPI_RUN, 0, "nnapi")["status"] == "ok"
+    crashed = record_from_output(S.CRASH_PARTIAL, -11, "cpu")
+    assert crashed["status"] == "crashed" and "SIGSEGV" in crashed["error"]
+    assert record_from_output("", 0, "cpu")["status"] == "failed"

@@ -4,6 +4,7 @@ machine, and turning its output into a result row."""
 from __future__ import annotations
 
 import platform
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -111,6 +112,8 @@ def record_from_output(text: str, returncode: int, delegate: str, binary_name: s
                    error=f"{binary_name} {how}" + (f": {_last_lines(text)}" if text.strip() else ""))
     else:
         row.update(status="failed", error=f"no timings in {binary_name} output ({_last_lines(text)})")
+    if row["status"] == "ok" and delegate in ("gpu", "nnapi"):
+        _flag_undelegated(row, parsed, delegate, text)
     runs = parsed.runs
     ms = (lambda us: None if us is None else us / 1e3)
     row.update({
@@ -128,6 +131,18 @@ def record_from_output(text: str, returncode: int, delegate: str, binary_name: s
         "op_profile": parsed.op_type_summary()[:TOP_OPS],
     })
     return row
+
+
+def _flag_undelegated(row: dict, parsed, delegate: str, text: str) -> None:
+    """benchmark_model still prints timings when the delegate took nothing
+    (NNAPI unavailable, every op refused): that row measured the CPU."""
+    applied = {k.lower(): v for k, v in parsed.applied.items()}
+    replaced = parsed.delegate is not None and delegate in parsed.delegate.lower() and parsed.delegated_nodes
+    if applied.get(delegate, {}).get("delegate_kernels") == 0 or (delegate not in applied and not replaced):
+        hint = next((l.strip() for l in text.splitlines()
+                     if delegate in l.lower() and re.search(r"unsupported|not supported|failed|unavailable", l, re.I)),
+                    "no sign in the output that the delegate took any op")
+        row.update(status="not delegated", error=f"{delegate.upper()} took no op, the run measured the CPU ({hint})")
 
 
 def run_on_host(binary: str | Path, model: str | Path, threads: int, runs: int, warmup: int,
