@@ -126,7 +126,8 @@ class StepResult:
 
 def _run(cmd: list[str], timeout: float = 600, **kwargs) -> tuple[int, str]:
     env = dict(os.environ)
-    env.setdefault("JAVA_OPTS", "-Xmx1g")
+    # kotlinc is a short-lived JVM: the C1 compiler alone roughly halves its run time.
+    env.setdefault("JAVA_OPTS", "-Xmx1g -XX:TieredStopAtLevel=1 -XX:+UseParallelGC")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
     return proc.returncode, (proc.stdout + proc.stderr).strip()
 

@@ -4,7 +4,6 @@ import android.Manifest
 import android.content.pm.PackageManager
 import android.graphics.Bitmap
 import android.graphics.BitmapFactory
-import android.graphics.Matrix
 import android.media.ExifInterface
 import android.net.Uri
 import android.os.Bundle
@@ -29,6 +28,8 @@ import androidx.core.content.ContextCompat
 import org.edgevit.demo.core.Accelerator
 import org.edgevit.demo.core.AcceleratorChoice
 import org.edgevit.demo.core.MovingAverage
+import org.edgevit.demo.core.Pixels
+import org.edgevit.demo.core.Rotation
 import java.util.concurrent.ExecutorService
 import java.util.concurrent.Executors
 
@@ -55,6 +56,8 @@ class MainActivity : ComponentActivity() {
     private var classifier: Classifier? = null
     private val inferenceMs = MovingAverage(LATENCY_WINDOW)
     private val preprocessMs = MovingAverage(LATENCY_WINDOW)
+    private var frameBuffer = IntArray(0)
+    private var rotatedBuffer = IntArray(0)
 
     // Written on the UI thread, read by the analyzer.
     @Volatile private var showingGalleryImage = false
@@ -192,8 +195,15 @@ class MainActivity : ComponentActivity() {
         try {
             val current = classifier ?: return
             if (showingGalleryImage) return
-            val bitmap = rotate(image.toBitmap(), image.imageInfo.rotationDegrees)
-            classifyAndShow(current, bitmap)
+            val bitmap = image.toBitmap()
+            val size = bitmap.width * bitmap.height
+            if (frameBuffer.size != size) {
+                frameBuffer = IntArray(size)
+                rotatedBuffer = IntArray(size)
+            }
+            bitmap.getPixels(frameBuffer, 0, bitmap.width, 0, 0, bitmap.width, bitmap.height)
+            val frame = Pixels(frameBuffer, bitmap.width, bitmap.height)
+            classifyAndShow(current, Rotation.rotate(frame, image.imageInfo.rotationDegrees, rotatedBuffer))
         } finally {
             image.close()
         }
@@ -203,27 +213,24 @@ class MainActivity : ComponentActivity() {
         showingGalleryImage = true
         galleryButton.setText(R.string.back_to_camera)
         worker.execute {
-            val bitmap = try {
+            val upright = try {
                 decodeUpright(uri)
             } catch (e: Exception) {
                 Log.e(TAG, "decode failed", e)
                 runOnUiThread { statusText.text = getString(R.string.image_failed, AcceleratorChoice.describe(e)) }
                 return@execute
             }
+            val shown = Bitmap.createBitmap(upright.argb, upright.width, upright.height, Bitmap.Config.ARGB_8888)
             runOnUiThread {
-                pickedImage.setImageBitmap(bitmap)
+                pickedImage.setImageBitmap(shown)
                 pickedImage.visibility = View.VISIBLE
             }
-            classifier?.let { classifyAndShow(it, bitmap) }
+            classifier?.let { classifyAndShow(it, upright) }
         }
     }
 
-    private fun classifyAndShow(current: Classifier, bitmap: Bitmap) {
-        val w = bitmap.width
-        val h = bitmap.height
-        val pixels = IntArray(w * h)
-        bitmap.getPixels(pixels, 0, w, 0, 0, w, h)
-        val result = current.classify(pixels, w, h, TOP_K)
+    private fun classifyAndShow(current: Classifier, image: Pixels) {
+        val result = current.classify(image.argb, image.width, image.height, TOP_K)
         inferenceMs.add(result.inferenceMs)
         preprocessMs.add(result.preprocessMs)
         val lines = result.top.joinToString("\n") { getString(R.string.result_line, 100f * it.probability, it.label) }
@@ -234,8 +241,8 @@ class MainActivity : ComponentActivity() {
         }
     }
 
-    /** A gallery image, downsampled to at most ~2x the largest side the model needs, EXIF-rotated upright. */
-    private fun decodeUpright(uri: Uri): Bitmap {
+    /** A gallery image's pixels, downsampled while the shorter side stays >= 1024, EXIF-rotated upright. */
+    private fun decodeUpright(uri: Uri): Pixels {
         val bounds = BitmapFactory.Options().apply { inJustDecodeBounds = true }
         contentResolver.openInputStream(uri)?.use { BitmapFactory.decodeStream(it, null, bounds) }
         var sample = 1
@@ -252,13 +259,9 @@ class MainActivity : ComponentActivity() {
             ExifInterface.ORIENTATION_ROTATE_270 -> 270
             else -> 0
         }
-        return rotate(bitmap, degrees)
-    }
-
-    private fun rotate(bitmap: Bitmap, degrees: Int): Bitmap {
-        if (degrees == 0) return bitmap
-        val matrix = Matrix().apply { postRotate(degrees.toFloat()) }
-        return Bitmap.createBitmap(bitmap, 0, 0, bitmap.width, bitmap.height, matrix, false)
+        val pixels = IntArray(bitmap.width * bitmap.height)
+        bitmap.getPixels(pixels, 0, bitmap.width, 0, 0, bitmap.width, bitmap.height)
+        return Rotation.rotate(Pixels(pixels, bitmap.width, bitmap.height), degrees)
     }
 
     override fun onDestroy() {
