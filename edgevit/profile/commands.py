@@ -27,21 +27,12 @@ def print_json(obj) -> None:
 
 
 def _stderr_console():
-    import os
+    """Progress and warnings go to stderr, so `--json` output stays clean."""
     import sys
 
     from rich.console import Console
 
-    return Console(file=os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
-                   if hasattr(sys.stderr, "fileno") and _has_fileno(sys.stderr) else sys.stderr)
-
-
-def _has_fileno(stream) -> bool:
-    try:
-        stream.fileno()
-        return True
-    except (OSError, ValueError, AttributeError):
-        return False
+    return Console(file=sys.stderr)
 
 
 @click.command("bench")
