@@ -250,8 +250,12 @@ class MainActivity : ComponentActivity() {
         val options = BitmapFactory.Options().apply { inSampleSize = sample }
         val bitmap = contentResolver.openInputStream(uri)?.use { BitmapFactory.decodeStream(it, null, options) }
             ?: throw IllegalArgumentException("not an image")
-        val orientation = contentResolver.openInputStream(uri)?.use {
-            ExifInterface(it).getAttributeInt(ExifInterface.TAG_ORIENTATION, ExifInterface.ORIENTATION_NORMAL)
+        val orientation = try {
+            contentResolver.openInputStream(uri)?.use {
+                ExifInterface(it).getAttributeInt(ExifInterface.TAG_ORIENTATION, ExifInterface.ORIENTATION_NORMAL)
+            }
+        } catch (e: java.io.IOException) {
+            null // no readable EXIF: take the pixels as they are
         } ?: ExifInterface.ORIENTATION_NORMAL
         val degrees = when (orientation) {
             ExifInterface.ORIENTATION_ROTATE_90 -> 90
