@@ -147,3 +147,15 @@ def test_partition_counts_independent_runs_greedily():
     # a and c join one subset even though b sits between them in execution order.
     assert partition(g, [True, False, True, True]) == [[0, 2], [3]]
     assert partition(g, [True, True, True, True]) == [[0, 1, 2, 3]]
+
+
+def test_vit_class_token_slice_is_a_gpu_parameter_limit():
+    # x[:, 0] on [1, tokens, channels] converts to STRIDED_SLICE with shrink_axis_mask.
+    inputs = keras.Input((5, 8))
+    x = keras.layers.Dense(8)(inputs)
+    cls = keras.layers.Lambda(lambda t: t[:, 0], output_shape=(8,))(x)
+    content = convert(keras.Model(inputs, keras.layers.Dense(3)(cls), name="cls"), "fp32")
+    gpu = check_gpu(content)
+    assert [(f.op, f.reason) for f in gpu.fallbacks] == [("STRIDED_SLICE", "shrink_axis_mask is not supported")]
+    assert gpu.partitions == 2
+    assert check_nnapi(content).fallbacks == []

@@ -265,9 +265,10 @@ def _gpu_slice(op: Op, ctx) -> str | None:
 
 def _gpu_strided_slice(op: Op, ctx) -> str | None:
     o = op.options
-    for mask in ("ellipsisMask", "newAxisMask", "shrinkAxisMask"):
+    for mask, label in (("ellipsisMask", "ellipsis_mask"), ("newAxisMask", "new_axis_mask"),
+                        ("shrinkAxisMask", "shrink_axis_mask")):
         if o.get(mask):
-            return f"{mask.replace('Mask', '_mask').lower()} is not supported"
+            return f"{label} is not supported"
     if len(op.inputs) < 4:
         return "needs 4 inputs"
     r = op.input(0).rank
