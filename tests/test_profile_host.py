@@ -34,7 +34,7 @@ def test_host_benchmark_reports_sane_numbers(tiny_model_path, kernels, threads):
 def test_reference_kernels_are_slower_than_xnnpack(tiny_model_path):
     fast = run_config(tiny_model_path, 1, "xnnpack", warmup=3, runs=30)
     slow = run_config(tiny_model_path, 1, "reference", warmup=3, runs=30)
-    assert slow["p50_ms"] > fast["p50_ms"]
+    assert slow["min_ms"] > fast["min_ms"]  # min: robust to other load on the machine
 
 
 def test_a_file_the_interpreter_rejects_is_a_failed_row_not_a_crash(tmp_path):
