@@ -25,9 +25,11 @@ naming, which the round-trip tests use.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
+import pickle
 import re
 import struct
 from dataclasses import dataclass, field
@@ -171,13 +173,21 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                            "nor a .safetensors file.")
     torch = import_torch()
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        # argparse.Namespace: timm and cvnets training checkpoints store their arguments
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for corrupt or foreign files
-        text = _first_line(err)
-        if "weights_only" in text or "Unsupported global" in text:
-            text = ("it stores Python objects besides tensors, which are not loaded for safety "
-                    "(re-save just the state dict: torch.save(model.state_dict(), path))")
-        raise EdgevitError(f"Could not read checkpoint {label!r}: {text}") from None
+        text = str(err)
+        unsupported = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if unsupported:
+            reason = (f"it stores Python objects ({unsupported.group(1)}) besides tensors, which are not "
+                      "unpickled for safety; re-save the state dict alone: "
+                      "torch.save(model.state_dict(), path)")
+        elif isinstance(err, (EOFError, RuntimeError, pickle.UnpicklingError)) or "Unsupported operand" in text:
+            reason = "not a PyTorch checkpoint, or a truncated or corrupt one"
+        else:
+            reason = _first_line(err)
+        raise EdgevitError(f"Could not read checkpoint {label!r}: {reason}.") from None
     state, entry = _find_state_dict(obj, label)
     tensors = {}
     for key, value in state.items():

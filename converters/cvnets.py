@@ -1,0 +1,80 @@
+"""Apple ml-cvnets checkpoints of MobileViT v1/v2, and the official
+MobileViTv3 release checkpoints (``checkpoint_ema_best.pt``), which use the
+same cvnets naming.
+
+Module paths followed (the classification models and their blocks):
+
+- MobileViT v1 and v1-based v3: ml-cvnets d38a116fe134a8cd5db18670764fdaafd39a5d4f
+  (``cvnets/models/classification/mobilevit.py``, ``modules/mobilevit_block.py``,
+  ``modules/transformer.py``, ``modules/mobilenetv2.py``), with the files of
+  micronDLA/MobileViTv3 d381beb (``MobileViTv3-v1/``) on top;
+- MobileViT v2 and v2-based v3: ml-cvnets 84d992f413e52c0468f86d23196efd9dad885e6f
+  with micronDLA/MobileViTv3 d381beb (``MobileViTv3-v2/``) on top.
+
+The names are unchanged in ml-cvnets 7771756 (latest), so checkpoints of the
+newer cvnets model zoo load as well. edgevit's layer names already mirror
+cvnets' module paths; a cvnets ``ConvLayer`` adds a ``.block`` level.
+"""
+from __future__ import annotations
+
+from converters.common import Importer, Rule, register
+
+CVNETS = "https://github.com/apple/ml-cvnets"
+V3 = "https://github.com/micronDLA/MobileViTv3"
+CVNETS_V1_COMMIT = "d38a116fe134a8cd5db18670764fdaafd39a5d4f"
+CVNETS_V2_COMMIT = "84d992f413e52c0468f86d23196efd9dad885e6f"
+MOBILEVITV3_COMMIT = "d381beb"
+
+_COMMON = [
+    Rule(r"stem\.(conv|norm)", r"conv_1.block.\1"),
+    Rule(r"(layer_\d\.\d+)\.(exp_1x1|conv_3x3|red_1x1)\.(conv|norm)", r"\1.block.\2.block.\3"),
+    Rule(r"(layer_\d\.1)\.conv_proj\.(conv|norm)", r"\1.conv_proj.block.\2"),
+]
+
+# v1 / v1-based v3: TransformerEncoder = pre_norm_mha [LayerNorm, MultiHeadAttention,
+# Dropout] and pre_norm_ffn [LayerNorm, Linear, act, Dropout, Linear, Dropout].
+V1_RULES = _COMMON + [
+    Rule(r"(layer_\d\.1\.local_rep\.conv_(?:3x3|1x1))\.(conv|norm)", r"\1.block.\2"),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.norm1", r"\1.pre_norm_mha.0"),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.attn/qkv", r"\1.pre_norm_mha.1.qkv_proj"),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.attn/proj", r"\1.pre_norm_mha.1.out_proj"),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.norm2", r"\1.pre_norm_ffn.0"),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.mlp\.fc1", r"\1.pre_norm_ffn.1"),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.mlp\.fc2", r"\1.pre_norm_ffn.4"),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)", r"\1"),
+    Rule(r"(layer_\d\.1)\.fusion\.(conv|norm)", r"\1.fusion.block.\2"),
+    Rule(r"conv_1x1_exp\.(conv|norm)", r"conv_1x1_exp.block.\1"),
+    Rule(r"head\.fc", "classifier.fc"),
+]
+
+# v2 / v2-based v3: local_rep is an unnamed Sequential, LinearAttnFFN =
+# pre_norm_attn [GroupNorm, LinearSelfAttention, Dropout] and pre_norm_ffn
+# [GroupNorm, ConvLayer, Dropout, ConvLayer, Dropout]; every projection is a
+# 1x1 ConvLayer; the classifier is Sequential(GlobalPool, Linear).
+V2_RULES = _COMMON + [
+    Rule(r"(layer_\d\.1\.local_rep)\.conv_3x3\.(conv|norm)", r"\1.0.block.\2"),
+    Rule(r"(layer_\d\.1\.local_rep)\.conv_1x1\.conv", r"\1.1.block.conv"),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.norm1", r"\1.pre_norm_attn.0"),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.attn/(qkv_proj|out_proj)", r"\1.pre_norm_attn.1.\2.block.conv",
+         dense_as_conv=True),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.norm2", r"\1.pre_norm_ffn.0"),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.mlp\.fc1", r"\1.pre_norm_ffn.1.block.conv", dense_as_conv=True),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)\.mlp\.fc2", r"\1.pre_norm_ffn.3.block.conv", dense_as_conv=True),
+    Rule(r"(layer_\d\.1\.global_rep\.\d+)", r"\1"),
+    Rule(r"head\.fc", "classifier.1"),
+]
+
+register(Importer("cvnets", "mobilevit_v1", lambda model: V1_RULES, reference=f"{CVNETS}/tree/{CVNETS_V1_COMMIT}",
+                  notes="ml-cvnets MobileViT v1 (mobilevit_xxs/xs/s.pt)"))
+register(Importer("cvnets", "mobilevit_v2", lambda model: V2_RULES, reference=f"{CVNETS}/tree/{CVNETS_V2_COMMIT}",
+                  notes="ml-cvnets MobileViT v2 (mobilevitv2-0.5 ... 2.0.pt)"))
+
+
+def _v3_rules(model):
+    """v3 has v1 blocks (MultiHeadAttention, fusion) or v2 blocks (no fusion)."""
+    v1_based = any(layer.name.endswith(".fusion.conv") for layer in model.layers)
+    return V1_RULES if v1_based else V2_RULES
+
+
+register(Importer("cvnets", "mobilevit_v3", _v3_rules, reference=f"{V3}/tree/{MOBILEVITV3_COMMIT}",
+                  notes="MobileViTv3 release checkpoint_ema_best.pt (cvnets naming)"))

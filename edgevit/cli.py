@@ -192,6 +192,7 @@ from edgevit.profile.commands import bench_command, check_command  # noqa: E402
 
 main.add_command(bench_command)
 main.add_command(check_command)
+main.add_command(__import__("converters.cli", fromlist=["cli"]).import_weights_command)
 
 if __name__ == "__main__":
     main()

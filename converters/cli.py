@@ -1,0 +1,41 @@
+"""``edgevit import-weights``: an official checkpoint -> a Keras weights file."""
+from __future__ import annotations
+
+import click
+
+from edgevit.cli import print_json, print_table, user_errors
+
+
+@click.command("import-weights")
+@click.argument("checkpoint")
+@click.option("--model", "model_name", required=True, help="edgevit variant, e.g. mobilevit_v3_xs.")
+@click.option("-o", "--output", type=str, default=None,
+              help="Output NAME.weights.h5 (default: MODEL.weights.h5 in the current folder).")
+@click.option("--source", type=click.Choice(["auto", "timm", "cvnets", "hf"]), default="auto", show_default=True,
+              help="Checkpoint naming (auto: detected from the tensor names).")
+@click.option("--num-classes", type=int, default=None, help="Classifier classes (default: the checkpoint's).")
+@click.option("--input-size", type=int, default=None,
+              help="Square input size; position embeddings are resampled to it (default: the variant's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@user_errors
+def import_weights_command(checkpoint, model_name, output, source, num_classes, input_size, as_json):
+    """Import CHECKPOINT (timm / cvnets / MobileViTv3 .pth/.pt/.bin/.safetensors,
+    Hugging Face CvT) into edgevit MODEL and write a .weights.h5 file for
+    `edgevit convert MODEL --weights FILE`."""
+    from converters.api import import_weights
+    from edgevit.export.convert import native_output_captured
+
+    output = output or f"{model_name}.weights.h5"
+    with native_output_captured():  # TensorFlow's native start-up chatter
+        result = import_weights(checkpoint, model_name, output, source=source, num_classes=num_classes,
+                                input_size=input_size)
+    report = dict(result.report)
+    report["ignored"] = len(report["ignored"])  # buffers such as num_batches_tracked
+    if as_json:
+        print_json(report)
+        return
+    rows = [[k, v] for k, v in report.items() if v not in (None, [], "", 0)]
+    print_table(f"Imported {checkpoint}", ["field", "value"], rows)
+    extra = f" --input-size {report['input_size']}" if input_size else ""
+    extra += f" --num-classes {report['num_classes']}" if report["num_classes"] != 1000 else ""
+    click.echo(f"Next: edgevit convert --int8 {model_name} --weights {report['output']}{extra}")
