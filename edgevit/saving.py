@@ -36,6 +36,7 @@ def load_model(path: str | Path):
 
     import edgevit.layers  # noqa: F401  (registers the custom layers)
     import edgevit.models  # noqa: F401
+    import edgevit.quantize.layers  # noqa: F401  (registers the QAT layers)
 
     path = _existing_file(path, "Model file")
     if path.suffix != MODEL_SUFFIX or not zipfile.is_zipfile(path):

@@ -4,7 +4,11 @@ Every setting that decides what the converter produces lives here:
 - the model is traced as a batch-1 ``tf.function`` with a static input shape,
   so no SHAPE/GATHER/PACK ops from a dynamic batch enter the graph;
 - ``experimental_lower_to_saved_model`` is off, so the converter reads
-  variables from the traced function and keeps fake-quant ranges of QAT models;
+  variables from the traced function and keeps fake-quant ranges of QAT models
+  (with it on, ``tf.FakeQuantWithMinMaxVars`` fails to convert);
+- QAT models (calibration None) convert without ``supported_ops`` restricted
+  to int8 builtins, which would make the converter ask for a representative
+  dataset before it finds the fake-quant ranges;
 - full-integer modes allow integer builtins only, so the converter fails
   rather than silently falling back to float kernels where it can (what it
   still leaves in float is caught by the dtype audit in ``graph``).
@@ -91,9 +95,15 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if calibration is not None:
             converter.representative_dataset = _representative(calibration, on_calibration_step)
-        ops = (tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if precision == "int8" else
-               tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8)
-        converter.target_spec.supported_ops = [ops]
+            ops = (tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if precision == "int8" else
+                   tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8)
+            converter.target_spec.supported_ops = [ops]
+        else:
+            _check_trained_ranges(model, precision)
+            # QAT: the ranges come from the fake-quant ops. Restricting
+            # supported_ops to TFLITE_BUILTINS_INT8 would make the converter
+            # demand a representative dataset before it looks for them; the
+            # dtype audit in ``graph`` still rejects any float op left over.
         io = {"float32": tf.float32, "int8": tf.int8, "uint8": tf.uint8}[io_dtype]
         converter.inference_input_type = io
         converter.inference_output_type = io
@@ -105,6 +115,18 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         detail = _last_error_line(log.read_text()) if log.exists() else ""
         raise EdgevitError(f"TFLite conversion ({precision}) of {model.name} failed: {first}"
                            + (f" [{detail}]" if detail and detail not in first else "")) from err
+
+
+def _check_trained_ranges(model, precision: str) -> None:
+    """A full-integer conversion without calibration images needs a QAT
+    model (one that carries fake-quant ranges for every tensor)."""
+    from edgevit.quantize.qat import is_qat_model
+
+    if not is_qat_model(model):
+        raise EdgevitError(f"{precision} conversion of {model.name} needs calibration images "
+                           "(it has no trained quantization ranges).")
+    if precision != "int8":
+        raise EdgevitError(f"QAT models carry int8 ranges; convert {model.name} with --int8.")
 
 
 def _convert_mixed(converter, calibration, on_step, model_name: str) -> bytes:

@@ -29,6 +29,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     head_dim), as in timm and ml-cvnets, then an output projection.
     """
 
+    # Quantization-aware subclasses (edgevit.quantize.layers) swap in a Dense
+    # that fake-quantizes its kernel and override ``quantize_point``.
+    dense_class = layers.Dense
+
     def __init__(self, dim: int, num_heads: int, attn_dropout: float = 0.0, qkv_bias: bool = True,
                  **kwargs):
         super().__init__(**kwargs)
@@ -38,8 +42,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.attn_dropout, self.qkv_bias = attn_dropout, qkv_bias
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
-        self.qkv = layers.Dense(3 * dim, use_bias=qkv_bias, kernel_initializer=DENSE_INIT, name="qkv")
-        self.proj = layers.Dense(dim, kernel_initializer=DENSE_INIT, name="proj")
+        self.qkv = self.dense_class(3 * dim, use_bias=qkv_bias, kernel_initializer=DENSE_INIT, name="qkv")
+        self.proj = self.dense_class(dim, kernel_initializer=DENSE_INIT, name="proj")
         self.dropout = layers.Dropout(attn_dropout)
 
     def build(self, input_shape):
@@ -49,14 +53,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def call(self, x, training=None):
         import tensorflow as tf
 
+        mark = self.quantize_point
         tokens = x.shape[1]
-        qkv = ops.reshape(self.qkv(x), (-1, tokens, 3 * self.num_heads, self.head_dim))
+        qkv = ops.reshape(mark("qkv", self.qkv(x)), (-1, tokens, 3 * self.num_heads, self.head_dim))
         qkv = ops.transpose(qkv, (0, 2, 1, 3))  # [B, 3*heads, N, head_dim]
         q, k, v = ops.split(qkv, 3, axis=1)
-        attn = tf.linalg.matmul(q * self.scale, k, transpose_b=True)
-        attn = self.dropout(softmax(attn), training=training)
-        out = ops.transpose(tf.linalg.matmul(attn, v), (0, 2, 1, 3))  # [B, N, heads, head_dim]
-        return self.proj(ops.reshape(out, (-1, tokens, self.dim)))
+        attn = mark("scores", tf.linalg.matmul(mark("query_scaled", q * self.scale), k, transpose_b=True))
+        attn = self.dropout(mark("softmax", softmax(attn)), training=training)
+        out = ops.transpose(mark("context", tf.linalg.matmul(attn, v)), (0, 2, 1, 3))  # [B, N, heads, head_dim]
+        return mark("output", self.proj(ops.reshape(out, (-1, tokens, self.dim))))
+
+    def quantize_point(self, tag: str, x):
+        """Hook at each op output that changes values (identity here)."""
+        return x
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
@@ -74,11 +83,13 @@ class SeparableSelfAttention(keras.layers.Layer):
     kernel and no activation-by-activation matmul is needed.
     """
 
+    dense_class = layers.Dense  # see MultiHeadSelfAttention
+
     def __init__(self, dim: int, attn_dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         self.dim, self.attn_dropout = dim, attn_dropout
-        self.qkv = layers.Dense(1 + 2 * dim, kernel_initializer=DENSE_INIT, name="qkv_proj")
-        self.proj = layers.Dense(dim, kernel_initializer=DENSE_INIT, name="out_proj")
+        self.qkv = self.dense_class(1 + 2 * dim, kernel_initializer=DENSE_INIT, name="qkv_proj")
+        self.proj = self.dense_class(dim, kernel_initializer=DENSE_INIT, name="out_proj")
         self.dropout = layers.Dropout(attn_dropout)
 
     def build(self, input_shape):
@@ -86,14 +97,21 @@ class SeparableSelfAttention(keras.layers.Layer):
         self.proj.build((*input_shape[:-1], self.dim))
 
     def call(self, x, training=None):
+        mark = self.quantize_point
         _, tokens, pixels, _ = x.shape
-        query, key, value = ops.split(self.qkv(x), [1, 1 + self.dim], axis=-1)
+        query, key, value = ops.split(mark("qkv", self.qkv(x)), [1, 1 + self.dim], axis=-1)
         scores = ops.transpose(ops.reshape(query, (-1, tokens, pixels)), (0, 2, 1))
-        scores = ops.transpose(softmax(scores), (0, 2, 1))
+        scores = ops.transpose(mark("softmax", softmax(scores)), (0, 2, 1))
         scores = ops.reshape(scores, (-1, tokens, pixels, 1))
         scores = self.dropout(scores, training=training)
-        context = ops.mean(ops.multiply(key, scores), axis=1, keepdims=True) * float(tokens)
-        return self.proj(ops.multiply(ops.relu(value), context))
+        weighted = mark("weighted_keys", ops.multiply(key, scores))
+        context = mark("context", mark("context_mean", ops.mean(weighted, axis=1, keepdims=True)) * float(tokens))
+        gated = mark("gated", ops.multiply(mark("values", ops.relu(value)), context))
+        return mark("output", self.proj(gated))
+
+    def quantize_point(self, tag: str, x):
+        """Hook at each op output that changes values (identity here)."""
+        return x
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "attn_dropout": self.attn_dropout}

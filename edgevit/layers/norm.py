@@ -31,10 +31,19 @@ class LayerNorm(keras.layers.Layer):
         self.beta = self.add_weight(name="beta", shape=(channels,), initializer="zeros")
 
     def call(self, x):
-        centred = ops.subtract(x, ops.mean(x, axis=self.axes, keepdims=True))
-        variance = ops.mean(ops.multiply(centred, centred), axis=self.axes, keepdims=True)
-        normalised = ops.multiply(centred, ops.rsqrt(ops.add(variance, self.epsilon)))
-        return ops.add(ops.multiply(normalised, self.gamma), self.beta)
+        # Every op here becomes one TFLite op; ``quantize_point`` marks its
+        # output (identity here; edgevit.quantize.layers fake-quantizes it).
+        q = self.quantize_point
+        centred = q("centred", ops.subtract(x, q("mean", ops.mean(x, axis=self.axes, keepdims=True))))
+        variance = q("variance", ops.mean(q("square", ops.multiply(centred, centred)),
+                                          axis=self.axes, keepdims=True))
+        inv_std = q("rsqrt", ops.rsqrt(q("variance_eps", ops.add(variance, self.epsilon))))
+        normalised = q("normalised", ops.multiply(centred, inv_std))
+        return q("output", ops.add(q("scaled", ops.multiply(normalised, self.gamma)), self.beta))
+
+    def quantize_point(self, tag: str, x):
+        """Hook at each op output; quantization-aware subclasses override it."""
+        return x
 
     def get_config(self):
         return {**super().get_config(), "axes": list(self.axes), "epsilon": self.epsilon}
