@@ -176,7 +176,12 @@ def plot(result: dict, path: str | Path, accuracies: dict[str, float] | None = N
     ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(configs))], configs, fontsize=8)
     values = [latency(r) for r in ok]
     if min(values) > 0 and max(values) / min(values) > 10:
+        from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("median latency per inference (ms)")
     ax.set_title("latency by device/delegate x precision (whisker: p90 or p95)")
     ax.legend(fontsize=8)
