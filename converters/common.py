@@ -106,6 +106,26 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
+def write_safetensors(tensors: dict[str, np.ndarray], path: str | Path) -> None:
+    """Write a .safetensors file with NumPy alone (tests and exports)."""
+    codes = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}
+    header, chunks, offset = {}, [], 0
+    for name, arr in tensors.items():
+        arr = np.ascontiguousarray(arr)
+        raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": codes[arr.dtype], "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for raw in chunks:
+            f.write(raw)
+
+
 def _as_numpy_float(arr: np.ndarray) -> np.ndarray:
     if np.issubdtype(arr.dtype, np.floating):
         return np.ascontiguousarray(arr, dtype=np.float32)
@@ -374,7 +394,7 @@ def match_score(targets: list[Target], ckpt: Checkpoint) -> float:
 def assign(model, targets: list[Target], ckpt: Checkpoint, source: str) -> dict:
     """Fill ``model`` from ``ckpt``, or raise one clear EdgevitError naming
     the first tensor of another shape, the missing or the extra tensors."""
-    values, missing = [], []
+    values, missing, resampled = [], [], []
     for t in targets:
         if t.key not in ckpt.tensors:
             missing.append(t.key)
@@ -387,6 +407,8 @@ def assign(model, targets: list[Target], ckpt: Checkpoint, source: str) -> dict:
                 f"{ckpt.path!r} is not a {source} checkpoint of {model.name}: tensor {t.key!r} has shape "
                 f"{_shape(raw)}, {model.name} needs {_expected_source_shape(t, want)} "
                 "(a checkpoint of another variant or architecture?).")
+        if getattr(t.transform, "resamples", False) and _shape(raw) != want:
+            resampled.append(f"{t.key} {_shape(raw)} -> {want}")
         values.append((t, value))
     if missing:
         raise EdgevitError(f"{ckpt.path!r} lacks {len(missing)} of the {len(targets)} tensors {model.name} needs "
@@ -398,7 +420,7 @@ def assign(model, targets: list[Target], ckpt: Checkpoint, source: str) -> dict:
                            f"({source} naming), e.g. {_few(extra)}: a checkpoint of a larger variant?")
     for t, value in values:
         t.variable.assign(value.astype(t.variable.dtype, copy=False))
-    return {"tensors": len(values), "ignored": sorted(k for k in ckpt.tensors if ignored(k) and k not in used)}
+    return {"tensors": len(values), "resampled": resampled, "ignored": sorted(k for k in ckpt.tensors if ignored(k) and k not in used)}
 
 
 def _expected_source_shape(t: Target, keras_shape: tuple) -> tuple:
@@ -426,38 +448,49 @@ def export_state_dict(targets: list[Target]) -> dict[str, np.ndarray]:
 # position embeddings
 # --------------------------------------------------------------------------
 
-def _cubic_weights(t: np.ndarray, a: float = -0.75) -> np.ndarray:
-    """PyTorch's bicubic convolution weights for fractional offsets t."""
-    def near(x):
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def far(x):
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=-1)
+def _keys_cubic(x: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel (PyTorch: a = -0.75, antialiased a = -0.5)."""
+    x = np.abs(x)
+    return np.where(x <= 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                    np.where(x < 2, ((a * x - 5 * a) * x + 8 * a) * x - 4 * a, 0.0))
 
 
-def _bicubic_matrix(n_in: int, n_out: int) -> np.ndarray:
+def bicubic_matrix(n_in: int, n_out: int, antialias: bool = True) -> np.ndarray:
     """[n_out, n_in] matrix of ``F.interpolate(mode="bicubic",
-    align_corners=False)`` along one axis (border indices clamped)."""
+    align_corners=False, antialias=...)`` along one axis.
+
+    timm resamples position embeddings with ``antialias=True``: PyTorch then
+    uses the a = -0.5 kernel, widened by the downscale factor, truncated at
+    the borders and renormalised; without antialias it uses a = -0.75 with
+    border indices clamped."""
     scale = n_in / n_out
-    src = (np.arange(n_out) + 0.5) * scale - 0.5
-    base = np.floor(src).astype(int)
-    w = _cubic_weights(src - base)
     m = np.zeros((n_out, n_in), np.float64)
-    for k in range(4):
-        idx = np.clip(base - 1 + k, 0, n_in - 1)
-        np.add.at(m, (np.arange(n_out), idx), w[:, k])
+    rows = np.arange(n_out)
+    if not antialias:
+        src = (rows + 0.5) * scale - 0.5
+        base = np.floor(src).astype(int)
+        t = src - base
+        for k in range(4):
+            np.add.at(m, (rows, np.clip(base - 1 + k, 0, n_in - 1)), _keys_cubic(t + 1 - k, -0.75))
+        return m
+    support = 2.0 * scale if scale >= 1.0 else 2.0
+    inv = 1.0 / scale if scale >= 1.0 else 1.0
+    for i in rows:
+        center = scale * (i + 0.5)
+        lo, hi = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), n_in)
+        js = np.arange(lo, hi)
+        w = _keys_cubic((js - center + 0.5) * inv, -0.5)
+        m[i, lo:hi] = w / w.sum()
     return m
 
 
-def resample_grid(grid: np.ndarray, new_hw: tuple[int, int]) -> np.ndarray:
+def resample_grid(grid: np.ndarray, new_hw: tuple[int, int], antialias: bool = True) -> np.ndarray:
     """Bicubic resize of a ``[H, W, C]`` grid as timm resamples position
-    embeddings (``F.interpolate(..., mode="bicubic", align_corners=False)``)."""
+    embeddings (``F.interpolate(..., mode="bicubic", antialias=True)``)."""
     h, w, _ = grid.shape
     if (h, w) == tuple(new_hw):
         return grid
-    mh, mw = _bicubic_matrix(h, new_hw[0]), _bicubic_matrix(w, new_hw[1])
+    mh, mw = bicubic_matrix(h, new_hw[0], antialias), bicubic_matrix(w, new_hw[1], antialias)
     out = np.einsum("ih,hwc->iwc", mh, grid.astype(np.float64))
     out = np.einsum("jw,iwc->ijc", mw, out)
     return out.astype(np.float32)
@@ -485,6 +518,7 @@ def resample_pos_embed(pe: np.ndarray, target_shape: tuple, num_prefix_tokens: i
 def pos_embed_transform(num_prefix_tokens: int) -> Transform:
     def transform(w, shape):
         return resample_pos_embed(w, shape, num_prefix_tokens)
+    transform.resamples = True
     return transform
 
 

@@ -114,3 +114,26 @@ def save_torch_state_dict(module, path) -> None:
     import torch
 
     torch.save(module.state_dict(), path)
+
+
+def scale_logits_(module, head, images_nhwc: np.ndarray, target_std: float = 3.0) -> None:
+    """Scale the classifier ``head`` (a torch Linear, or several) so the random model's
+    logits spread like a trained model's (std ~3): a 1e-4 bound on
+    near-zero logits would prove little."""
+    import torch
+
+    std = float(torch_logits(module, images_nhwc).std())
+    heads = head if isinstance(head, (tuple, list)) else [head]
+    if std > 0:
+        with torch.no_grad():
+            for h in heads:
+                h.weight.mul_(target_std / std)
+                if h.bias is not None:
+                    h.bias.mul_(target_std / std)
+
+
+def compare(reference, model, images_nhwc: np.ndarray) -> dict:
+    """Max abs logit difference between a torch reference and a Keras model."""
+    a, b = torch_logits(reference, images_nhwc), keras_logits(model, images_nhwc)
+    return {"max_abs_diff": float(np.abs(a - b).max()), "logit_std": float(a.std()),
+            "top1_agree": float((a.argmax(-1) == b.argmax(-1)).mean())}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from converters.common import Importer, Rule, register
+from converters.common import Importer, Rule, pos_embed_transform, register
 
 
 def stage(offset: int, template: str):
@@ -59,3 +59,31 @@ TIMM_NAMES = {
     "mobilevit_v1_xxs": "mobilevit_xxs", "mobilevit_v1_xs": "mobilevit_xs", "mobilevit_v1_s": "mobilevit_s",
     **{f"mobilevit_v2_{w}": f"mobilevitv2_{w}" for w in ("050", "075", "100", "125", "150", "175", "200")},
 }
+
+
+# ViT / DeiT: edgevit's layer names are timm's module paths already.
+def _vit_rules(model) -> list[Rule]:
+    prefix = sum(1 for w in model.weights if w.path.startswith("prefix_tokens/"))
+    return [
+        Rule(r"prefix_tokens/(cls_token|dist_token)", r"\1", variable=True),
+        Rule(r"pos_embed/pos_embed", "pos_embed", variable=True, transform=pos_embed_transform(prefix)),
+        Rule(r"(blocks\.\d+\.attn)/(qkv|proj)", r"\1.\2"),
+        Rule(r"([\w.]+)", r"\1"),
+    ]
+
+
+register(Importer("timm", "vit", _vit_rules, reference=TIMM, head=("head",),
+                  notes="timm vit_*_patch16/32_224 (vision_transformer.py)"))
+register(Importer("timm", "deit", _vit_rules, reference=TIMM, head=("head",),
+                  notes="timm deit_*_patch16_224 and deit_*_distilled_patch16_224"))
+
+TIMM_NAMES.update({
+    "vit_tiny16": "vit_tiny_patch16_224", "vit_small16": "vit_small_patch16_224",
+    "vit_base16": "vit_base_patch16_224", "vit_base32": "vit_base_patch32_224",
+    "vit_large16": "vit_large_patch16_224",
+    # the first variant of each family is the one the default tests check
+    "deit_tiny_distilled": "deit_tiny_distilled_patch16_224", "deit_tiny": "deit_tiny_patch16_224",
+    "deit_small": "deit_small_patch16_224", "deit_base": "deit_base_patch16_224",
+    "deit_small_distilled": "deit_small_distilled_patch16_224",
+    "deit_base_distilled": "deit_base_distilled_patch16_224",
+})
