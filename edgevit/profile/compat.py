@@ -564,6 +564,8 @@ def _nn_tanh(op, ctx):
 
 
 def _nn_rsqrt(op, ctx):
+    if _in_type(op) in QUANT8 and ctx.feature_level < FL7:
+        return f"quantized RSQRT needs {_level_name(FL7)}"
     return _first(_min_level(ctx, 29), _types(op, F32 if ctx.feature_level < FL7 else FQ8))
 
 
