@@ -137,3 +137,17 @@ def test_convert_report_includes_delegate_compatibility(tmp_path):
     print_report(report, stream=stream)
     text = stream.getvalue()
     assert f"all {report['ops']} ops delegated, 1 partition" in text and "NNAPI delegate (Android API 33)" in text
+
+
+def test_eval_results_in_every_accepted_form(tmp_path):
+    from edgevit.profile.report import load_eval
+
+    single = tmp_path / "int8.json"   # what `edgevit eval m_int8.tflite --json` prints
+    single.write_text(json.dumps({"model": "m", "file": "out/m_int8.tflite", "top1": 0.705, "top5": 0.9}))
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps({"m_fp32.tflite": 0.71, "m_fp16.tflite": {"top1": 71.0}}))
+    assert load_eval([single, mapping]) == {"m_int8.tflite": 70.5, "m_fp32.tflite": 71.0, "m_fp16.tflite": 71.0}
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    with pytest.raises(Exception, match="No accuracy values"):
+        load_eval(empty)

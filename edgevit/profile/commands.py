@@ -65,12 +65,13 @@ def _stderr_console():
 @click.option("--csv", "csv_path", default=None, metavar="PATH", help="Also write the rows as CSV.")
 @click.option("--plot", "plot_path", default=None, metavar="PATH.png",
               help="Also draw latency by delegate x precision (and accuracy vs latency with --eval).")
-@click.option("--eval", "eval_path", default=None, metavar="PATH.json",
-              help="Accuracy per model for the plot: {\"a_int8.tflite\": {\"top1\": 0.71}, ...}.")
+@click.option("--eval", "eval_paths", multiple=True, metavar="PATH.json",
+              help="Accuracy for the plot (repeatable): `edgevit eval --json` output, or "
+                   "{\"a_int8.tflite\": {\"top1\": 0.71}, ...}.")
 @user_errors
 def bench_command(models, sweep, delegates, threads, host_kernels, no_host, device, all_devices, binaries, runs,
                   warmup, max_secs, op_profiling, peak_memory, nnapi_accelerator, timeout, as_json, csv_path,
-                  plot_path, eval_path):
+                  plot_path, eval_paths):
     """How fast is MODEL, where, and why: this machine (LiteRT XNNPACK and reference
     kernels, threads) and phones over adb (benchmark_model on CPU, GPU, NNAPI)."""
     from pathlib import Path
@@ -87,7 +88,7 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
         nnapi_accelerator=nnapi_accelerator, timeout=timeout)
     if no_host and not (device or all_devices):
         raise EdgevitError("--no-host leaves nothing to measure: add --device SERIAL or --all-devices.")
-    accuracies = report.load_eval(eval_path) if eval_path else None
+    accuracies = report.load_eval(eval_paths) if eval_paths else None
     if plot_path and not plot_path.lower().endswith(".png"):
         raise EdgevitError(f"--plot writes a PNG file: give a path ending in .png (got {plot_path!r}).")
     for out in (csv_path, plot_path):

@@ -103,26 +103,34 @@ def write_csv(result: dict, path: str | Path) -> None:
         raise EdgevitError(f"Cannot write CSV to {str(path)!r}: {err.strerror}.") from None
 
 
-def load_eval(path: str | Path) -> dict[str, float]:
-    """Accuracy per model from a JSON file: {"a_int8.tflite": 0.71, ...},
-    {"a_int8.tflite": {"top1": 0.71}} or [{"model": ..., "top1": ...}]."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise EdgevitError(f"Eval results file {str(path)!r} does not exist.") from None
-    except (OSError, ValueError) as err:
-        raise EdgevitError(f"Cannot read eval results {str(path)!r}: {err}.") from None
-    items = data.items() if isinstance(data, dict) else \
-        [(d.get("model") or d.get("file"), d) for d in data if isinstance(d, dict)]
-    out = {}
-    for key, value in items:
-        if isinstance(value, dict):
-            value = next((value[k] for k in ("top1", "top1_accuracy", "accuracy", "acc") if k in value), None)
-        if key is not None and isinstance(value, (int, float)):
-            out[str(key)] = float(value) * (100.0 if value <= 1.0 else 1.0)
-    if not out:
-        raise EdgevitError(f"No accuracy values found in {str(path)!r} (expected e.g. "
-                           '{"model_int8.tflite": {"top1": 0.71}}).')
+def load_eval(paths) -> dict[str, float]:
+    """Accuracy (%) per model file from JSON files: `edgevit eval --json`
+    reports ({"file": ..., "top1": ...}), lists of them, or a mapping
+    {"a_int8.tflite": 0.71 | {"top1": 0.71}, ...}."""
+    out: dict[str, float] = {}
+    for path in ([paths] if isinstance(paths, (str, Path)) else paths):
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise EdgevitError(f"Eval results file {str(path)!r} does not exist.") from None
+        except (OSError, ValueError) as err:
+            raise EdgevitError(f"Cannot read eval results {str(path)!r}: {err}.") from None
+        if isinstance(data, dict) and "top1" in data and ("file" in data or "model" in data):
+            data = [data]  # one `edgevit eval --json` report
+        if isinstance(data, dict):
+            items = list(data.items())
+        elif isinstance(data, list):
+            items = [(Path(d["file"]).name if d.get("file") else d.get("model"), d) for d in data if isinstance(d, dict)]
+        else:
+            items = []
+        for key, value in items:
+            if isinstance(value, dict):
+                value = next((value[k] for k in ("top1", "top1_accuracy", "accuracy", "acc") if k in value), None)
+            if key is not None and isinstance(value, (int, float)):
+                out[str(key)] = float(value) * (100.0 if value <= 1.0 else 1.0)
+        if not items or not out:
+            raise EdgevitError(f"No accuracy values found in {str(path)!r} (expected `edgevit eval --json` output "
+                               'or {"model_int8.tflite": {"top1": 0.71}}).')
     return out
 
 
