@@ -273,3 +273,12 @@ def test_precision_sweep_one_table_csv_and_plot(adb, models, tmp_path):
     assert {r.split(",")[2] for r in rows} == {"fp32", "int8"}
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "int8" in out and "fp32" in out and "Google Pixel 7" in out
+
+
+def test_a_phone_without_timings_fails_the_command_even_when_the_host_ran(adb, models):
+    adb.play(device_rules(run_rules=[{"match": r"benchmark_model --graph", "rc": 127,
+                                      "stdout": "/system/bin/sh: benchmark_model: not found\n"}]))
+    code, out, err = bench(models[0], "--device", PIXEL, "--threads", "1", "--host-kernels", "xnnpack",
+                           "--runs", "3", "--benchmark-binary", adb.arm)
+    clean_error(code, err, f"No configuration produced timings on {PIXEL}", "not found")
+    assert "xnnpack x1" in out  # the table (with the host row) is still printed

@@ -105,9 +105,14 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
         print_json(result)
     else:
         report.print_bench(result)
-    if not any(r.get("status") == "ok" for r in result["results"]):
-        first = next((r.get("error") for r in result["results"] if r.get("error")), "no configuration ran")
-        raise EdgevitError(f"No configuration produced timings ({first}).")
+    # Every place asked for (this machine, each phone) must have produced timings.
+    targets = list(dict.fromkeys(r.get("target") for r in result["results"]))
+    failed = [t for t in targets if not any(r.get("status") == "ok" for r in result["results"] if r.get("target") == t)]
+    if failed or not targets:
+        where = failed[0] if failed else "anywhere"
+        first = next((r.get("error") for r in result["results"] if r.get("target") == where and r.get("error")),
+                     "no configuration ran")
+        raise EdgevitError(f"No configuration produced timings on {where} ({first}).")
 
 
 @click.command("check")
