@@ -26,7 +26,7 @@ the delegate accepts; the GPU may lack OpenCL/OpenGL), and Flex ops.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 from edgevit.profile.flatbuffer import Graph, Op, read
@@ -101,10 +101,6 @@ def fallback_summary(fallbacks: list[Fallback]) -> list[dict]:
 
 
 # ---------------------------------------------------------------- helpers
-def _runtime_io(op: Op):
-    return op.runtime_inputs, op.outputs
-
-
 def _need(op: Op, runtime_inputs: int, outputs: int, const_inputs: int | None = None) -> str | None:
     rt = len(op.runtime_inputs)
     if rt != runtime_inputs:
