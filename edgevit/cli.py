@@ -193,6 +193,9 @@ from edgevit.profile.commands import bench_command, check_command  # noqa: E402
 main.add_command(bench_command)
 main.add_command(check_command)
 main.add_command(__import__("converters.cli", fromlist=["cli"]).import_weights_command)
+main.add_command(__import__("edgevit.train.commands", fromlist=["finetune_command"]).finetune_command)
+main.add_command(__import__("edgevit.train.commands", fromlist=["qat_command"]).qat_command)
+main.add_command(__import__("edgevit.train.commands", fromlist=["eval_command"]).eval_command)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,1 @@
+"""Fine-tuning and quantization-aware training on image folders."""

@@ -1,0 +1,233 @@
+"""The training loop behind `edgevit finetune` and `edgevit qat`.
+
+- Distribution: :func:`strategy_for_environment` picks MultiWorkerMirrored
+  when TF_CONFIG is set, Mirrored when several GPUs are visible, the default
+  strategy otherwise; models, optimizer and steps live under its scope.
+- Multi-scale sampler (MobileViT, Mehta & Rastegari 2021): every batch draws
+  a resolution from ``sizes`` and scales its batch size by
+  ``(base_size / size) ** 2`` so each batch holds about as many pixels. One
+  model per resolution shares the weights of the base model: before a step
+  the resolution's model takes the base weights, its gradients update the
+  base weights (one optimizer, one state), and its BatchNorm statistics and
+  quantization ranges are copied back.
+- Checkpoints: after every epoch the weights, optimizer state and epoch go
+  to ``checkpoint_dir``; a run started with the same directory resumes after
+  the last finished epoch.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from edgevit.errors import EdgevitError
+
+
+def strategy_for_environment():
+    import tensorflow as tf
+
+    if os.environ.get("TF_CONFIG"):
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if len(tf.config.list_logical_devices("GPU")) > 1:
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def scaled_batch_size(base_batch: int, base_size: int, size: int) -> int:
+    """Batch size at ``size`` keeping about ``base_batch * base_size**2`` pixels."""
+    return max(1, int(round(base_batch * (base_size / size) ** 2)))
+
+
+def multiscale_batches(num_samples: int, base_batch: int, base_size: int, sizes: list[int],
+                       rng: np.random.Generator) -> list[tuple[int, np.ndarray]]:
+    """One epoch of (resolution, sample indices): every sample once, each
+    batch at a random resolution with its scaled batch size."""
+    order = rng.permutation(num_samples)
+    batches, start = [], 0
+    while start < num_samples:
+        size = int(rng.choice(sizes)) if sizes else base_size
+        bs = scaled_batch_size(base_batch, base_size, size)
+        batches.append((size, order[start:start + bs]))
+        start += bs
+    return batches
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 5
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.1
+    warmup_epochs: float = 0.0
+    sizes: list[int] = field(default_factory=list)   # multi-scale resolutions; [] = base size only
+    checkpoint_dir: str | None = None
+    seed: int = 0
+
+
+class Trainer:
+    """Trains ``build(size)`` models that share the weights of ``build(base_size)``."""
+
+    def __init__(self, base_model, build: Callable[[int], object], base_size: int, cfg: TrainConfig,
+                 strategy=None, log: Callable[[str], None] = print):
+        import keras
+
+        self.cfg, self.log = cfg, log
+        self.strategy = strategy or strategy_for_environment()
+        self.base_size = base_size
+        self.base = base_model
+        self.build = build
+        self.models = {base_size: base_model}
+        with self.strategy.scope():
+            self.optimizer = keras.optimizers.AdamW(learning_rate=cfg.lr, weight_decay=cfg.weight_decay,
+                                                    global_clipnorm=5.0)
+            self.optimizer.build(self.base.trainable_variables)
+        self._steps: dict[int, Callable] = {}
+        self.start_epoch = 0
+        self.history: list[dict] = []
+
+    # -- models and steps ---------------------------------------------------------------------
+    def model_at(self, size: int):
+        if size not in self.models:
+            with self.strategy.scope():
+                model = self.build(size)
+            src, dst = self.base.weights, model.weights
+            if [tuple(w.shape) for w in src] != [tuple(w.shape) for w in dst]:
+                raise EdgevitError(f"The model at {size} px does not share the weights of the model at "
+                                   f"{self.base_size} px; leave {size} out of --multiscale.")
+            self.models[size] = model
+        return self.models[size]
+
+    def _step_fn(self, size: int):
+        if size in self._steps:
+            return self._steps[size]
+        import keras
+        import tensorflow as tf
+
+        model = self.model_at(size)
+        base = self.base
+        shared = model is not base
+        smoothing = self.cfg.label_smoothing
+        classes = int(base.outputs[0].shape[-1])
+        optimizer = self.optimizer
+        strategy = self.strategy
+
+        def replica_step(x, y):
+            if shared:
+                for dst, src in zip(model.weights, base.weights):
+                    dst.assign(src)
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)
+                target = tf.one_hot(y, classes) * (1.0 - smoothing) + smoothing / classes
+                per_sample = keras.losses.categorical_crossentropy(target, logits, from_logits=True)
+                loss = tf.nn.compute_average_loss(per_sample)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply(grads, base.trainable_variables)
+            if shared:
+                for dst, src in zip(base.non_trainable_variables, model.non_trainable_variables):
+                    dst.assign(src)
+            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), y), tf.float32))
+            return loss, correct
+
+        @tf.function(reduce_retracing=True)
+        def step(x, y):
+            loss, correct = strategy.run(replica_step, args=(x, y))
+            return (strategy.reduce("SUM", loss, axis=None), strategy.reduce("SUM", correct, axis=None))
+
+        self._steps[size] = step
+        return step
+
+    def _distribute(self, x, y):
+        if self.strategy.num_replicas_in_sync == 1:
+            return x, y
+        import tensorflow as tf
+
+        ds = tf.data.Dataset.from_tensors((x, y))
+        return next(iter(self.strategy.experimental_distribute_dataset(ds)))
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def _ckpt_paths(self):
+        d = Path(self.cfg.checkpoint_dir)
+        return d / "last.weights.h5", d / "optimizer.npz", d / "state.json"
+
+    def restore(self) -> int:
+        """Resume from ``checkpoint_dir`` if it holds a finished epoch."""
+        if not self.cfg.checkpoint_dir:
+            return 0
+        weights, opt, state = self._ckpt_paths()
+        if not state.exists():
+            return 0
+        info = json.loads(state.read_text())
+        self.base.load_weights(weights)
+        saved = np.load(opt)
+        variables = self.optimizer.variables
+        if len(saved.files) != len(variables):
+            raise EdgevitError(f"Checkpoint in {self.cfg.checkpoint_dir} does not fit this run "
+                               "(different model or optimizer); use another --checkpoint-dir.")
+        for i, var in enumerate(variables):
+            var.assign(saved[f"v{i}"])
+        self.start_epoch = int(info["epochs_done"])
+        self.history = info.get("history", [])
+        self.log(f"Resuming from {self.cfg.checkpoint_dir}: {self.start_epoch} epoch(s) done")
+        return self.start_epoch
+
+    def save_checkpoint(self, epochs_done: int) -> None:
+        if not self.cfg.checkpoint_dir:
+            return
+        weights, opt, state = self._ckpt_paths()
+        weights.parent.mkdir(parents=True, exist_ok=True)
+        self.base.save_weights(str(weights) + ".tmp.weights.h5")
+        os.replace(str(weights) + ".tmp.weights.h5", weights)
+        np.savez(str(opt) + ".tmp.npz", **{f"v{i}": np.asarray(v) for i, v in enumerate(self.optimizer.variables)})
+        os.replace(str(opt) + ".tmp.npz", opt)
+        state.write_text(json.dumps({"epochs_done": epochs_done, "history": self.history}))
+
+    # -- the loop -------------------------------------------------------------------------------
+    def _lr_at(self, progress: float) -> float:
+        """Linear warm-up then cosine decay; ``progress`` in epochs."""
+        cfg = self.cfg
+        if cfg.warmup_epochs and progress < cfg.warmup_epochs:
+            return cfg.lr * (progress + 1e-3) / cfg.warmup_epochs
+        span = max(cfg.epochs - cfg.warmup_epochs, 1e-6)
+        t = min(1.0, (progress - cfg.warmup_epochs) / span)
+        return cfg.lr * (0.5 * (1 + math.cos(math.pi * t)) * 0.99 + 0.01)
+
+    def fit(self, train, evaluate: Callable[[object], dict] | None = None) -> list[dict]:
+        """Train on ``train`` (an ArrayData); ``evaluate(base_model)`` gives
+        validation metrics after each epoch."""
+        cfg = self.cfg
+        self.restore()
+        for epoch in range(self.start_epoch, cfg.epochs):
+            rng = np.random.default_rng(cfg.seed + epoch)
+            batches = multiscale_batches(len(train), cfg.batch_size, self.base_size, cfg.sizes, rng)
+            start, total_loss, total_correct, seen = time.perf_counter(), 0.0, 0.0, 0
+            for i, (size, index) in enumerate(batches):
+                self.optimizer.learning_rate = self._lr_at(epoch + i / len(batches))
+                x = train.train_batch(index, size, rng)
+                y = train.labels[index]
+                loss, correct = self._step_fn(size)(*self._distribute(x, y.astype(np.int64)))
+                loss = float(loss)
+                if not math.isfinite(loss):
+                    raise EdgevitError(f"Training diverged (loss {loss}) in epoch {epoch + 1}; "
+                                       "try a lower --lr.")
+                total_loss += loss * len(index)
+                total_correct += float(correct)
+                seen += len(index)
+            record = {"epoch": epoch + 1, "loss": round(total_loss / seen, 4),
+                      "train_top1": round(total_correct / seen, 4),
+                      "seconds": round(time.perf_counter() - start, 1)}
+            if cfg.sizes:
+                record["sizes"] = sorted({s for s, _ in batches})
+            if evaluate is not None:
+                record.update(evaluate(self.base))
+            self.history.append(record)
+            self.log(f"epoch {epoch + 1}/{cfg.epochs}: "
+                     + ", ".join(f"{k} {v}" for k, v in record.items() if k != "epoch"))
+            self.save_checkpoint(epoch + 1)
+        return self.history
