@@ -151,3 +151,9 @@ def test_eval_results_in_every_accepted_form(tmp_path):
     empty.write_text("{}")
     with pytest.raises(Exception, match="No accuracy values"):
         load_eval(empty)
+
+
+def test_bench_refuses_two_models_with_the_same_file_name(files, tmp_path):
+    other = tmp_path / "plain_fp32.tflite"
+    other.write_bytes(files["plain"].read_bytes())
+    assert_clean_error(*run("bench", "--models", files["plain"], other)[::2], "Two models are named plain_fp32")

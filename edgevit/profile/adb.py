@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -178,9 +179,8 @@ def device_facts(adb: Adb, device: Device) -> dict:
         "android": props.get("ro.build.version.release", "unknown"),
         "sdk": int(sdk) if sdk.isdigit() else None,
         "abi": props.get("ro.product.cpu.abi", "unknown"),
-        "thermal": {"status": "unknown"},
+        "thermal": read_thermal(adb, device.serial),
     }
-    facts["thermal"] = read_thermal(adb, device.serial)
     return facts
 
 
@@ -232,7 +232,7 @@ def bench_device(adb: Adb, facts: dict, job: DeviceRun,
         adb.push(serial, job.binary, remote_bin)
         adb.shell(serial, f"chmod 755 {remote_bin}", timeout=30)
         for model in job.models:
-            remote_model = f"{remote}/{model.name}"
+            remote_model = f"{remote}/{re.sub(r'[^A-Za-z0-9._-]', '_', model.name)}"
             on_step(f"{serial}: pushing {model.name}")
             adb.push(serial, model, remote_model)
             for delegate in job.delegates:
@@ -243,7 +243,8 @@ def bench_device(adb: Adb, facts: dict, job: DeviceRun,
                                           job.op_profiling, job.peak_memory, job.nnapi_accelerator)
                     row = {**base, "model_file": model.name, "threads": threads if delegate == "cpu" else None}
                     try:
-                        rc, out = adb.shell(serial, " ".join([remote_bin, *args]), timeout=job.timeout)
+                        rc, out = adb.shell(serial, " ".join(shlex.quote(a) for a in [remote_bin, *args]),
+                                            timeout=job.timeout)
                     except AdbTimeout:
                         _kill_remote(adb, serial, remote_bin)
                         rows.append({**row, "runtime": "benchmark_model", "delegate": delegate,

@@ -93,6 +93,10 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
               step: Callable[[str], None] = lambda msg: None,
               warn: Callable[[str], None] = lambda msg: None) -> dict:
     infos = [describe_model(m) for m in models]
+    names = [i["file"] for i in infos]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise EdgevitError(f"Two models are named {dup}: give each file its own name (rows are keyed by it).")
     if opts.device and opts.all_devices:
         raise EdgevitError("Use either --device SERIAL or --all-devices, not both.")
     on_phones = bool(opts.device or opts.all_devices)
