@@ -168,7 +168,8 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
             for row in rows:
                 info = by_file[row.pop("model_file")]
                 if row.get("delegate") in ("gpu", "nnapi"):
-                    row["expected_fallback_ops"] = _expected_fallbacks(info, row["delegate"], facts.get("sdk"))
+                    row["expected_fallback_ops"] = _expected_fallbacks(info, row["delegate"], facts.get("sdk"),
+                                                                       bool(opts.nnapi_accelerator))
                 results.append(_with_model(row, info))
         except EdgevitError as err:
             if opts.device:  # the one phone asked for: the whole command fails
@@ -182,7 +183,7 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
             "results": results}
 
 
-def _expected_fallbacks(info: dict, delegate: str, sdk: int | None) -> int:
+def _expected_fallbacks(info: dict, delegate: str, sdk: int | None, accelerator_named: bool = False) -> int:
     """What `edgevit check` predicts for this file, delegate and Android level:
     printed next to what the phone reports, to explain a slow delegate."""
     from edgevit.profile import compat
@@ -190,7 +191,8 @@ def _expected_fallbacks(info: dict, delegate: str, sdk: int | None) -> int:
     content = Path(info["path"]).read_bytes()
     if delegate == "gpu":
         return len(compat.check_gpu(content).fallbacks)
-    return len(compat.check_nnapi(content, android_api=sdk or compat.DEFAULT_ANDROID_API).fallbacks)
+    return len(compat.check_nnapi(content, android_api=sdk or compat.DEFAULT_ANDROID_API,
+                                  accelerator_specified=accelerator_named).fallbacks)
 
 
 def _with_model(row: dict, info: dict) -> dict:

@@ -121,10 +121,13 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
 @click.option("--nnapi", is_flag=True, help="Check the NNAPI delegate (default: both).")
 @click.option("--android-api", type=click.IntRange(27, 40), default=33, show_default=True,
               help="Android API level whose NNAPI rules apply.")
+@click.option("--nnapi-accelerator", "nnapi_accelerator", is_flag=True,
+              help="NNAPI rules for a run that names its accelerator (it then takes MUL version 3 and "
+                   "large quantized average pools).")
 @click.option("--fail-on-fallback", is_flag=True, help="Exit with status 2 when any op falls back to the CPU.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @user_errors
-def check_command(model, gpu, nnapi, android_api, fail_on_fallback, as_json):
+def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, fail_on_fallback, as_json):
     """Which ops of MODEL the GPU / NNAPI delegates would leave on the CPU, and
     into how many delegate partitions the graph splits (no phone needed)."""
     import sys
@@ -138,7 +141,8 @@ def check_command(model, gpu, nnapi, android_api, fail_on_fallback, as_json):
                            else f"{model!r} is a folder, not a .tflite file.")
     if not gpu and not nnapi:
         gpu = nnapi = True
-    reports = compat.check(path.read_bytes(), gpu=gpu, nnapi=nnapi, android_api=android_api)
+    reports = compat.check(path.read_bytes(), gpu=gpu, nnapi=nnapi, android_api=android_api,
+                           nnapi_accelerator_specified=nnapi_accelerator)
     if as_json:
         print_json({"model": str(path), **{k: r.to_dict() for k, r in reports.items()}})
     else:

@@ -21,8 +21,9 @@ the TF 2.21 era code):
   (NNAPI takes the 3 largest); `benchmark_model` takes all of them
   (``--max_delegated_partitions=0``).
 
-Not modelled: driver-specific limits (an NNAPI driver may still refuse an op
-the delegate accepts; the GPU may lack OpenCL/OpenGL), and Flex ops.
+Custom and Flex ops count as CPU ops for both delegates (except the GPU's own
+custom ops). Not modelled: driver-specific limits (an NNAPI driver may still
+refuse an op the delegate accepts; a GPU may lack OpenCL/OpenGL).
 """
 from __future__ import annotations
 
@@ -748,14 +749,14 @@ def check_nnapi(graph_or_content, android_api: int = DEFAULT_ANDROID_API,
                    android_api=android_api)
 
 
-def check(model_content: bytes, gpu: bool = True, nnapi: bool = True,
-          android_api: int = DEFAULT_ANDROID_API) -> dict[str, DelegateReport]:
+def check(model_content: bytes, gpu: bool = True, nnapi: bool = True, android_api: int = DEFAULT_ANDROID_API,
+          nnapi_accelerator_specified: bool = False) -> dict[str, DelegateReport]:
     graph = read(model_content)
     out = {}
     if gpu:
         out["gpu"] = check_gpu(graph)
     if nnapi:
-        out["nnapi"] = check_nnapi(graph, android_api)
+        out["nnapi"] = check_nnapi(graph, android_api, nnapi_accelerator_specified)
     return out
 
 
