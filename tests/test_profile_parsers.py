@@ -111,3 +111,30 @@ def test_rows_from_outputs_classify_success_refusal_and_silent_cpu_fallback():
     crashed = record_from_output(S.CRASH_PARTIAL, -11, "cpu")
     assert crashed["status"] == "crashed" and "SIGSEGV" in crashed["error"]
     assert record_from_output("", 0, "cpu")["status"] == "failed"
+
+
+def test_adb_device_listing_states_and_attributes():
+    from edgevit.profile.adb import parse_devices
+
+    text = S.ADB_DEVICES_TWO + "\n".join([
+        "R58M12ABCDE            unauthorized usb:1-2 transport_id:3",
+        "0123456789ABCDEF       no permissions (user in plugdev group; are your udev rules wrong?); "
+        "see [http://developer.android.com/tools/device.html] usb:1-3 transport_id:5",
+        "* daemon started successfully",
+    ])
+    devices = {d.serial: d for d in parse_devices(text)}
+    assert devices["0A1B2C3D4E5F"].state == "device" and devices["0A1B2C3D4E5F"].attrs["model"] == "Pixel_7"
+    assert devices["R58M12ABCDE"].state == "unauthorized"
+    assert devices["0123456789ABCDEF"].state == "no permissions"
+    assert "udev rule" in devices["0123456789ABCDEF"].problem()
+    assert devices["0A1B2C3D4E5F"].problem() is None and len(devices) == 4
+
+
+def test_getprop_and_thermal_parsing():
+    from edgevit.profile.adb import parse_getprop, parse_thermal
+
+    props = parse_getprop(S.GETPROP_PIXEL7)
+    assert props["ro.soc.model"] == "GS201" and props["ro.build.version.sdk"] == "34"
+    assert parse_thermal(S.THERMAL_PIXEL7) == {"status": "light", "max_temp_c": 41.5, "hottest_sensor": "BIG"}
+    assert parse_thermal("Thermal Status: 3\n") == {"status": "severe"}
+    assert parse_thermal("Can't find service: thermalservice") == {}
