@@ -171,3 +171,16 @@ def test_int8_layernorm_rsqrt_needs_android_14_under_nnapi():
     assert [(f.op, f.reason) for f in api33.fallbacks] == \
         [("RSQRT", "quantized RSQRT needs Android 14 (NNAPI feature level 7)")]
     assert check_nnapi(content, android_api=34).fallbacks == []
+
+
+def test_gpu_warns_about_batch_matmul_adjoint_flags_it_ignores():
+    # The converter fuses q @ transpose(k) into BATCH_MATMUL(adj_y=True).
+    inputs = keras.Input((4, 8))
+    q = keras.layers.Dense(8)(inputs)
+    att = keras.layers.Lambda(lambda t: keras.ops.matmul(t, keras.ops.transpose(t, (0, 2, 1))),
+                              output_shape=(4, 4))(q)
+    content = convert(keras.Model(inputs, keras.layers.Softmax()(att), name="att"), "fp32")
+    gpu = check_gpu(content)
+    assert gpu.fallbacks == [] and gpu.partitions == 1
+    assert [(w.op, w.reason.split(":")[0]) for w in gpu.warnings] == [("BATCH_MATMUL", "adj_y=true")]
+    assert check_nnapi(content).warnings == []

@@ -17,9 +17,13 @@ def _fmt_tensor(t: dict) -> str:
 def _fmt_delegate(d: dict) -> str:
     parts = "1 partition" if d["partitions"] == 1 else f"{d['partitions']} partitions"
     if not d["fallback_ops"]:
-        return f"all {d['ops']} ops delegated, {parts}"
-    why = "; ".join(f"{g['op']} x{g['count']}: {g['reason']}" for g in d["fallbacks"][:4])
-    return f"{d['fallback_ops']} of {d['ops']} ops fall back to the CPU, {parts} ({why})"
+        text = f"all {d['ops']} ops delegated, {parts}"
+    else:
+        why = "; ".join(f"{g['op']} x{g['count']}: {g['reason']}" for g in d["fallbacks"][:4])
+        text = f"{d['fallback_ops']} of {d['ops']} ops fall back to the CPU, {parts} ({why})"
+    for g in d.get("warnings") or []:
+        text += f"; warning, {g['op']} x{g['count']}: {g['reason']}"
+    return text
 
 
 def print_report(report: dict, stream=None) -> None:

@@ -27,7 +27,7 @@ refuse an op the delegate accepts; a GPU may lack OpenCL/OpenGL).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from edgevit.profile.flatbuffer import Graph, Op, read
@@ -79,6 +79,8 @@ class DelegateReport:
     default_max_partitions: int     # what an app's delegate with default options takes
     note: str = ""
     android_api: int | None = None
+    # Ops the delegate takes but may compute wrongly: verify on the phone.
+    warnings: list[Fallback] = field(default_factory=list)
 
     @property
     def ops_on_delegate_by_default(self) -> int:
@@ -87,6 +89,7 @@ class DelegateReport:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["fallback_ops"] = len(self.fallbacks)
+        d["warning_summary"] = fallback_summary(self.warnings)
         d["ops_on_delegate_by_default"] = self.ops_on_delegate_by_default
         d["fallback_summary"] = fallback_summary(self.fallbacks)
         return d
@@ -365,6 +368,15 @@ def _is_const_fp16_dequantize(op: Op) -> bool:
     """fp16 weights: both delegates fold these into their constants."""
     t = op.input(0) if op.inputs else None
     return op.name == "DEQUANTIZE" and t is not None and t.is_const and t.dtype == "float16"
+
+
+def gpu_warning(op: Op) -> str | None:
+    """Ops the GPU delegate takes although its kernel ignores a parameter."""
+    if op.name == "BATCH_MATMUL" and (op.options.get("adjX") or op.options.get("adjY")):
+        flags = "/".join(f for f, k in (("adj_x", "adjX"), ("adj_y", "adjY")) if op.options.get(k))
+        return (f"{flags}=true: the GPU delegate reads no adjoint flag (model_builder.cc), so the delegated "
+                "op may compute A*B instead of A*B^T; compare GPU and CPU outputs on the phone")
+    return None
 
 
 def gpu_reason(op: Op, ctx: Context) -> str | None:
@@ -720,7 +732,7 @@ def partition(graph: Graph, supported: list[bool]) -> list[list[int]]:
 
 
 def _report(graph: Graph, delegate: str, reason_fn, ctx: Context, default_max: int, note: str,
-            android_api: int | None = None) -> DelegateReport:
+            android_api: int | None = None, warning_fn=None) -> DelegateReport:
     reasons = [reason_fn(op, ctx) for op in graph.ops]
     supported = [r is None for r in reasons]
     parts = partition(graph, supported)
@@ -728,16 +740,19 @@ def _report(graph: Graph, delegate: str, reason_fn, ctx: Context, default_max: i
     parts_sizes = [len(p) for p in parts]
     fallbacks = [Fallback(op.index, op.name, r) for op, r in zip(graph.ops, reasons) if r is not None]
     counted = len(graph.ops) - len(graph.folded_ops)
+    warnings = [Fallback(op.index, op.name, w) for op, ok in zip(graph.ops, supported) if ok and warning_fn
+                for w in [warning_fn(op)] if w]
     return DelegateReport(delegate=delegate, ops=counted, supported_ops=counted - len(fallbacks),
                           fallbacks=fallbacks, partitions=len(parts_sizes), partition_sizes=parts_sizes,
-                          default_max_partitions=default_max, note=note, android_api=android_api)
+                          default_max_partitions=default_max, note=note, android_api=android_api,
+                          warnings=warnings)
 
 
 def check_gpu(graph_or_content) -> DelegateReport:
     graph = graph_or_content if isinstance(graph_or_content, Graph) else read(graph_or_content)
     return _report(graph, "gpu", gpu_reason, Context(graph), GPU_DEFAULT_MAX_PARTITIONS,
                    "an app's GPU delegate with default options takes only the largest partition; "
-                   "benchmark_model takes all")
+                   "benchmark_model takes all", warning_fn=gpu_warning)
 
 
 def check_nnapi(graph_or_content, android_api: int = DEFAULT_ANDROID_API,
@@ -765,5 +780,6 @@ def summary(reports: dict[str, DelegateReport]) -> dict:
     return {name: {"ops": r.ops, "fallback_ops": len(r.fallbacks), "partitions": r.partitions,
                    "ops_on_delegate_by_default": r.ops_on_delegate_by_default,
                    "fallbacks": fallback_summary(r.fallbacks),
+                   "warnings": fallback_summary(r.warnings),
                    **({"android_api": r.android_api} if r.android_api else {})}
             for name, r in reports.items()}

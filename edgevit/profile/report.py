@@ -243,5 +243,12 @@ def print_check(model: str, reports: dict, stream=None) -> None:
                 idx = ", ".join(map(str, g["op_indices"][:8])) + (" ..." if len(g["op_indices"]) > 8 else "")
                 table.add_row(g["op"], str(g["count"]), g["reason"], idx)
             console.print(table)
+        if r.warnings:
+            from edgevit.profile.compat import fallback_summary
+
+            for g in fallback_summary(r.warnings):
+                console.print(f"  [yellow]warning[/yellow]: {g['op']} x{g['count']} (ops "
+                              f"{', '.join(map(str, g['op_indices'][:6]))}{' ...' if g['count'] > 6 else ''}): "
+                              f"{g['reason']}")
         if r.note:
             console.print(f"  note: {r.note}")
