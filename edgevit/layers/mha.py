@@ -1,0 +1,71 @@
+"""Attention over separately projected queries, keys and values, in tensors
+of rank <= 4 (heads split with one rank-4 transpose, no einsum).
+
+The families whose queries and keys differ in length or origin use it:
+CvT (keys/values from a strided conv), CrossViT (one class-token query
+against the other branch's tokens), ConViT (gated positional attention),
+DeepViT (head mixing between softmax and the value product).
+"""
+from __future__ import annotations
+
+import warnings
+
+import keras
+from keras import ops
+
+
+def softmax(x):
+    """Softmax over the last axis (a length-1 axis at tiny inputs is fine:
+    Keras' warning about it is silenced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return ops.softmax(x, axis=-1)
+
+
+def split_heads(x, num_heads: int):
+    """``[B, N, C]`` -> ``[B, heads, N, C / heads]``."""
+    tokens, channels = x.shape[1], x.shape[2]
+    x = ops.reshape(x, (-1, tokens, num_heads, channels // num_heads))
+    return ops.transpose(x, (0, 2, 1, 3))
+
+
+def merge_heads(x):
+    """``[B, heads, N, d]`` -> ``[B, N, heads * d]``."""
+    heads, tokens, head_dim = x.shape[1], x.shape[2], x.shape[3]
+    return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, tokens, heads * head_dim))
+
+
+def attention_scores(q, k, scale: float):
+    """Softmax(q k^T * scale) over ``[B, heads, N, d]`` heads."""
+    import tensorflow as tf
+
+    return softmax(tf.linalg.matmul(q * scale, k, transpose_b=True))
+
+
+def apply_scores(scores, v):
+    import tensorflow as tf
+
+    return tf.linalg.matmul(scores, v)
+
+
+@keras.saving.register_keras_serializable(package="edgevit")
+class HeadAttention(keras.layers.Layer):
+    """Multi-head attention of projected ``[q, k, v]`` token tensors
+    (``[B, Nq, C]``, ``[B, Nk, C]``, ``[B, Nk, C]``) -> ``[B, Nq, C]``;
+    no weights of its own. ``scale`` defaults to head_dim ** -0.5."""
+
+    def __init__(self, num_heads: int, scale: float | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads, self.scale = num_heads, scale
+
+    def call(self, inputs):
+        q, k, v = inputs
+        scale = self.scale if self.scale is not None else (q.shape[-1] // self.num_heads) ** -0.5
+        scores = attention_scores(split_heads(q, self.num_heads), split_heads(k, self.num_heads), scale)
+        return merge_heads(apply_scores(scores, split_heads(v, self.num_heads)))
+
+    def compute_output_shape(self, input_shapes):
+        return tuple(input_shapes[0])
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads, "scale": self.scale}
