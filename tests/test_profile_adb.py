@@ -282,3 +282,13 @@ def test_a_phone_without_timings_fails_the_command_even_when_the_host_ran(adb, m
                            "--runs", "3", "--benchmark-binary", adb.arm)
     clean_error(code, err, f"No configuration produced timings on {PIXEL}", "not found")
     assert "xnnpack x1" in out  # the table (with the host row) is still printed
+
+
+def test_a_hot_phone_gets_a_warning(adb, models):
+    hot = S.THERMAL_PIXEL7.replace("Thermal Status: 1", "Thermal Status: 3")
+    rules = [{"match": rf"-s {PIXEL} shell dumpsys thermalservice", "stdout": hot}] + device_rules()
+    adb.play(rules)
+    code, out, err = bench(models[0], "--device", PIXEL, "--no-host", "--threads", "1", "--benchmark-binary",
+                           adb.arm)
+    assert code == 0, err
+    assert "is already severe, 41.5 C BIG: it may throttle" in " ".join(err.split())

@@ -153,6 +153,9 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
             step(f"{device.serial}: reading device facts")
             facts = adb_mod.device_facts(adb, device)
             device_facts.append(facts)
+            if facts["thermal"].get("status") not in ("none", "light", "unknown"):
+                warn(f"{device.serial} is already {adb_mod.thermal_label(facts['thermal'])}: it may throttle, "
+                     "let it cool down for steadier numbers")
             arch = benchmark_binary.ABI_ARCH.get(facts["abi"], facts["abi"])
             binary = binaries.get(arch)
             if binary is None:
