@@ -1,6 +1,7 @@
 """`edgevit bench` on phones through a fake `adb` on PATH that records every
 call and replays real-format output: two phones, device states, a missing
 binary, a refused GPU delegate, a crash and a timeout."""
+import importlib.util
 import json
 import os
 import sys
@@ -262,16 +263,19 @@ def test_precision_sweep_one_table_csv_and_plot(adb, models, tmp_path):
     csv_path, png = tmp_path / "sweep.csv", tmp_path / "sweep.png"
     evals = tmp_path / "eval.json"
     evals.write_text(json.dumps({"tiny_fp32.tflite": {"top1": 0.70}, "tiny_int8.tflite": {"top1": 0.69}}))
+    has_matplotlib = importlib.util.find_spec("matplotlib") is not None
+    plot_args = ["--plot", png, "--eval", evals] if has_matplotlib else []
     code, out, err = bench("--models", *models, "--device", PIXEL, "--threads", "1", "--host-kernels", "xnnpack",
                            "--runs", "5", "--warmup", "1", "--benchmark-binary", adb.arm, "--csv", csv_path,
-                           "--plot", png, "--eval", evals)
+                           *plot_args)
     assert code == 0, err
     lines = csv_path.read_text().splitlines()
     assert lines[0].startswith("model,file,precision,target,device,runtime,delegate,threads,status")
     rows = lines[1:]
     assert len(rows) == 4  # 2 models x (host xnnpack x1, phone cpu x1)
     assert {r.split(",")[2] for r in rows} == {"fp32", "int8"}
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    if has_matplotlib:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "int8" in out and "fp32" in out and "Google Pixel 7" in out
 
 
@@ -292,3 +296,12 @@ def test_a_hot_phone_gets_a_warning(adb, models):
                            adb.arm)
     assert code == 0, err
     assert "is already severe, 41.5 C BIG: it may throttle" in " ".join(err.split())
+
+
+def test_plot_without_matplotlib_is_a_clear_error(monkeypatch, tmp_path):
+    from edgevit.errors import EdgevitError
+    from edgevit.profile.report import plot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(EdgevitError, match="--plot needs matplotlib"):
+        plot({"results": [{"status": "ok", "p50_ms": 1.0, "target": "host"}]}, tmp_path / "x.png")
