@@ -410,11 +410,12 @@ def assign(model, targets: list[Target], ckpt: Checkpoint, source: str) -> dict:
         if getattr(t.transform, "resamples", False) and _shape(raw) != want:
             resampled.append(f"{t.key} {_shape(raw)} -> {want}")
         values.append((t, value))
-    if missing:
-        raise EdgevitError(f"{ckpt.path!r} lacks {len(missing)} of the {len(targets)} tensors {model.name} needs "
-                           f"({source} naming), e.g. {_few(missing)}.")
     used = {t.key for t in targets}
     extra = [k for k in ckpt.tensors if k not in used and not ignored(k)]
+    if missing:
+        also = f" and has {len(extra)} it has no place for, e.g. {_few(extra)}" if extra else ""
+        raise EdgevitError(f"{ckpt.path!r} lacks {len(missing)} of the {len(targets)} tensors {model.name} needs "
+                           f"({source} naming), e.g. {_few(missing)}{also}: a checkpoint of another variant?")
     if extra:
         raise EdgevitError(f"{ckpt.path!r} has {len(extra)} tensors {model.name} has no place for "
                            f"({source} naming), e.g. {_few(extra)}: a checkpoint of a larger variant?")
