@@ -83,8 +83,12 @@ class TokenSplit(keras.layers.Layer):
         self.sizes = [int(s) for s in sizes]
 
     def call(self, x):
-        bounds = list(np.cumsum(self.sizes)[:-1])
-        return ops.split(x, bounds, axis=1)
+        # one slice per group, not one SPLIT: a group nobody reads (the
+        # patches after the last block) is then removed by the converter
+        # instead of leaving a split output without calibration statistics
+        # (which the int8 converter keeps in float)
+        bounds = [0, *np.cumsum(self.sizes)]
+        return [x[:, int(a):int(b)] for a, b in zip(bounds[:-1], bounds[1:])]
 
     def compute_output_shape(self, input_shape):
         return [(input_shape[0], s, input_shape[-1]) for s in self.sizes]

@@ -1,0 +1,139 @@
+"""ConViT (d'Ascoli et al., 2021): a DeiT whose first ten blocks use gated
+positional self-attention (GPSA) on the patch tokens; the class token joins
+before the last two (standard self-attention) blocks.
+
+GPSA mixes, per head, content attention softmax(q k^T) with positional
+attention softmax(r W + b), where r holds the relative offsets (dx, dy,
+dx^2 + dy^2) between patches, through a learned gate sigma(g):
+``(1 - sigma(g)) * content + sigma(g) * position``. The positional term does
+not depend on the image, so the converter folds it into a constant. Its
+"locality" initialisation makes head h attend around its own offset (and
+``v`` the identity), so GPSA starts as a convolution. (timm also divides
+by the row sums, which are 1 for this convex mix of two softmaxes.)
+
+Names follow timm's ``convit_*`` modules (``blocks.0.attn.qk``,
+``blocks.0.attn.pos_proj``, ``blocks.0.attn.gating_param``).
+"""
+from __future__ import annotations
+
+import keras
+import numpy as np
+from keras import layers, ops
+
+from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, TokenSlice, drop_path_rates, mlp,
+                            patch_embed, transformer_encoder)
+from edgevit.layers.conv import DENSE_INIT
+from edgevit.layers.mha import apply_scores, merge_heads, softmax, split_heads
+from edgevit.layers.tokens import DropPath
+from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, image_input
+from edgevit.registry import Preprocessing, register_model
+
+REFERENCE_CONVIT = "https://github.com/facebookresearch/convit (timm convit.py)"
+PREPROCESS_CONVIT = Preprocessing(224, 256, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
+LN_EPS, PATCH_SIZE, DEPTH, LOCAL_BLOCKS, HEAD_DIM = 1e-6, 16, 12, 10, 48
+
+
+def relative_indices(grid: int) -> np.ndarray:
+    """``[N, N, 3]`` (dx, dy, dx^2 + dy^2) between the patches of a
+    ``grid x grid`` map, row-major."""
+    coords = np.stack(np.meshgrid(np.arange(grid), np.arange(grid), indexing="ij"), -1).reshape(-1, 2)
+    dy = coords[None, :, 0] - coords[:, None, 0]
+    dx = coords[None, :, 1] - coords[:, None, 1]
+    return np.stack([dx, dy, dx ** 2 + dy ** 2], -1).astype("float32")
+
+
+@keras.saving.register_keras_serializable(package="edgevit")
+class GatedPositionalSelfAttention(keras.layers.Layer):
+    def __init__(self, dim: int, num_heads: int, locality_strength: float = 1.0, qkv_bias: bool = False,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.dim, self.num_heads = dim, num_heads
+        self.locality_strength, self.qkv_bias = locality_strength, qkv_bias
+        self.qk = layers.Dense(2 * dim, use_bias=qkv_bias, kernel_initializer=DENSE_INIT, name="qk")
+        self.v = layers.Dense(dim, use_bias=qkv_bias, kernel_initializer=DENSE_INIT, name="v")
+        self.proj = layers.Dense(dim, kernel_initializer=DENSE_INIT, name="proj")
+        self.pos_proj = layers.Dense(num_heads, kernel_initializer=DENSE_INIT, name="pos_proj")
+
+    def build(self, input_shape):
+        self.qk.build(input_shape)
+        self.v.build(input_shape)
+        self.proj.build((*input_shape[:-1], self.dim))
+        self.pos_proj.build((None, 3))
+        self.gating_param = self.add_weight(name="gating_param", shape=(self.num_heads,), initializer="ones")
+        self._locality_init()
+
+    def _locality_init(self):
+        """v = identity; head (h1, h2) of a k x k layout peaks at offset
+        (h1 - c, h2 - c) with width set by ``locality_strength``."""
+        self.v.kernel.assign(np.eye(self.dim, dtype="float32"))
+        kernel = np.array(self.pos_proj.kernel.numpy())  # [3, heads] = torch weight.T
+        size = int(self.num_heads ** 0.5)
+        center = (size - 1) / 2 if size % 2 == 0 else size // 2
+        for h1 in range(size):
+            for h2 in range(size):
+                position = h1 + size * h2
+                kernel[:, position] = [2 * (h2 - center), 2 * (h1 - center), -1]
+        self.pos_proj.kernel.assign(kernel * self.locality_strength)
+
+    def call(self, x):
+        tokens = x.shape[1]
+        grid = int(round(tokens ** 0.5))
+        qk = self.qk(x)
+        q, k = ops.split(qk, 2, axis=-1)
+        q, k = split_heads(q, self.num_heads), split_heads(k, self.num_heads)
+        import tensorflow as tf
+
+        content = softmax(tf.linalg.matmul(q * (self.dim // self.num_heads) ** -0.5, k, transpose_b=True))
+        rel = ops.convert_to_tensor(relative_indices(grid).reshape(1, tokens * tokens, 3))
+        position = ops.reshape(self.pos_proj(rel), (1, tokens, tokens, self.num_heads))
+        position = softmax(ops.transpose(position, (0, 3, 1, 2)))  # image-independent: folded
+        gate = ops.reshape(ops.sigmoid(self.gating_param), (1, self.num_heads, 1, 1))
+        attn = ops.add(ops.multiply(content, 1.0 - gate), ops.multiply(position, gate))
+        out = merge_heads(apply_scores(attn, split_heads(self.v(x), self.num_heads)))
+        return self.proj(out)
+
+    def get_config(self):
+        return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
+                "locality_strength": self.locality_strength, "qkv_bias": self.qkv_bias}
+
+
+def build_convit(name: str, num_heads: int, num_classes: int, input_size: int,
+                 drop_path_rate: float = 0.0) -> keras.Model:
+    dim = HEAD_DIM * num_heads
+    inputs = image_input(input_size)
+    grid = input_size // PATCH_SIZE
+    x = patch_embed(inputs, dim, PATCH_SIZE)
+    x = PositionEmbedding((grid, grid), num_prefix=0, name="pos_embed")(x)
+    rates = drop_path_rates(drop_path_rate, DEPTH)
+    for i in range(LOCAL_BLOCKS):
+        attn = GatedPositionalSelfAttention(dim, num_heads, name=f"blocks.{i}.attn")
+        x = transformer_encoder(x, dim, 4 * dim, num_heads, activation="gelu", epsilon=LN_EPS,
+                                drop_path=rates[i], attention=attn, name=f"blocks.{i}")
+    # the class token joins here, as a tensor of its own (int8 scale of its own)
+    groups = [PrefixTokens(["cls_token"], [0.02], concat=False, name="cls_token")(x), x]
+    for i in range(LOCAL_BLOCKS, DEPTH):
+        groups = transformer_encoder(groups, dim, 4 * dim, num_heads, activation="gelu", epsilon=LN_EPS,
+                                     qkv_bias=False, drop_path=rates[i], name=f"blocks.{i}")
+    cls = LayerNorm(epsilon=LN_EPS, name="norm")(groups[0])
+    cls = TokenSlice(0, 1, squeeze=True, name="pool_cls")(cls)
+    logits = layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name="head")(cls)
+    return keras.Model(inputs, logits, name=name)
+
+
+_CONVIT = dict(family="convit", default_input_size=224, preprocessing=PREPROCESS_CONVIT,
+               input_size_multiple=PATCH_SIZE, reference=REFERENCE_CONVIT, checkpoint_formats=("timm",))
+
+
+@register_model(**_CONVIT)
+def convit_tiny(num_classes: int = 1000, input_size: int = 224):
+    return build_convit("convit_tiny", 4, num_classes, input_size)
+
+
+@register_model(**_CONVIT)
+def convit_small(num_classes: int = 1000, input_size: int = 224):
+    return build_convit("convit_small", 9, num_classes, input_size)
+
+
+@register_model(**_CONVIT)
+def convit_base(num_classes: int = 1000, input_size: int = 224):
+    return build_convit("convit_base", 16, num_classes, input_size)
