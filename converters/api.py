@@ -8,7 +8,7 @@ from edgevit.errors import EdgevitError
 
 from converters import common
 
-SOURCES = ("timm", "cvnets", "hf")
+SOURCES = ("timm", "cvnets", "huggingface")
 
 
 def _load_importers():

@@ -11,7 +11,7 @@ from edgevit.cli import print_json, print_table, user_errors
 @click.option("--model", "model_name", required=True, help="edgevit variant, e.g. mobilevit_v3_xs.")
 @click.option("-o", "--output", type=str, default=None,
               help="Output NAME.weights.h5 (default: MODEL.weights.h5 in the current folder).")
-@click.option("--source", type=click.Choice(["auto", "timm", "cvnets", "hf"]), default="auto", show_default=True,
+@click.option("--source", type=click.Choice(["auto", "timm", "cvnets", "huggingface"]), default="auto", show_default=True,
               help="Checkpoint naming (auto: detected from the tensor names).")
 @click.option("--num-classes", type=int, default=None, help="Classifier classes (default: the checkpoint's).")
 @click.option("--input-size", type=int, default=None,
