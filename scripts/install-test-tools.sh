@@ -66,4 +66,41 @@ else
             || warn "could not install kotlin-compiler: Kotlin compile checks will skip"
     fi
 fi
+
+# --- checkpoint import parity (tests/test_converters_*.py) ------------------
+#   torch 2.13.0 CPU build (exact pin: a plain `pip install torch` could pull
+#   a multi-GB CUDA build), timm and transformers without their optional
+#   dependencies (torchvision has no wheel here; converters/parity.py stands
+#   in for it, building models never runs it).
+TORCH_VERSION="2.13.0"
+py_has() { python -c "import $1" >/dev/null 2>&1; }
+py_version() { python -c "import $1; print($1.__version__.split('+')[0])" 2>/dev/null; }
+if [ "$(py_version torch)" = "$TORCH_VERSION" ]; then
+    say "torch $TORCH_VERSION already present"
+else
+    say "pip install torch==$TORCH_VERSION (CPU)"
+    python -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
+            --extra-index-url https://pypi.org/simple >/dev/null 2>&1 \
+        || python -m pip install -q "torch==$TORCH_VERSION" >/dev/null 2>&1 \
+        || warn "could not install torch $TORCH_VERSION: checkpoint parity tests will skip"
+fi
+py_missing=()
+py_has safetensors || py_missing+=(safetensors)
+py_has huggingface_hub || py_missing+=(huggingface_hub)
+py_has yaml || py_missing+=(pyyaml)
+py_has tokenizers || py_missing+=(tokenizers)
+py_has regex || py_missing+=(regex)
+if [ ${#py_missing[@]} -gt 0 ]; then
+    say "pip install ${py_missing[*]}"
+    python -m pip install -q "${py_missing[@]}" >/dev/null 2>&1 || warn "could not install ${py_missing[*]}"
+fi
+for pkg in timm transformers; do
+    if py_has "$pkg"; then
+        say "$pkg already present"
+    else
+        say "pip install --no-deps $pkg"
+        python -m pip install -q --no-deps "$pkg" >/dev/null 2>&1 \
+            || warn "could not install $pkg: its parity tests will skip"
+    fi
+done
 exit 0
