@@ -188,14 +188,12 @@ def bundle_command(model_file, android_demo, as_json):
         _print_bundle(result, android_demo)
 
 
+# Commands that live with their subsystems; imported last because they use
+# the helpers above.
+from converters.cli import import_weights_command  # noqa: E402
 from edgevit.profile.commands import bench_command, check_command  # noqa: E402
+from edgevit.train.commands import eval_command, finetune_command, qat_command  # noqa: E402
 
-main.add_command(bench_command)
-main.add_command(check_command)
-main.add_command(__import__("converters.cli", fromlist=["cli"]).import_weights_command)
-main.add_command(__import__("edgevit.train.commands", fromlist=["finetune_command"]).finetune_command)
-main.add_command(__import__("edgevit.train.commands", fromlist=["qat_command"]).qat_command)
-main.add_command(__import__("edgevit.train.commands", fromlist=["eval_command"]).eval_command)
-
-if __name__ == "__main__":
-    main()
+for _command in (bench_command, check_command, import_weights_command, finetune_command, qat_command,
+                 eval_command):
+    main.add_command(_command)

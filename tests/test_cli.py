@@ -86,7 +86,7 @@ def test_not_an_edgevit_keras_file(tmp_path):
 
 def test_convert_int8_end_to_end_json(tmp_path):
     out = tmp_path / "xxs_int8.tflite"
-    proc = subprocess.run([sys.executable, "-m", "edgevit.cli", "convert", "--int8", *SMALL,
+    proc = subprocess.run([sys.executable, "-m", "edgevit", "convert", "--int8", *SMALL,
                            "--num-classes", "10", "--calib-samples", "8", "-o", str(out), "--json"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr

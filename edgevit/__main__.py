@@ -1,0 +1,4 @@
+"""`python -m edgevit` runs the command line."""
+from edgevit.cli import main
+
+main()
