@@ -75,6 +75,7 @@ fi
 TORCH_VERSION="2.13.0"
 py_has() { python -c "import $1" >/dev/null 2>&1; }
 py_version() { python -c "import $1; print($1.__version__.split('+')[0])" 2>/dev/null; }
+pip_has() { python -m pip show -q "$1" >/dev/null 2>&1; }  # timm's import needs torchvision
 if [ "$(py_version torch)" = "$TORCH_VERSION" ]; then
     say "torch $TORCH_VERSION already present"
 else
@@ -95,7 +96,7 @@ if [ ${#py_missing[@]} -gt 0 ]; then
     python -m pip install -q "${py_missing[@]}" >/dev/null 2>&1 || warn "could not install ${py_missing[*]}"
 fi
 for pkg in timm transformers; do
-    if py_has "$pkg"; then
+    if pip_has "$pkg"; then
         say "$pkg already present"
     else
         say "pip install --no-deps $pkg"
