@@ -253,7 +253,10 @@ def conv_kernel(w, shape):
 
 
 def depthwise_kernel(w, shape):
-    return np.transpose(w, (2, 3, 0, 1))
+    """[C*M, 1, kh, kw] (grouped conv, M outputs per input channel) -> [kh, kw, C, M]."""
+    if w.ndim != 4 or len(shape) != 4 or w.shape[0] != shape[2] * shape[3]:
+        return w
+    return np.transpose(w.reshape(shape[2], shape[3], *w.shape[2:]), (2, 3, 0, 1))
 
 
 def dense_kernel(w, shape):
@@ -268,12 +271,18 @@ def identity(w, shape):
     return w
 
 
+def reshaped(w, shape):
+    """Same values, another shape (e.g. timm's [1, 1, C] affine parameters)."""
+    return w.reshape(shape) if w.size == math.prod(shape) else w
+
+
 def _inverse_conv(w, as_conv):
     return np.transpose(w, (3, 2, 0, 1))
 
 
 def _inverse_depthwise(w, as_conv):
-    return np.transpose(w, (2, 3, 0, 1))
+    kh, kw, c, m = w.shape
+    return np.transpose(w, (2, 3, 0, 1)).reshape(c * m, 1, kh, kw)
 
 
 def _inverse_dense(w, as_conv):
@@ -357,9 +366,9 @@ def plan(model, rules: list[Rule], source: str) -> list[Target]:
             if prefix is None:
                 continue
             suffix = SUFFIXES.get(name)
-            if suffix is None:
-                break
             transform, inverse = identity, _inverse_identity
+            if suffix is None:  # a parameter of its own (gating_param, alpha ...): same name
+                suffix, transform = name, reshaped
             if name == "kernel":
                 if kind == "DepthwiseConv2D":
                     transform, inverse = depthwise_kernel, _inverse_depthwise
@@ -497,26 +506,42 @@ def resample_grid(grid: np.ndarray, new_hw: tuple[int, int], antialias: bool = T
     return out.astype(np.float32)
 
 
-def resample_pos_embed(pe: np.ndarray, target_shape: tuple, num_prefix_tokens: int = 0) -> np.ndarray:
-    """Fit a ``[1, prefix + H*W, C]`` (or ``[1, H, W, C]``) position embedding
-    to the target shape: prefix (class / distillation) tokens are kept, the
-    square patch grid is resampled bicubically."""
-    if _shape(pe) == tuple(target_shape):
-        return pe
+def _prefix_tokens(n_old: int, n_new: int) -> int | None:
+    """Class/distillation tokens in front of a square grid of patch tokens."""
+    for p in range(0, 5):
+        if n_old > p and n_new > p and math.isqrt(n_old - p) ** 2 == n_old - p \
+                and math.isqrt(n_new - p) ** 2 == n_new - p:
+            return p
+    return None
+
+
+def resample_pos_embed(pe: np.ndarray, target_shape: tuple, num_prefix_tokens: int | None = None) -> np.ndarray:
+    """Fit a position embedding to the target shape: ``[1, prefix + H*W, C]``
+    token layout (prefix tokens kept, found from the shapes when not given)
+    or a ``[1, C, H, W]`` grid (PiT; returned as ``[1, H, W, C]``); the
+    square patch grid is resampled as timm does."""
+    target_shape = tuple(target_shape)
     if pe.ndim == 4 and len(target_shape) == 4:
+        if pe.shape[1] == target_shape[3] and pe.shape[3] != target_shape[3]:
+            pe = np.transpose(pe, (0, 2, 3, 1))  # NCHW -> NHWC
+        if pe.shape[3] != target_shape[3] or _shape(pe) == target_shape:
+            return pe
         return resample_grid(pe[0], target_shape[1:3])[None]
-    if pe.ndim != 3 or len(target_shape) != 3 or pe.shape[-1] != target_shape[-1]:
+    if _shape(pe) == target_shape or pe.ndim != 3 or len(target_shape) != 3 or pe.shape[-1] != target_shape[-1]:
         return pe  # the shape check names it
-    prefix, grid = pe[:, :num_prefix_tokens], pe[0, num_prefix_tokens:]
-    old, new = grid.shape[0], target_shape[1] - num_prefix_tokens
+    prefix = num_prefix_tokens if num_prefix_tokens is not None else _prefix_tokens(pe.shape[1], target_shape[1])
+    if prefix is None:
+        return pe
+    head, grid = pe[:, :prefix], pe[0, prefix:]
+    old, new = grid.shape[0], target_shape[1] - prefix
     side_old, side_new = math.isqrt(old), math.isqrt(new)
     if side_old ** 2 != old or side_new ** 2 != new:
         return pe
     grid = resample_grid(grid.reshape(side_old, side_old, -1), (side_new, side_new))
-    return np.concatenate([prefix, grid.reshape(1, new, -1)], axis=1)
+    return np.concatenate([head, grid.reshape(1, new, -1)], axis=1)
 
 
-def pos_embed_transform(num_prefix_tokens: int) -> Transform:
+def pos_embed_transform(num_prefix_tokens: int | None = None) -> Transform:
     def transform(w, shape):
         return resample_pos_embed(w, shape, num_prefix_tokens)
     transform.resamples = True

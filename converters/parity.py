@@ -123,7 +123,7 @@ def scale_logits_(module, head, images_nhwc: np.ndarray, target_std: float = 3.0
     import torch
 
     std = float(torch_logits(module, images_nhwc).std())
-    heads = head if isinstance(head, (tuple, list)) else [head]
+    heads = list(head) if isinstance(head, (tuple, list, torch.nn.ModuleList)) else [head]
     if std > 0:
         with torch.no_grad():
             for h in heads:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 
-from converters.common import Importer, Rule, pos_embed_transform, register
+from typing import Callable
+
+from converters.common import Importer, Rule, pos_embed_transform, register, reshaped
 
 
 def stage(offset: int, template: str):
@@ -61,21 +63,32 @@ TIMM_NAMES = {
 }
 
 
-# ViT / DeiT: edgevit's layer names are timm's module paths already.
-def _vit_rules(model) -> list[Rule]:
-    prefix = sum(1 for w in model.weights if w.path.startswith("prefix_tokens/"))
-    return [
-        Rule(r"prefix_tokens/(cls_token|dist_token)", r"\1", variable=True),
-        Rule(r"pos_embed/pos_embed", "pos_embed", variable=True, transform=pos_embed_transform(prefix)),
-        Rule(r"(blocks\.\d+\.attn)/(qkv|proj)", r"\1.\2"),
-        Rule(r"([\w.]+)", r"\1"),
-    ]
+# The ViT-like families: edgevit's layer names are timm's module paths
+# (``blocks.3.attn/qkv`` = ``blocks.3.attn.qkv``); tokens and position
+# embeddings are variables of their own layers.
+def _mirror_rules(*extra: Rule) -> Callable:
+    def rules(model) -> list[Rule]:
+        return [
+            *extra,
+            Rule(r"prefix_tokens/(\w+)", r"\1", variable=True),
+            Rule(r"(cls_token\w*)/\w+", r"\1", variable=True),
+            Rule(r"(pos_embed\w*)/pos_embed", r"\1", variable=True, transform=pos_embed_transform()),
+            Rule(r"([\w.]+)/(\w+)", r"\1.\2"),
+            Rule(r"([\w.]+)", r"\1"),
+        ]
+    return rules
 
 
-register(Importer("timm", "vit", _vit_rules, reference=TIMM, head=("head",),
-                  notes="timm vit_*_patch16/32_224 (vision_transformer.py)"))
-register(Importer("timm", "deit", _vit_rules, reference=TIMM, head=("head",),
-                  notes="timm deit_*_patch16_224 and deit_*_distilled_patch16_224"))
+_TIMM_FAMILIES = {
+    "vit": ("head",), "deit": ("head",), "convit": ("head",), "pit": ("head",),
+    "crossvit": ("head.0", "head.1"), "mlp_mixer": ("head",),
+}
+for _family, _head in _TIMM_FAMILIES.items():
+    register(Importer("timm", _family, _mirror_rules(), reference=TIMM, head=_head))
+# ResMLP: Affine norms (alpha, beta as [1, 1, C]) and LayerScale vectors without ".weight"
+register(Importer("timm", "resmlp", _mirror_rules(
+    Rule(r"([\w.]+)/(alpha|beta)", r"\1.\2", variable=True, transform=reshaped),
+    Rule(r"(blocks\.\d+\.ls\d)/gamma", r"\1", variable=True)), reference=TIMM, head=("head",)))
 
 TIMM_NAMES.update({
     "vit_tiny16": "vit_tiny_patch16_224", "vit_small16": "vit_small_patch16_224",
@@ -86,4 +99,10 @@ TIMM_NAMES.update({
     "deit_small": "deit_small_patch16_224", "deit_base": "deit_base_patch16_224",
     "deit_small_distilled": "deit_small_distilled_patch16_224",
     "deit_base_distilled": "deit_base_distilled_patch16_224",
+    "convit_tiny": "convit_tiny", "convit_small": "convit_small", "convit_base": "convit_base",
+    "pit_ti": "pit_ti_224", "pit_xs": "pit_xs_224", "pit_s": "pit_s_224", "pit_b": "pit_b_224",
+    "mixer_s16": "mixer_s16_224", "mixer_b16": "mixer_b16_224",
+    "resmlp_12": "resmlp_12_224", "resmlp_24": "resmlp_24_224", "resmlp_36": "resmlp_36_224",
+    "crossvit_tiny": "crossvit_tiny_240", "crossvit_9": "crossvit_9_240", "crossvit_small": "crossvit_small_240",
+    "crossvit_15": "crossvit_15_240", "crossvit_18": "crossvit_18_240", "crossvit_base": "crossvit_base_240",
 })
