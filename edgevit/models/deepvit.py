@@ -108,6 +108,6 @@ def build_deepvit(name: str, num_classes: int, input_size: int) -> keras.Model:
 
 
 @register_model(family="deepvit", default_input_size=224, preprocessing=PREPROCESS_DEEPVIT,
-                input_size_multiple=PATCH_SIZE, reference=REFERENCE_DEEPVIT, checkpoint_formats=("deepvit",))
+                input_size_multiple=PATCH_SIZE, reference=REFERENCE_DEEPVIT, checkpoint_formats=())
 def deepvit_s(num_classes: int = 1000, input_size: int = 224):
     return build_deepvit("deepvit_s", num_classes, input_size)
