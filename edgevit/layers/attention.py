@@ -55,13 +55,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
         mark = self.quantize_point
         tokens = x.shape[1]
-        heads = (-1, tokens, self.num_heads, self.head_dim)
-        q, k, v = [ops.reshape(t, heads) for t in ops.split(mark("qkv", self.qkv(x)), 3, axis=-1)]
-        q, v = ops.transpose(q, (0, 2, 1, 3)), ops.transpose(v, (0, 2, 1, 3))  # [B, heads, N, head_dim]
-        # Keys go straight to [B, heads, head_dim, N]: a plain matmul, because
-        # the GPU delegate ignores BATCH_MATMUL's adjoint flags.
-        k = ops.transpose(k, (0, 2, 3, 1))
-        attn = mark("scores", tf.linalg.matmul(mark("query_scaled", q * self.scale), k))
+        qkv = ops.reshape(mark("qkv", self.qkv(x)), (-1, tokens, 3 * self.num_heads, self.head_dim))
+        qkv = ops.transpose(qkv, (0, 2, 1, 3))  # [B, 3*heads, N, head_dim]
+        q, k, v = ops.split(qkv, 3, axis=1)
+        attn = mark("scores", tf.linalg.matmul(mark("query_scaled", q * self.scale), k, transpose_b=True))
         attn = self.dropout(mark("softmax", softmax(attn)), training=training)
         out = ops.transpose(mark("context", tf.linalg.matmul(attn, v)), (0, 2, 1, 3))  # [B, N, heads, head_dim]
         return mark("output", self.proj(ops.reshape(out, (-1, tokens, self.dim))))
