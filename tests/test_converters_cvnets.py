@@ -38,7 +38,8 @@ OFFICIAL = {
     "mobilevit_v3_050": (244, "a3d94bdb6b5809f1"), "mobilevit_v3_075": (244, "45ef012fa71b16ba"),
     "mobilevit_v3_100": (244, "1019f5f3502f471c"),
 }
-DEFAULT = ["mobilevit_v1_xxs", "mobilevit_v2_050", "mobilevit_v3_xxs", "mobilevit_v3_050"]
+# v3 on v1 and on v2 by default: they use the v1 and v2 rule tables
+DEFAULT = ["mobilevit_v3_xxs", "mobilevit_v3_050"]
 SIZE = 64  # tensor shapes do not depend on the input size
 
 
