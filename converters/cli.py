@@ -1,9 +1,22 @@
 """``edgevit import-weights``: an official checkpoint -> a Keras weights file."""
 from __future__ import annotations
 
+import functools
+
 import click
 
-from edgevit.cli import print_json, print_table, user_errors
+
+def user_errors(fn):
+    """edgevit.cli's error handling, looked up at call time: edgevit.cli
+    imports this module to register the command."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from edgevit.cli import user_errors as handled
+
+        return handled(fn)(*args, **kwargs)
+
+    return wrapper
 
 
 @click.command("import-weights")
@@ -23,6 +36,7 @@ def import_weights_command(checkpoint, model_name, output, source, num_classes, 
     Hugging Face CvT) into edgevit MODEL and write a .weights.h5 file for
     `edgevit convert MODEL --weights FILE`."""
     from converters.api import import_weights
+    from edgevit.cli import print_json, print_table
     from edgevit.export.convert import native_output_captured
 
     output = output or f"{model_name}.weights.h5"

@@ -32,7 +32,7 @@ import os
 import pickle
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -590,7 +590,6 @@ class Importer:
     reference: str = ""
     head: tuple[str, ...] = ("head.fc",)  # Keras classifier layer(s)
     notes: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 IMPORTERS: dict[tuple[str, str], Importer] = {}

@@ -1,6 +1,5 @@
 """Output parity between a PyTorch reference model and its imported edgevit
-twin: the proof the importers are right (used by the tests and by
-``edgevit import-weights --check``... see tests/test_converters_*.py).
+twin: the proof the importers are right (tests/test_converters_*.py).
 
 timm imports torchvision at import time only for data pipelines and feature
 extraction, none of which building a model uses. torchvision has no wheel
