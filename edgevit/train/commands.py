@@ -219,7 +219,9 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
     if export_int8:
         from edgevit.export.pipeline import ExportOptions, Progress, export
 
+        # No calibration happens (trained ranges); the images validate the file.
         opts = ExportOptions(precision="int8", output=str(out.with_suffix(".tflite")), weights_label=str(out),
+                             calib_samples=1,
                              calib_dir=str(Path(data_dir) / "val") if (Path(data_dir) / "val").is_dir() else data_dir)
         report = export(qat, spec, opts, Progress(enabled=True))
         result["export"] = {"file": report["file"], "agreement": report["agreement"],
