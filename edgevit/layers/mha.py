@@ -8,18 +8,10 @@ DeepViT (head mixing between softmax and the value product).
 """
 from __future__ import annotations
 
-import warnings
-
 import keras
 from keras import ops
 
-
-def softmax(x):
-    """Softmax over the last axis (a length-1 axis at tiny inputs is fine:
-    Keras' warning about it is silenced)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return ops.softmax(x, axis=-1)
+from edgevit.layers.attention import softmax
 
 
 def split_heads(x, num_heads: int):
