@@ -54,7 +54,7 @@ def convert_all(models, precisions, calib_samples, out_dir: Path, diagnose: bool
                   f"cosine {report['agreement']['cosine_mean']:.4f}", file=sys.stderr)
         if diagnose and {"fp32", "int8"} <= set(paths):
             from edgevit.data import sample_photos
-            from tests.helpers import layerwise_comparison
+            from edgevit.export.diagnose import layerwise_comparison
 
             images = sample_photos.sample_batch(spec.preprocessing, 2, held_out=True)
             first = layerwise_comparison(paths["fp32"].read_bytes(), paths["int8"].read_bytes(), images,

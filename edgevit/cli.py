@@ -56,12 +56,15 @@ def main():
 
 def _import_tensorflow_quietly() -> None:
     """TensorFlow's native start-up chatter (CUDA probes, CPU feature notes)
-    would bury the command's own output, so it is not shown."""
+    would bury the command's own output, so it is not shown: import it and
+    probe its devices with that output captured."""
     from edgevit.export.convert import native_output_captured
 
     try:
         with native_output_captured():
-            import tensorflow  # noqa: F401
+            import tensorflow
+
+            tensorflow.config.list_physical_devices()  # the CUDA probe logs here
     except ImportError as err:
         raise SystemExit(f"error: TensorFlow failed to import: {err}") from None
 
@@ -151,7 +154,8 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     weights_label = weights or (model if from_file else "random-init")
     opts = ExportOptions(precision=precision, io_dtype=io_dtype, calib_dir=calib_dir,
                          calib_samples=calib_samples, output=output, weights_label=weights_label,
-                         recalibrate_batchnorm=weights is None and not from_file)
+                         recalibrate_batchnorm=weights is None and not from_file,
+                         diagnose_below_cosine=0.98)
     report = export(keras_model, spec, opts, progress)
     if android_demo is not None:
         from edgevit.export.android_bundle import bundle

@@ -22,7 +22,8 @@ from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
 from edgevit.export import graph as graph_mod
 from edgevit.export.agreement import agreement
-from edgevit.export.convert import CPU_FLOAT_OPS, INTEGER_PRECISIONS, check_io_dtype, convert, default_io_dtype, needs_calibration
+from edgevit.export.convert import (CPU_FLOAT_OPS, INTEGER_PRECISIONS, check_io_dtype, convert, default_io_dtype,
+                                    native_output_captured, needs_calibration)
 from edgevit.export.metadata import build_metadata, embed
 from edgevit.export.run_model import run_in_child
 from edgevit.registry import ModelSpec
@@ -42,6 +43,9 @@ class ExportOptions:
     weights_label: str = "random-init"
     recalibrate_batchnorm: bool = False
     validation_threads: int = 2
+    # When a quantized file agrees poorly with the Keras model, compare it
+    # layer by layer with an fp32 conversion and name where it breaks first.
+    diagnose_below_cosine: float | None = None
 
 
 class Progress:
@@ -209,6 +213,10 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             "seconds": {"convert": round(convert_seconds, 2), "validate": round(validate_seconds, 2)},
             "files": {"model": str(out_path), **{k: str(v) for k, v in paths.items()}},
         }
+        threshold = opts.diagnose_below_cosine
+        if (threshold is not None and needs_calibration(precision)
+                and report["agreement"]["cosine_mean"] < threshold):
+            report["first_breaking_layer"] = _first_breaking_layer(model, content, val, threshold, progress)
         failed = [c for c in checks if not c["passed"]]
         if precision in INTEGER_PRECISIONS and any(c["check"].startswith("every op integer") for c in failed):
             raise EdgevitError(
@@ -229,6 +237,20 @@ def delegate_compatibility(content: bytes) -> dict:
     from edgevit.profile import compat
 
     return compat.summary(compat.check(content))
+
+
+def _first_breaking_layer(model, content: bytes, images: np.ndarray, threshold: float,
+                          progress: Progress) -> dict | None:
+    from edgevit.export.diagnose import layerwise_comparison
+
+    progress.step(f"Agreement below cosine {threshold}: comparing every layer with an fp32 conversion")
+    fp32 = convert(model, "fp32")
+    with native_output_captured():  # LiteRT's own INFO lines
+        found = layerwise_comparison(fp32, content, images[:2], threshold=threshold)["first_below"]
+    if found is None:
+        return None
+    return {**found, "threshold": threshold,
+            "hint": "try --int16x8, or --int8-mixed on the CPU; trained weights quantize better than random ones"}
 
 
 def _public(tensor: dict) -> dict:

@@ -55,6 +55,11 @@ def print_report(report: dict, stream=None) -> None:
                                 f"{a['reference_logit_range'][0]:.3g} .. {a['reference_logit_range'][1]:.3g})"),
         ("time", f"convert {report['seconds']['convert']} s, validate {report['seconds']['validate']} s"),
     ]
+    broken = report.get("first_breaking_layer")
+    if broken:
+        rows.append(("first layer below cosine " + str(broken["threshold"]),
+                     f"{broken['layer']} (cosine {broken['cosine']:.4f}, worst token "
+                     f"{broken['worst_token_cosine']:.4f}); {broken['hint']}"))
     for name, d in (report.get("delegates") or {}).items():
         label = "GPU delegate" if name == "gpu" else f"NNAPI delegate (Android API {d.get('android_api')})"
         rows.append((label, _fmt_delegate(d)))
