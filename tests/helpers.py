@@ -8,7 +8,6 @@ import contextlib
 import numpy as np
 
 import edgevit
-from edgevit.export.diagnose import layerwise_comparison  # noqa: F401  (used by the family tests)
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.registry import get_spec
 
@@ -61,3 +60,27 @@ def assert_deployable(report):
     assert report["io"]["input"]["shape"] == [1, report["input_size"], report["input_size"], 3]
 
 
+
+
+def exports_within_floor(tmp_path, name, precision, size, model=None):
+    """Export under the deployment rules with agreement above the precision's floor."""
+    report = export_variant(tmp_path, name, precision, size, model=model)
+    assert_deployable(report)
+    assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
+    return report
+
+
+def round_trips_and_converts(tmp_path, name, size, precisions=("fp32", "int8")):
+    """Output shape, an identical ``.keras`` round trip, then each precision
+    through :func:`exports_within_floor`; returns the model and the reports."""
+    import keras
+
+    model = edgevit.create_model(name, num_classes=10, input_size=size)
+    x = np.random.default_rng(1).random((2, size, size, 3), dtype="float32")
+    out = model.predict(x, verbose=0)
+    assert out.shape == (2, 10)
+    model.save(tmp_path / "m.keras")
+    reloaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert reloaded.name == name
+    np.testing.assert_array_equal(out, reloaded.predict(x, verbose=0))
+    return model, {p: exports_within_floor(tmp_path, name, p, size, model=model) for p in precisions}

@@ -5,7 +5,6 @@ as .pth or .safetensors, imported, and both models run on the same photos.
 
 By default the first (smallest) variant of every family runs; ``-m slow``
 runs every variant."""
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install \"edgevit[torch]\")")

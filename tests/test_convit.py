@@ -2,14 +2,13 @@
 import numpy as np
 import pytest
 
-import keras
 
 import edgevit
 from edgevit.export.convert import PRECISIONS
 from edgevit.info import count_params
 from edgevit.models.convit import relative_indices
 from edgevit.registry import get_spec
-from tests.helpers import COSINE_FLOOR, assert_deployable, export_variant, zero_initialisers
+from tests.helpers import exports_within_floor, round_trips_and_converts, zero_initialisers
 
 # timm convit_* (1000 classes, 224x224).
 OFFICIAL_PARAMS = {"convit_tiny": 5_710_512, "convit_small": 27_777_322, "convit_base": 86_540_040}
@@ -46,23 +45,11 @@ def test_gpsa_starts_local_and_the_class_token_joins_late():
 
 
 def test_smallest_variant_round_trips_and_converts(tmp_path):
-    model = edgevit.create_model("convit_tiny", num_classes=10, input_size=SMALL_SIZE)
-    x = np.random.default_rng(1).random((2, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
-    out = model.predict(x, verbose=0)
-    assert out.shape == (2, 10)
-    model.save(tmp_path / "m.keras")
-    reloaded = keras.saving.load_model(tmp_path / "m.keras")
-    np.testing.assert_array_equal(out, reloaded.predict(x, verbose=0))
-    for precision in ("fp32", "int8"):
-        report = export_variant(tmp_path, "convit_tiny", precision, SMALL_SIZE, model=model)
-        assert_deployable(report)
-        assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
+    round_trips_and_converts(tmp_path, "convit_tiny", SMALL_SIZE)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(OFFICIAL_PARAMS))
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_full_matrix_at_default_size(tmp_path, name, precision):
-    report = export_variant(tmp_path, name, precision, 224)
-    assert_deployable(report)
-    assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
+    exports_within_floor(tmp_path, name, precision, 224)

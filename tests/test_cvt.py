@@ -1,14 +1,12 @@
 """CvT: exact sizes, conv projections, serialisation, deployment rules."""
-import numpy as np
 import pytest
 
-import keras
 
 import edgevit
 from edgevit.export.convert import PRECISIONS
 from edgevit.info import count_params
 from edgevit.registry import get_spec
-from tests.helpers import COSINE_FLOOR, assert_deployable, export_variant, zero_initialisers
+from tests.helpers import exports_within_floor, round_trips_and_converts, zero_initialisers
 
 # Hugging Face transformers CvtForImageClassification(CvtConfig(depth=...,
 # num_labels=1000)) trainable parameters: CvT-13 depth (1, 2, 10), CvT-21 (1, 4, 16).
@@ -33,17 +31,8 @@ def test_parameter_count_equals_hugging_face(name):
 
 
 def test_smallest_variant_round_trips_and_converts(tmp_path):
-    model = edgevit.create_model("cvt_13", num_classes=10, input_size=SMALL_SIZE)
-    x = np.random.default_rng(1).random((2, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
-    out = model.predict(x, verbose=0)
-    assert out.shape == (2, 10)
-    model.save(tmp_path / "m.keras")
-    reloaded = keras.saving.load_model(tmp_path / "m.keras")
-    np.testing.assert_array_equal(out, reloaded.predict(x, verbose=0))
-    for precision in ("fp32", "int8"):
-        report = export_variant(tmp_path, "cvt_13", precision, SMALL_SIZE, model=model)
-        assert_deployable(report)
-        assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
+    _, reports = round_trips_and_converts(tmp_path, "cvt_13", SMALL_SIZE)
+    report = reports["int8"]
     assert "DEPTHWISE_CONV_2D" in report["op_histogram"]
 
 
@@ -51,6 +40,4 @@ def test_smallest_variant_round_trips_and_converts(tmp_path):
 @pytest.mark.parametrize("name", sorted(OFFICIAL_PARAMS))
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_full_matrix_at_default_size(tmp_path, name, precision):
-    report = export_variant(tmp_path, name, precision, 224)
-    assert_deployable(report)
-    assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
+    exports_within_floor(tmp_path, name, precision, 224)

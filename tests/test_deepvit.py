@@ -2,13 +2,12 @@
 import numpy as np
 import pytest
 
-import keras
 
 import edgevit
 from edgevit.export.convert import PRECISIONS
 from edgevit.info import count_params
 from edgevit.models.deepvit import ReAttention
-from tests.helpers import COSINE_FLOOR, assert_deployable, export_variant, zero_initialisers
+from tests.helpers import exports_within_floor, round_trips_and_converts, zero_initialisers
 
 # DeepViT paper, Table 6: DeepViT-S 27M; exact count of the released
 # deepvit_S definition (CNN patch embedding, 16 blocks of width 396, the last
@@ -54,22 +53,10 @@ def test_re_attention_mixes_heads_then_normalises():
 
 
 def test_smallest_variant_round_trips_and_converts(tmp_path):
-    model = edgevit.create_model("deepvit_s", num_classes=10, input_size=SMALL_SIZE)
-    x = np.random.default_rng(1).random((2, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
-    out = model.predict(x, verbose=0)
-    assert out.shape == (2, 10)
-    model.save(tmp_path / "m.keras")
-    reloaded = keras.saving.load_model(tmp_path / "m.keras")
-    np.testing.assert_array_equal(out, reloaded.predict(x, verbose=0))
-    for precision in ("fp32", "int8"):
-        report = export_variant(tmp_path, "deepvit_s", precision, SMALL_SIZE, model=model)
-        assert_deployable(report)
-        assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
+    round_trips_and_converts(tmp_path, "deepvit_s", SMALL_SIZE)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_full_matrix_at_default_size(tmp_path, precision):
-    report = export_variant(tmp_path, "deepvit_s", precision, 224)
-    assert_deployable(report)
-    assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
+    exports_within_floor(tmp_path, "deepvit_s", precision, 224)

@@ -7,11 +7,12 @@ import pytest
 import keras
 
 import edgevit
-from edgevit.export.convert import PRECISIONS, convert
+from edgevit.export.convert import PRECISIONS
+from edgevit.export.diagnose import layerwise_comparison
 from edgevit.info import count_params
 from edgevit.layers import PositionEmbedding
 from edgevit.registry import get_spec
-from tests.helpers import (COSINE_FLOOR, assert_deployable, export_variant, layerwise_comparison,
+from tests.helpers import (COSINE_FLOOR, assert_deployable, export_variant,
                            zero_initialisers)
 
 # timm (1000 classes, 224x224): vit_*_patch16_224 / vit_base_patch32_224, deit_*_patch16_224.

@@ -140,7 +140,7 @@ def _convert_mixed(converter, calibration, on_step, model_name: str) -> bytes:
     converter.representative_dataset = _representative(calibration, on_step)
     options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(CPU_FLOAT_OPS))
     try:
-        with native_output_captured() as log:
+        with native_output_captured():
             debugger = tf.lite.experimental.QuantizationDebugger(
                 converter=converter, debug_dataset=_representative(calibration[:1], None),
                 debug_options=options)

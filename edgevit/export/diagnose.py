@@ -24,7 +24,7 @@ def layerwise_comparison(float_content: bytes, quant_content: bytes, inputs: np.
     graphs share (same name and shape), in execution order of the quantized
     graph. Returns the per-tensor cosines and the first layer below
     ``threshold`` (where int8 breaks first)."""
-    from edgevit.export.run_model import dequantize, quantize
+    from edgevit.export.run_model import quantize
 
     try:
         from ai_edge_litert import interpreter as litert

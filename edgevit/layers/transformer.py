@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-from keras import layers, ops
+from keras import layers
 
 from edgevit.layers.attention import MultiHeadSelfAttention, SeparableSelfAttention
 from edgevit.layers.conv import DENSE_INIT

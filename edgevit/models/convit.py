@@ -22,11 +22,10 @@ import keras
 import numpy as np
 from keras import layers, ops
 
-from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, TokenSlice, drop_path_rates, mlp,
+from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, TokenSlice, drop_path_rates,
                             patch_embed, transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.mha import apply_scores, merge_heads, softmax, split_heads
-from edgevit.layers.tokens import DropPath
 from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, image_input
 from edgevit.registry import Preprocessing, register_model
 

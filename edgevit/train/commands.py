@@ -1,8 +1,6 @@
 """`edgevit finetune`, `edgevit qat` and `edgevit eval`."""
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from pathlib import Path
 
@@ -42,7 +40,7 @@ def _check_output(output: str) -> Path:
 def prepare(model_arg: str, data_dir: str, *, weights, input_size, val_split, sizes=()):
     """(model, spec, dataset, train data, val data, input size, skipped count)."""
     from edgevit.registry import check_input_size
-    from edgevit.saving import copy_weights, resolve_model
+    from edgevit.saving import resolve_model
     from edgevit.train.data import find_dataset, load_split
 
     dataset = find_dataset(data_dir, val_split=val_split)
