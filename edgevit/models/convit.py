@@ -22,11 +22,11 @@ import keras
 import numpy as np
 from keras import layers, ops
 
-from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, TokenSlice, drop_path_rates,
-                            patch_embed, transformer_encoder)
+from edgevit.layers import (PositionEmbedding, PrefixTokens, drop_path_rates, patch_embed,
+                            transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.mha import apply_scores, merge_heads, softmax, split_heads
-from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, image_input
+from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_CONVIT = "https://github.com/facebookresearch/convit (timm convit.py)"
@@ -121,9 +121,7 @@ def build_convit(name: str, num_heads: int, num_classes: int, input_size: int,
     for i in range(LOCAL_BLOCKS, DEPTH):
         groups = transformer_encoder(groups, dim, 4 * dim, num_heads, activation="gelu", epsilon=LN_EPS,
                                      qkv_bias=False, drop_path=rates[i], name=f"blocks.{i}")
-    cls = LayerNorm(epsilon=LN_EPS, name="norm")(groups[0])
-    cls = TokenSlice(0, 1, squeeze=True, name="pool_cls")(cls)
-    logits = layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name="head")(cls)
+    _, logits = class_token_head(groups[0], num_classes, LN_EPS)
     return keras.Model(inputs, logits, name=name)
 
 

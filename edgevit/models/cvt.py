@@ -19,12 +19,11 @@ from dataclasses import dataclass
 import keras
 from keras import layers
 
-from edgevit.layers import (HeadAttention, LayerNorm, PrefixTokens, TokenSlice, conv_norm_act, mlp,
-                            to_map, to_tokens)
+from edgevit.layers import (HeadAttention, LayerNorm, PrefixTokens, conv_norm_act, mlp, to_map, to_tokens)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.tokens import DropPath, drop_path_rates
 from edgevit.layers.transformer import join_groups, split_groups
-from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, image_input
+from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_CVT = "https://github.com/microsoft/CvT (Hugging Face transformers CvtConfig)"
@@ -106,9 +105,7 @@ def build_cvt(name: str, num_classes: int, input_size: int, drop_path_rate: floa
                                name=f"{stage}.blocks.{i}")
         x = to_map(groups[-1], grid, f"{stage}.to_map")
         cls = groups[0]
-    cls = LayerNorm(epsilon=LN_EPS, name="norm")(cls)
-    cls = TokenSlice(0, 1, squeeze=True, name="pool_cls")(cls)
-    logits = layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name="head")(cls)
+    _, logits = class_token_head(cls, num_classes, LN_EPS)
     return keras.Model(inputs, logits, name=name)
 
 

@@ -22,12 +22,11 @@ from __future__ import annotations
 import keras
 from keras import layers, ops
 
-from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, TokenSlice, conv_norm_act, mlp,
-                            to_tokens)
+from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, conv_norm_act, mlp, to_tokens)
 from edgevit.layers.conv import BN_EPSILON, BN_MOMENTUM, DENSE_INIT
 from edgevit.layers.mha import apply_scores, attention_scores, merge_heads, split_heads
 from edgevit.layers.transformer import join_groups, split_groups
-from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, image_input
+from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_DEEPVIT = "https://github.com/zhoudaquan/dvit_repo (DeepViT paper, Table 6: DeepViT-S 27M)"
@@ -101,9 +100,7 @@ def build_deepvit(name: str, num_classes: int, input_size: int) -> keras.Model:
     groups = PositionEmbedding(grid, num_prefix=1, name="pos_embed")([cls, x])
     for i in range(DEPTH):
         groups = deepvit_block(groups, i >= DEPTH - RE_ATTENTION_BLOCKS, name=f"blocks.{i}")
-    cls = LayerNorm(epsilon=LN_EPS, name="norm")(groups[0])
-    cls = TokenSlice(0, 1, squeeze=True, name="pool_cls")(cls)
-    logits = layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name="head")(cls)
+    _, logits = class_token_head(groups[0], num_classes, LN_EPS)
     return keras.Model(inputs, logits, name=name)
 
 

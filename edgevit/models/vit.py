@@ -44,6 +44,13 @@ def image_input(input_size: int):
     return keras.Input((input_size, input_size, 3), batch_size=None, name="image")
 
 
+def class_token_head(cls_tokens, num_classes: int, epsilon: float = LN_EPS):
+    """Final LayerNorm over the class token(s), then the linear classifier on the class token."""
+    x = LayerNorm(epsilon=epsilon, name="norm")(cls_tokens)
+    cls = TokenSlice(0, 1, squeeze=True, name="pool_cls")(x)
+    return x, layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name="head")(cls)
+
+
 def build_vit(name: str, cfg: ViTConfig, num_classes: int, input_size: int,
               drop_path_rate: float = 0.0) -> keras.Model:
     inputs = image_input(input_size)
@@ -58,9 +65,7 @@ def build_vit(name: str, cfg: ViTConfig, num_classes: int, input_size: int,
     for i, rate in enumerate(drop_path_rates(drop_path_rate, cfg.depth)):
         groups = transformer_encoder(groups, cfg.dim, int(cfg.dim * cfg.mlp_ratio), cfg.num_heads,
                                      activation="gelu", epsilon=LN_EPS, drop_path=rate, name=f"blocks.{i}")
-    x = LayerNorm(epsilon=LN_EPS, name="norm")(groups[0])  # only the prefix tokens reach the heads
-    cls = TokenSlice(0, 1, squeeze=True, name="pool_cls")(x)
-    logits = layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name="head")(cls)
+    x, logits = class_token_head(groups[0], num_classes)  # only the prefix tokens reach the heads
     if cfg.distilled:  # DeiT: at inference the class and distillation heads are averaged
         dist = TokenSlice(1, 2, squeeze=True, name="pool_dist")(x)
         dist = layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name="head_dist")(dist)
