@@ -4,6 +4,8 @@ import pytest
 
 import keras
 
+import edgevit
+
 from edgevit.layers import (Fold, LayerNorm, MultiHeadSelfAttention, ResizeBilinear,
                             SeparableSelfAttention, Unfold, make_divisible)
 
@@ -129,3 +131,22 @@ def test_resize_bilinear_matches_pytorch_semantics(align_corners):
     x = _rand(1, 7, 7, 1)
     out = np.asarray(ResizeBilinear((8, 8), align_corners=align_corners)(x))[0, :, :, 0]
     np.testing.assert_allclose(out, _bilinear_reference(x[0, :, :, 0], 8, 8, align_corners), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["mobilevit_v3_xxs", "vit_tiny16"])
+def test_random_init_gives_every_layer_its_own_weights_and_repeats_after_reseeding(name):
+    """Shared initializer instances would hand every kernel of one shape the
+    same values, drawn from a seed fixed at import time."""
+    keras.utils.set_random_seed(0)
+    first = edgevit.create_model(name, num_classes=10, input_size=64)
+    edgevit.create_model("mobilevit_v1_xxs", num_classes=10, input_size=64)  # draws more seeds
+    keras.utils.set_random_seed(0)
+    again = edgevit.create_model(name, num_classes=10, input_size=64)
+    for a, b in zip(first.weights, again.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    by_shape: dict[tuple, list[np.ndarray]] = {}
+    for w in first.weights:
+        if w.path.endswith("kernel"):
+            by_shape.setdefault(tuple(w.shape), []).append(np.asarray(w))
+    repeated = [s for s, ks in by_shape.items() if any(np.array_equal(ks[0], k) for k in ks[1:])]
+    assert not repeated, repeated

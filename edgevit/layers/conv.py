@@ -13,9 +13,14 @@ BN_EPSILON = 1e-5
 BN_MOMENTUM = 0.9  # PyTorch momentum 0.1
 
 # He-normal over fan-out and truncated-normal(0.02) dense layers, as the
-# official MobileViT and timm training recipes initialise them.
-CONV_INIT = keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
-DENSE_INIT = keras.initializers.TruncatedNormal(stddev=0.02)
+# official MobileViT and timm training recipes initialise them. Configs, not
+# instances: each layer deserialises its own initializer and so draws its own
+# seed after keras.utils.set_random_seed. A module-level instance takes one
+# seed at import time, gives every layer of a shape the same values, and makes
+# random weights depend on what ran before the import.
+CONV_INIT = {"class_name": "VarianceScaling",
+             "config": {"scale": 2.0, "mode": "fan_out", "distribution": "untruncated_normal"}}
+DENSE_INIT = {"class_name": "TruncatedNormal", "config": {"stddev": 0.02}}
 
 
 def make_divisible(value: float, divisor: int = 8, min_value: int | None = None) -> int:
