@@ -31,9 +31,13 @@ class LayerNorm(keras.layers.Layer):
         self.beta = self.add_weight(name="beta", shape=(channels,), initializer="zeros")
 
     def call(self, x):
-        # Every op here becomes one TFLite op; ``quantize_point`` marks its
-        # output (identity here; edgevit.quantize.layers fake-quantizes it).
-        q = self.quantize_point
+        return self.normalise(x, self.quantize_point)
+
+    def normalise(self, x, q):
+        """The LayerNorm with ``q(tag, tensor)`` applied at each op output.
+
+        Every op here becomes one TFLite op; ``q`` is :meth:`quantize_point`
+        (identity here; edgevit.quantize.layers fake-quantizes there)."""
         centred = q("centred", ops.subtract(x, q("mean", ops.mean(x, axis=self.axes, keepdims=True))))
         variance = q("variance", ops.mean(q("square", ops.multiply(centred, centred)),
                                           axis=self.axes, keepdims=True))

@@ -222,11 +222,15 @@ class _QuantizePoints:
 class QuantLayerNorm(_QuantizePoints, LayerNorm):
     """LayerNorm with every one of its nine int8 ops fake-quantized.
 
-    The variance (+ epsilon) can round to zero in int8; TFLite's int8 RSQRT
-    then outputs its largest value. Here the RSQRT input is floored at 1e-12
-    (a MAXIMUM that is a no-op in int8, where 1e-12 rounds to 0) and the
-    result clipped by the RSQRT range, which gives the same value with finite
-    gradients."""
+    In int8 the variance (+ epsilon) can round to zero, and TFLite's RSQRT
+    then outputs the top of its range. Here RSQRT gives +inf there, which
+    range tracking ignores and the fake-quant clamps to the top of the
+    range: the same value, and the range stays that of real tokens.
+
+    Training takes the gradient of the float LayerNorm (a straight-through
+    estimator over the whole layer): the rounded path's own gradient runs
+    through RSQRT at rounded, near-zero variances and explodes (seen as NaN
+    in the first QAT epoch of MobileViT-v3-XXS at 160 px)."""
 
     TAGS = ("mean", "centred", "square", "variance", "variance_eps", "rsqrt", "normalised", "scaled",
             "output")
@@ -235,11 +239,12 @@ class QuantLayerNorm(_QuantizePoints, LayerNorm):
         super().__init__(**kwargs)
         self._make_quantizers(momentum)
 
-    def quantize_point(self, tag: str, x):
-        x = super().quantize_point(tag, x)
-        if tag == "variance_eps":
-            x = ops.maximum(x, 1e-12)
-        return x
+    def call(self, x, training=None):
+        quantized = self.normalise(x, self.quantize_point)
+        if not training:
+            return quantized
+        exact = self.normalise(x, lambda tag, t: t)
+        return exact + ops.stop_gradient(quantized - exact)
 
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum}

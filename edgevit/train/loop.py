@@ -128,9 +128,6 @@ class Trainer:
                 per_sample = keras.losses.categorical_crossentropy(target, logits, from_logits=True)
                 loss = tf.nn.compute_average_loss(per_sample)
             grads = tape.gradient(loss, model.trainable_variables)
-            # A QAT LayerNorm whose variance rounds to zero can give a
-            # non-finite gradient on a few elements; drop those elements.
-            grads = [g if g is None else tf.where(tf.math.is_finite(g), g, tf.zeros_like(g)) for g in grads]
             optimizer.apply(grads, base.trainable_variables)
             if shared:
                 for dst, src in zip(base.non_trainable_variables, model.non_trainable_variables):
