@@ -1,7 +1,7 @@
 """Float vs post-training int8 vs QAT int8 on hymenoptera (ants/bees).
 
 Usage: python benchmarks/qat_hymenoptera.py [--data ../shared/data/hymenoptera]
-       [--model mobilevit_v3_xxs] [--size 160] [--epochs 30] [--qat-epochs 3] [--out DIR]
+       [--model mobilevit_v3_xxs] [--size 160] [--epochs 30] [--qat-epochs 10] [--out DIR]
 
 Runs the same steps as the CLI (`edgevit finetune`, `edgevit convert --int8`,
 `edgevit qat`, `edgevit eval`) in one process and prints one Markdown table:
@@ -30,10 +30,10 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="mobilevit_v3_xxs")
     p.add_argument("--size", type=int, default=160)
     p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--qat-epochs", type=int, default=3)
+    p.add_argument("--qat-epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--qat-lr", type=float, default=1e-4)
+    p.add_argument("--qat-lr", type=float, default=2e-4)
     p.add_argument("--multiscale", default="")
     p.add_argument("--out", default="/tmp/edgevit-qat-hymenoptera")
     args = p.parse_args(argv)

@@ -205,7 +205,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
     calibrate(qat, calib)
     before = _val_metrics(val, size)(qat)["val_top1"]
     _log(f"QAT model after range calibration: val top-1 {before}")
-    cfg = TrainConfig(epochs=epochs or 3, batch_size=batch_size, lr=lr or 1e-4, warmup_epochs=0.0,
+    cfg = TrainConfig(epochs=epochs or 10, batch_size=batch_size, lr=lr or 2e-4, warmup_epochs=0.0,
                       checkpoint_dir=checkpoint_dir or str(out) + ".ckpt")
     trainer = Trainer(qat, None, size, cfg, log=_log)
     history = trainer.fit(train, _val_metrics(val, size))
