@@ -8,9 +8,9 @@ import keras
 import edgevit
 from edgevit.export.convert import PRECISIONS, convert
 from edgevit.export.graph import describe
-from edgevit.export.pipeline import ExportOptions, export
 from edgevit.info import count_params
 from edgevit.registry import get_spec
+from tests.helpers import assert_deployable, export_variant
 
 # Trainable parameters of the official implementations (1000 classes).
 OFFICIAL_PARAMS = {
@@ -57,28 +57,11 @@ def test_keras_file_round_trip_is_identical(tmp_path, name):
     np.testing.assert_array_equal(model.predict(x, verbose=0), reloaded.predict(x, verbose=0))
 
 
-def _export(tmp_path, name, precision, size=SMALL_SIZE):
-    spec = get_spec(name)
-    model = edgevit.create_model(name, num_classes=10, input_size=size)
-    opts = ExportOptions(precision=precision, output=str(tmp_path / f"{name}_{precision}.tflite"),
-                         calib_samples=16, validation_samples=8, recalibrate_batchnorm=True)
-    return export(model, spec, opts)
-
-
-def _assert_deployable(report, precision):
-    failed = [c for c in report["checks"] if not c["passed"]]
-    assert not failed, failed
-    hist = report["op_histogram"]
-    assert report["max_rank"] <= 4
-    assert not {"SHAPE", "GATHER", "PACK", "REDUCE_PROD", "SQUARED_DIFFERENCE", "NEG"} & set(hist)
-    assert report["io"]["input"]["shape"] == [1, report["input_size"], report["input_size"], 3]
-
-
 @pytest.mark.parametrize("name", SMALLEST[:3])
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_smallest_variant_converts_in_every_precision(tmp_path, name, precision):
-    report = _export(tmp_path, name, precision)
-    _assert_deployable(report, precision)
+    report = export_variant(tmp_path, name, precision, SMALL_SIZE)
+    assert_deployable(report)
     agreement = report["agreement"]
     # Random-init weights (BatchNorm re-estimated) give tiny, noise-like
     # logits, the worst case for quantization; trained weights do better.
@@ -110,5 +93,5 @@ def test_v2_separable_attention_has_no_activation_matmul(tmp_path):
 @pytest.mark.parametrize("name", sorted(OFFICIAL_PARAMS))
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_full_matrix_at_default_size(tmp_path, name, precision):
-    report = _export(tmp_path, name, precision, size=256)
-    _assert_deployable(report, precision)
+    report = export_variant(tmp_path, name, precision, 256)
+    assert_deployable(report)
