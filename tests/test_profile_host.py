@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from edgevit.export.convert import convert
-from edgevit.profile.host import percentiles, run_config
+from edgevit.profile.host import host_description, percentiles, run_config
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +56,14 @@ def test_percentiles_match_numpy():
     p = percentiles(times)
     assert (p["p50_ms"], p["min_ms"], p["max_ms"]) == (50.5, 1.0, 100.0)
     assert p["p90_ms"] == pytest.approx(90.1) and p["p99_ms"] == pytest.approx(99.01)
+
+
+@pytest.mark.parametrize("cpuinfo,expected", [
+    ("model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma\n", "AMD EPYC, 2 cores, int8 dot product: none"),
+    ("model name\t: Xeon\nflags\t\t: avx2 avx512f avx512_vnni\nmodel name\t: Xeon\n",
+     "Xeon, 2 cores, int8 dot product: avx512_vnni"),
+    ("processor\t: 0\nFeatures\t: fp asimd asimddp i8mm\n", "int8 dot product: asimddp, i8mm"),
+])
+def test_host_description_names_the_int8_dot_product_instructions(monkeypatch, cpuinfo, expected):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert expected in host_description(cpuinfo)

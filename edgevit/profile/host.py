@@ -110,16 +110,30 @@ def bench_in_process(model_path: str, threads: int = 1, kernels: str = "xnnpack"
             **percentiles(times), "peak_mem_mb": peak_mb, "mem_delta_mb": peak_mb - baseline_mb}
 
 
-def host_description() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"host ({cpu}, {os.cpu_count()} cores)"
+# CPU flags of int8 dot-product instructions (x86 /proc/cpuinfo "flags",
+# Arm "Features"). Without them XNNPACK's int8 GEMMs run about as fast as
+# fp32 ones, so int8 files gain little or nothing on that CPU.
+INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")
+
+
+def host_description(cpuinfo: str | None = None) -> str:
+    """CPU name, core count and its int8 dot-product instructions."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    names, flags = [], set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Hardware"):
+            names.append(value.strip())
+        elif key in ("flags", "Features"):
+            flags |= set(value.split())
+    cpu = names[0] if names else platform.processor() or platform.machine()
+    dot = [f for f in INT8_DOT_FLAGS if f in flags]
+    return f"host ({cpu}, {os.cpu_count()} cores, int8 dot product: {', '.join(dot) or 'none'})"
 
 
 def run_config(model_path: str | Path, threads: int, kernels: str, warmup: int = 5, runs: int = 50,
