@@ -216,7 +216,8 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         threshold = opts.diagnose_below_cosine
         if (threshold is not None and needs_calibration(precision)
                 and report["agreement"]["cosine_mean"] < threshold):
-            report["first_breaking_layer"] = _first_breaking_layer(model, content, val, threshold, progress)
+            report["first_breaking_layer"] = _first_breaking_layer(model, content, val, threshold, precision,
+                                                                      progress)
         failed = [c for c in checks if not c["passed"]]
         if precision in INTEGER_PRECISIONS and any(c["check"].startswith("every op integer") for c in failed):
             raise EdgevitError(
@@ -239,7 +240,16 @@ def delegate_compatibility(content: bytes) -> dict:
     return compat.summary(compat.check(content))
 
 
-def _first_breaking_layer(model, content: bytes, images: np.ndarray, threshold: float,
+# What to try when a quantized file departs from the Keras model.
+BREAKING_LAYER_HINTS = {
+    "int16x8": "int16x8 already keeps activations in 16 bits: the int8 weights are the loss; "
+               "trained weights quantize better than random ones",
+}
+DEFAULT_BREAKING_LAYER_HINT = ("try --int16x8, or --int8-mixed on the CPU; "
+                               "trained weights quantize better than random ones")
+
+
+def _first_breaking_layer(model, content: bytes, images: np.ndarray, threshold: float, precision: str,
                           progress: Progress) -> dict | None:
     from edgevit.export.diagnose import layerwise_comparison
 
@@ -250,7 +260,7 @@ def _first_breaking_layer(model, content: bytes, images: np.ndarray, threshold: 
     if found is None:
         return None
     return {**found, "threshold": threshold,
-            "hint": "try --int16x8, or --int8-mixed on the CPU; trained weights quantize better than random ones"}
+            "hint": BREAKING_LAYER_HINTS.get(precision, DEFAULT_BREAKING_LAYER_HINT)}
 
 
 def _public(tensor: dict) -> dict:
