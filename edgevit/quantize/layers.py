@@ -208,7 +208,8 @@ class _QuantizePoints:
     TAGS: tuple[str, ...] = ()
     FIXED: dict[str, tuple[float, float]] = {}
 
-    def _make_quantizers(self, momentum: float):
+    def __init__(self, *args, momentum: float = DEFAULT_MOMENTUM, **kwargs):
+        super().__init__(*args, **kwargs)
         self.momentum = momentum
         for tag in self.TAGS:
             setattr(self, f"q_{tag}", ActivationQuantizer(momentum, fixed_range=self.FIXED.get(tag),
@@ -216,6 +217,9 @@ class _QuantizePoints:
 
     def quantize_point(self, tag: str, x):
         return getattr(self, f"q_{tag}")(x)
+
+    def get_config(self):
+        return {**super().get_config(), "momentum": self.momentum}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -235,19 +239,12 @@ class QuantLayerNorm(_QuantizePoints, LayerNorm):
     TAGS = ("mean", "centred", "square", "variance", "variance_eps", "rsqrt", "normalised", "scaled",
             "output")
 
-    def __init__(self, momentum: float = DEFAULT_MOMENTUM, **kwargs):
-        super().__init__(**kwargs)
-        self._make_quantizers(momentum)
-
     def call(self, x, training=None):
         quantized = self.normalise(x, self.quantize_point)
         if not training:
             return quantized
         exact = self.normalise(x, lambda tag, t: t)
         return exact + ops.stop_gradient(quantized - exact)
-
-    def get_config(self):
-        return {**super().get_config(), "momentum": self.momentum}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -256,26 +253,12 @@ class QuantMultiHeadSelfAttention(_QuantizePoints, MultiHeadSelfAttention):
     TAGS = ("qkv", "query_scaled", "scores", "softmax", "context", "output")
     FIXED = {"softmax": UNIT_RANGE}
 
-    def __init__(self, *args, momentum: float = DEFAULT_MOMENTUM, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._make_quantizers(momentum)
-
-    def get_config(self):
-        return {**super().get_config(), "momentum": self.momentum}
-
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class QuantSeparableSelfAttention(_QuantizePoints, SeparableSelfAttention):
     dense_class = QuantDense
     TAGS = ("qkv", "softmax", "weighted_keys", "context_mean", "context", "values", "gated", "output")
     FIXED = {"softmax": UNIT_RANGE}
-
-    def __init__(self, *args, momentum: float = DEFAULT_MOMENTUM, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._make_quantizers(momentum)
-
-    def get_config(self):
-        return {**super().get_config(), "momentum": self.momentum}
 
 
 QUANTIZED_CUSTOM = {LayerNorm: QuantLayerNorm, MultiHeadSelfAttention: QuantMultiHeadSelfAttention,
