@@ -112,7 +112,7 @@ def main(argv=None) -> int:
         time_interleaved(files, args.threads, args.rounds, args.runs_per_round, args.warmup)
     rows = summarise(files, args.threads)
 
-    from edgevit.cli import print_table
+    from edgevit.cli.output import print_table
     from edgevit.profile.host import host_description
 
     columns = ["model", "precision", "size_bytes", "convert_seconds", "cosine_mean"]

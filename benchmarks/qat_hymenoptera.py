@@ -40,7 +40,7 @@ def main(argv=None) -> int:
 
     import keras
 
-    from edgevit.evaluate import accuracy_report
+    from edgevit.train.metrics import accuracy_report
     from edgevit.export.agreement import agreement
     from edgevit.export.convert import convert
     from edgevit.export.graph import describe

@@ -5,7 +5,7 @@ import warnings
 import zipfile
 from pathlib import Path
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, first_line
 from edgevit.registry import ModelSpec, create_model, get_spec
 
 MODEL_SUFFIX = ".keras"
@@ -44,7 +44,7 @@ def load_model(path: str | Path):
     try:
         model = keras.saving.load_model(path, compile=False)
     except Exception as err:
-        raise EdgevitError(f"Could not load {str(path)!r}: {_first_line(err)}") from err
+        raise EdgevitError(f"Could not load {str(path)!r}: {first_line(err)}") from err
     spec_of(model)
     return model
 
@@ -66,7 +66,7 @@ def load_weights_into(model, path: str | Path) -> None:
         with h5py.File(path, "r"):
             pass
     except OSError as err:
-        raise EdgevitError(f"Weights file {str(path)!r} is corrupt or not HDF5: {_first_line(err)}") from err
+        raise EdgevitError(f"Weights file {str(path)!r} is corrupt or not HDF5: {first_line(err)}") from err
     before = model.get_weights()
     try:
         # Keras only warns when some layers' weights do not fit and loads the rest.
@@ -78,7 +78,7 @@ def load_weights_into(model, path: str | Path) -> None:
             raise ValueError(" ".join(misfits[0].split()))
     except Exception as err:
         model.set_weights(before)
-        raise EdgevitError(f"Weights in {str(path)!r} do not fit {model.name}: {_first_line(err)}") from err
+        raise EdgevitError(f"Weights in {str(path)!r} do not fit {model.name}: {first_line(err)}") from err
 
 
 def copy_weights(source, target, source_label: str) -> None:
@@ -114,7 +114,3 @@ def resolve_model(name_or_path: str, num_classes: int | None = None, input_size:
                          input_size=input_size, weights=weights)
     return model, get_spec(name_or_path)
 
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__

@@ -15,16 +15,12 @@ Every setting that decides what the converter produces lives here:
 """
 from __future__ import annotations
 
-import os
-import tempfile
-import warnings
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, first_line
+from edgevit.native_output import native_output_captured
 
 PRECISIONS = ("fp32", "fp16", "dynamic", "int8", "int8_mixed", "int16x8")
 INTEGER_PRECISIONS = ("int8", "int16x8")
@@ -111,7 +107,7 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         with native_output_captured() as log:
             return bytes(converter.convert())
     except Exception as err:  # the converter raises many types, all with long texts
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = first_line(err)
         detail = _last_error_line(log.read_text()) if log.exists() else ""
         raise EdgevitError(f"TFLite conversion ({precision}) of {model.name} failed: {first}"
                            + (f" [{detail}]" if detail and detail not in first else "")) from err
@@ -146,32 +142,7 @@ def _convert_mixed(converter, calibration, on_step, model_name: str) -> bytes:
                 debug_options=options)
             return bytes(debugger.get_nondebug_quantized_model())
     except Exception as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise EdgevitError(f"TFLite conversion (int8_mixed) of {model_name} failed: {first}") from err
-
-
-@contextmanager
-def native_output_captured():
-    """Send what the converter's C++ code prints on stdout/stderr to a temp
-    file, so `--json` output stays clean; yields that file's path."""
-    import sys
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with tempfile.TemporaryDirectory(prefix="edgevit-log-") as tmp:
-        log_path = os.path.join(tmp, "converter.log")
-        saved = os.dup(1), os.dup(2)
-        with open(log_path, "w") as log, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            try:
-                yield Path(log_path)
-            finally:
-                os.dup2(saved[0], 1)
-                os.dup2(saved[1], 2)
-                os.close(saved[0])
-                os.close(saved[1])
+        raise EdgevitError(f"TFLite conversion (int8_mixed) of {model_name} failed: {first_line(err)}") from err
 
 
 def _last_error_line(text: str) -> str:

@@ -23,7 +23,8 @@ from edgevit.errors import EdgevitError
 from edgevit.export import graph as graph_mod
 from edgevit.export.agreement import agreement
 from edgevit.export.convert import (CPU_FLOAT_OPS, INTEGER_PRECISIONS, check_io_dtype, convert, default_io_dtype,
-                                    native_output_captured, needs_calibration)
+                                    needs_calibration)
+from edgevit.native_output import native_output_captured
 from edgevit.export.metadata import build_metadata, embed
 from edgevit.export.run_model import run_in_child
 from edgevit.registry import ModelSpec

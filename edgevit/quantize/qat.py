@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, first_line
 
 # Layers whose output takes the scale of their input in TFLite (no new range).
 SCALE_PRESERVING = {"InputLayer", "ZeroPadding2D", "Cropping2D", "Dropout", "SpatialDropout2D", "DropPath",
@@ -124,7 +124,7 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
     except EdgevitError:
         raise
     except Exception as err:
-        raise EdgevitError(f"Could not build the QAT model of {model.name}: {_first_line(err)}") from err
+        raise EdgevitError(f"Could not build the QAT model of {model.name}: {first_line(err)}") from err
     if calibration is not None:
         calibrate(qat, calibration, batch_size=batch_size)
     return qat
@@ -316,7 +316,3 @@ def _preprocessing_range(model) -> tuple[float, float]:
     except EdgevitError:
         return (0.0, 1.0)
 
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__

@@ -1,22 +1,10 @@
-"""``edgevit import-weights``: an official checkpoint -> a Keras weights file."""
+"""`edgevit import-weights`: an official PyTorch checkpoint -> a Keras weights file."""
 from __future__ import annotations
-
-import functools
 
 import click
 
-
-def user_errors(fn):
-    """edgevit.cli's error handling, looked up at call time: edgevit.cli
-    imports this module to register the command."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from edgevit.cli import user_errors as handled
-
-        return handled(fn)(*args, **kwargs)
-
-    return wrapper
+from edgevit.cli.output import print_json, print_table, user_errors
+from edgevit.native_output import import_tensorflow_quietly, native_output_captured
 
 
 @click.command("import-weights")
@@ -35,9 +23,8 @@ def import_weights_command(checkpoint, model_name, output, source, num_classes, 
     """Import CHECKPOINT (timm / cvnets / MobileViTv3 .pth/.pt/.bin/.safetensors,
     Hugging Face CvT) into edgevit MODEL and write a .weights.h5 file for
     `edgevit convert MODEL --weights FILE`."""
-    from converters.api import import_weights
-    from edgevit.cli import print_json, print_table
-    from edgevit.export.convert import native_output_captured
+    import_tensorflow_quietly()
+    from edgevit.converters.api import import_weights
 
     output = output or f"{model_name}.weights.h5"
     with native_output_captured():  # TensorFlow's native start-up chatter

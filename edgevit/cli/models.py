@@ -1,80 +1,21 @@
-"""The `edgevit` command line.
-
-Every command reports user errors (``EdgevitError``) as one line on stderr and
-exits with status 1; results print as a table, or as JSON with ``--json``.
-"""
+"""`edgevit list`, `info`, `convert` and `bundle`: the registry and the export
+pipeline from the command line."""
 from __future__ import annotations
-
-import functools
-import json
-import sys
 
 import click
 
+from edgevit.cli.output import print_json, print_table, user_errors
 from edgevit.errors import EdgevitError
+from edgevit.native_output import import_tensorflow_quietly
 
 
-def user_errors(fn):
-    """Turn EdgevitError (and a missing input file) into a clean exit 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except EdgevitError as err:
-            click.echo(f"error: {err}", err=True)
-            sys.exit(1)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-
-    return wrapper
-
-
-def print_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=False))
-
-
-def print_table(title: str | None, columns: list[str], rows: list[list], stream=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(*[str(v) for v in row])
-    Console(file=stream or sys.stdout, width=max(100, len(columns) * 14)).print(table)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="edgevit")
-def main():
-    """Vision transformers from Keras 3 to fully-int8 LiteRT models on phones."""
-    _import_tensorflow_quietly()
-
-
-def _import_tensorflow_quietly() -> None:
-    """TensorFlow's native start-up chatter (CUDA probes, CPU feature notes)
-    would bury the command's own output, so it is not shown: import it and
-    probe its devices with that output captured."""
-    from edgevit.export.convert import native_output_captured
-
-    try:
-        with native_output_captured():
-            import tensorflow
-
-            tensorflow.config.list_physical_devices()  # the CUDA probe logs here
-    except ImportError as err:
-        raise SystemExit(f"error: TensorFlow failed to import: {err}") from None
-
-
-@main.command("list")
+@click.command("list")
 @click.argument("pattern", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @user_errors
 def list_command(pattern, as_json):
     """List registered models (optionally matching a shell PATTERN, e.g. 'mobilevit_v3*')."""
+    import_tensorflow_quietly()  # the registry builds on Keras
     from edgevit.registry import get_spec, list_models
 
     specs = [get_spec(n) for n in list_models(pattern)]
@@ -87,13 +28,14 @@ def list_command(pattern, as_json):
                 [[s.name, s.family, s.default_input_size] for s in specs])
 
 
-@main.command("info")
+@click.command("info")
 @click.argument("name")
 @click.option("--input-size", type=int, default=None, help="Count MACs at this input size.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @user_errors
 def info_command(name, input_size, as_json):
     """Parameters, MACs, input size and preprocessing of model NAME."""
+    import_tensorflow_quietly()
     from edgevit.info import model_info
 
     info = model_info(name, input_size=input_size)
@@ -120,7 +62,7 @@ def _precision_options(fn):
     return fn
 
 
-@main.command("convert")
+@click.command("convert")
 @click.argument("model")
 @_precision_options
 @click.option("--weights", type=str, default=None, help="Keras weights (.weights.h5 or .keras).")
@@ -139,6 +81,7 @@ def _precision_options(fn):
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
                     io_dtype, output, android_demo, as_json):
     """Convert MODEL (a registered name or a .keras file) to a validated .tflite file."""
+    import_tensorflow_quietly()
     from edgevit.export.pipeline import ExportOptions, Progress, export
     from edgevit.export.report import print_report
     from edgevit.saving import resolve_model
@@ -175,7 +118,7 @@ def _print_bundle(result: dict, demo_dir: str) -> None:
     click.echo(f"  Build and install: cd {demo_dir} && ./gradlew installDebug   (see {demo_dir}/README.md)")
 
 
-@main.command("bundle")
+@click.command("bundle")
 @click.argument("model_file", metavar="MODEL.tflite")
 @click.option("--android-demo", "android_demo", type=str, required=True, metavar="DIR",
               help="The Android demo app folder (android_demo/ of the edgevit repository).")
@@ -190,14 +133,3 @@ def bundle_command(model_file, android_demo, as_json):
         print_json(result)
     else:
         _print_bundle(result, android_demo)
-
-
-# Commands that live with their subsystems; imported last because they use
-# the helpers above.
-from converters.cli import import_weights_command  # noqa: E402
-from edgevit.profile.commands import bench_command, check_command  # noqa: E402
-from edgevit.train.commands import eval_command, finetune_command, qat_command  # noqa: E402
-
-for _command in (bench_command, check_command, import_weights_command, finetune_command, qat_command,
-                 eval_command):
-    main.add_command(_command)

@@ -1,18 +1,14 @@
 """`edgevit finetune`, `edgevit qat` and `edgevit eval`."""
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import click
 import numpy as np
 
-from edgevit.cli import print_json, print_table, user_errors
+from edgevit.cli.output import log, print_json, print_table, user_errors
 from edgevit.errors import EdgevitError
-
-
-def _log(message: str) -> None:
-    click.echo(message, err=True)
+from edgevit.native_output import import_tensorflow_quietly
 
 
 def _parse_sizes(text: str | None) -> list[int]:
@@ -35,92 +31,6 @@ def _check_output(output: str) -> Path:
     if not parent.is_dir():
         raise EdgevitError(f"Output folder {str(parent)!r} does not exist.")
     return out
-
-
-def prepare(model_arg: str, data_dir: str, *, weights, input_size, val_split, sizes=()):
-    """(model, spec, dataset, train data, val data, input size, skipped count)."""
-    from edgevit.registry import check_input_size
-    from edgevit.saving import resolve_model
-    from edgevit.train.data import find_dataset, load_split
-
-    dataset = find_dataset(data_dir, val_split=val_split)
-    classes = len(dataset.classes)
-    from_file = model_arg.endswith(".keras") or Path(model_arg).is_file()
-    if from_file:
-        model, spec = resolve_model(model_arg, input_size=input_size, weights=weights)
-        if int(model.outputs[0].shape[-1]) != classes:
-            model = _with_new_head(model, spec, classes)
-    else:
-        from edgevit.registry import create_model, get_spec
-
-        spec = get_spec(model_arg)
-        size = spec.default_input_size if input_size is None else input_size
-        check_input_size(spec, size)
-        if weights is not None:
-            source = create_model(model_arg, num_classes=_classes_in(weights, model_arg, size),
-                                  input_size=size, weights=weights)
-            model = _with_new_head(source, spec, classes) if int(source.outputs[0].shape[-1]) != classes \
-                else source
-        else:
-            model = create_model(model_arg, num_classes=classes, input_size=size)
-    size = int(model.inputs[0].shape[1])
-    for s in sizes:
-        check_input_size(spec, s)
-    pre = spec.preprocessing_at(size)
-    largest = max([size, *sizes])
-    _log(f"Dataset {data_dir}: {classes} classes, {len(dataset.train.files)} train / "
-         f"{len(dataset.val.files)} val images ({dataset.val_source})")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        train, skipped_train = load_split(dataset.train, pre, largest)
-        val, skipped_val = load_split(dataset.val, pre, size)
-    skipped = len(skipped_train) + len(skipped_val)
-    if skipped:
-        _log(f"warning: {skipped} unreadable image(s) skipped, e.g. {(skipped_train + skipped_val)[0]}")
-    return model, spec, dataset, train, val, size, skipped
-
-
-def _classes_in(weights: str, name: str, size: int) -> int:
-    """Head size stored in a weights file (1000 for ImageNet checkpoints)."""
-    if weights.endswith(".keras"):
-        from edgevit.saving import load_model
-
-        return int(load_model(weights).outputs[0].shape[-1])
-    import h5py
-
-    try:
-        with h5py.File(weights, "r") as f:
-            found = []
-            f.visititems(lambda k, v: found.append(v.shape) if "head.fc" in k and len(getattr(v, "shape", ())) == 2 else None)
-        return int(found[0][1]) if found else 1000
-    except OSError as err:
-        raise EdgevitError(f"Weights file {weights!r} is corrupt or not HDF5.") from err
-
-
-def _with_new_head(model, spec, classes: int):
-    """The same network with a freshly initialised ``classes``-way head."""
-    from edgevit.registry import create_model
-
-    new = create_model(spec.name, num_classes=classes, input_size=int(model.inputs[0].shape[1]))
-    by_path = {w.path: w for w in model.weights}
-    for w in new.weights:
-        src = by_path.get(w.path)
-        if src is not None and tuple(src.shape) == tuple(w.shape):
-            w.assign(src)
-    _log(f"New {classes}-class head (the given weights have {model.outputs[0].shape[-1]} classes)")
-    return new
-
-
-def _val_metrics(val, size: int):
-    from edgevit.evaluate import accuracy_report
-
-    def evaluate(model):
-        x = val.eval_batch(np.arange(len(val)), size)
-        logits = np.asarray(model.predict(x, batch_size=32, verbose=0))
-        report = accuracy_report(logits, val.labels, [str(i) for i in range(logits.shape[1])])
-        return {"val_top1": report["top1"]}
-
-    return evaluate
 
 
 def _common_options(fn):
@@ -153,13 +63,15 @@ def _common_options(fn):
 def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_size, val_split, checkpoint_dir,
                      as_json, multiscale, output):
     """Fine-tune MODEL (a registered name or a .keras file) on an image folder."""
+    import_tensorflow_quietly()
     from edgevit.registry import create_model
     from edgevit.train.loop import TrainConfig, Trainer
+    from edgevit.train.prepare import prepare, val_metrics
 
     out = _check_output(output)
     sizes = _parse_sizes(multiscale)
     keras_model, spec, dataset, train, val, size, skipped = prepare(
-        model, data_dir, weights=weights, input_size=input_size, val_split=val_split, sizes=sizes)
+        model, data_dir, weights=weights, input_size=input_size, val_split=val_split, sizes=sizes, log=log)
     if weights is None and not (model.endswith(".keras") or Path(model).is_file()):
         from edgevit.quantize.batchnorm import recalibrate_batchnorm
 
@@ -169,8 +81,8 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
                       warmup_epochs=min(1.0, (epochs or 10) / 10),
                       checkpoint_dir=checkpoint_dir or str(out) + ".ckpt")
     trainer = Trainer(keras_model, lambda s: create_model(spec.name, num_classes=classes, input_size=s),
-                      size, cfg, log=_log)
-    history = trainer.fit(train, _val_metrics(val, size))
+                      size, cfg, log=log)
+    history = trainer.fit(train, val_metrics(val, size))
     keras_model.save(out)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "multiscale": sizes, "unreadable_skipped": skipped, "history": history,
@@ -189,26 +101,28 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
 def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, val_split, checkpoint_dir,
                 as_json, calib_batches, export_int8, output):
     """Quantization-aware training of MODEL (a .keras file or a registered name) on an image folder."""
+    import_tensorflow_quietly()
     from edgevit.quantize.qat import calibrate, quantize_model
     from edgevit.train.loop import TrainConfig, Trainer
+    from edgevit.train.prepare import prepare, val_metrics
 
     out = _check_output(output)
     keras_model, spec, dataset, train, val, size, skipped = prepare(
-        model, data_dir, weights=weights, input_size=input_size, val_split=val_split)
-    float_top1 = _val_metrics(val, size)(keras_model)["val_top1"]
-    _log(f"Float model: val top-1 {float_top1}")
+        model, data_dir, weights=weights, input_size=input_size, val_split=val_split, log=log)
+    float_top1 = val_metrics(val, size)(keras_model)["val_top1"]
+    log(f"Float model: val top-1 {float_top1}")
     rng = np.random.default_rng(0)
     order = rng.permutation(len(train))
     calib = [train.eval_batch(order[i:i + batch_size], size)
              for i in range(0, min(len(train), calib_batches * batch_size), batch_size)]
     qat = quantize_model(keras_model, input_range=spec.preprocessing_at(size).value_range)
     calibrate(qat, calib)
-    before = _val_metrics(val, size)(qat)["val_top1"]
-    _log(f"QAT model after range calibration: val top-1 {before}")
+    before = val_metrics(val, size)(qat)["val_top1"]
+    log(f"QAT model after range calibration: val top-1 {before}")
     cfg = TrainConfig(epochs=epochs or 10, batch_size=batch_size, lr=lr or 2e-4, warmup_epochs=0.0,
                       checkpoint_dir=checkpoint_dir or str(out) + ".ckpt")
-    trainer = Trainer(qat, None, size, cfg, log=_log)
-    history = trainer.fit(train, _val_metrics(val, size))
+    trainer = Trainer(qat, None, size, cfg, log=log)
+    history = trainer.fit(train, val_metrics(val, size))
     qat.save(out)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "float_val_top1": float_top1, "qat_val_top1_calibrated": before, "history": history,
@@ -235,6 +149,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
 @user_errors
 def eval_command(model_file, data_dir, threads, as_json):
     """Top-1/top-5 accuracy and a confusion summary of a .keras or .tflite model."""
+    import_tensorflow_quietly()
     from edgevit.evaluate import evaluate
 
     report = evaluate(model_file, data_dir, threads=threads)

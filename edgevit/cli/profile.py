@@ -1,38 +1,11 @@
-"""The `edgevit bench` and `edgevit check` commands (registered in edgevit.cli)."""
+"""`edgevit bench` and `edgevit check`: latency on this machine and on phones,
+and which ops the phone delegates take."""
 from __future__ import annotations
-
-import functools
 
 import click
 
+from edgevit.cli.output import print_json, stderr_console, user_errors
 from edgevit.errors import EdgevitError
-
-
-# edgevit.cli imports this module at its end; importing it back here at load
-# time would be circular under `python -m edgevit.cli`, so bind on first call.
-def user_errors(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from edgevit.cli import user_errors as cli_user_errors
-
-        return cli_user_errors(fn)(*args, **kwargs)
-
-    return wrapper
-
-
-def print_json(obj) -> None:
-    from edgevit.cli import print_json as cli_print_json
-
-    cli_print_json(obj)
-
-
-def _stderr_console():
-    """Progress and warnings go to stderr, so `--json` output stays clean."""
-    import sys
-
-    from rich.console import Console
-
-    return Console(file=sys.stderr)
 
 
 @click.command("bench")
@@ -94,7 +67,7 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
     for out in (csv_path, plot_path):
         if out and not Path(out).resolve().parent.is_dir():
             raise EdgevitError(f"Output folder of {out!r} does not exist.")
-    console = _stderr_console()
+    console = stderr_console()
     result = bench.run_bench(models, opts, step=lambda m: console.print(f"[bold]>[/bold] {m}"),
                              warn=lambda m: console.print(f"[yellow]warning:[/yellow] {m}"))
     if csv_path:

@@ -1,0 +1,46 @@
+"""TensorFlow's and LiteRT's C++ code print start-up chatter (CUDA probes, CPU
+feature notes, delegate INFO lines) straight to file descriptors 1 and 2, where
+it would bury a command's own output and break ``--json``. This module sends
+it to a temporary log instead."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def native_output_captured():
+    """Redirect file descriptors 1/2 (and Python warnings) to a temporary log
+    for the duration; yields the log's path, readable until the block ends."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryDirectory(prefix="edgevit-log-") as tmp:
+        log_path = os.path.join(tmp, "native.log")
+        saved = os.dup(1), os.dup(2)
+        with open(log_path, "w") as log, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                yield Path(log_path)
+            finally:
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                os.close(saved[0])
+                os.close(saved[1])
+
+
+def import_tensorflow_quietly() -> None:
+    """Import TensorFlow (and probe its devices, where the CUDA probe logs)
+    with that output captured; a broken install ends in one error line."""
+    try:
+        with native_output_captured():
+            import tensorflow
+
+            tensorflow.config.list_physical_devices()
+    except ImportError as err:
+        raise SystemExit(f"error: TensorFlow failed to import: {err}") from None

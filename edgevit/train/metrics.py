@@ -1,0 +1,30 @@
+"""Classification metrics shared by training (validation after each epoch) and
+`edgevit eval`."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def accuracy_report(logits: np.ndarray, labels: np.ndarray, classes: list[str]) -> dict:
+    """top-1, top-5, per-class recall and the most frequent confusions."""
+    pred = logits.argmax(1)
+    k = min(5, logits.shape[1])
+    top5 = np.argsort(-logits, axis=1)[:, :k]
+    n = len(classes)
+    confusion = np.zeros((n, n), np.int64)
+    for t, p in zip(labels, pred):
+        confusion[t, p] += 1
+    per_class = {c: {"images": int(confusion[i].sum()),
+                     "top1": round(float(confusion[i, i] / max(confusion[i].sum(), 1)), 4)}
+                 for i, c in enumerate(classes)}
+    off = [(int(confusion[i, j]), classes[i], classes[j]) for i in range(n) for j in range(n)
+           if i != j and confusion[i, j]]
+    off.sort(reverse=True)
+    return {
+        "images": int(len(labels)),
+        "top1": round(float(np.mean(pred == labels)), 4),
+        f"top{k}": round(float(np.mean([l in row for l, row in zip(labels, top5)])), 4),
+        "per_class": per_class,
+        "top_confusions": [{"true": t, "predicted": p, "count": c} for c, t, p in off[:10]],
+        "confusion_matrix": confusion.tolist() if n <= 20 else None,
+    }
