@@ -12,58 +12,12 @@ import numpy as np
 from keras import layers, ops
 
 from edgevit.layers.conv import DENSE_INIT
+from edgevit.resample import bicubic_matrix, resample_grid
 
 
 # --------------------------------------------------------------------------
 # Bicubic resampling as a linear map
 # --------------------------------------------------------------------------
-
-def _cubic(x: np.ndarray, a: float) -> np.ndarray:
-    x = np.abs(x)
-    near = ((a + 2) * x - (a + 3)) * x * x + 1
-    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
-
-
-def bicubic_matrix(in_size: int, out_size: int, antialias: bool = False) -> np.ndarray:
-    """The ``[out_size, in_size]`` matrix of PyTorch's 1-D bicubic resampling
-    (``F.interpolate(mode="bicubic", align_corners=False)``).
-
-    Without ``antialias``: Keys' kernel with a = -0.75 and edge pixels
-    repeated. With ``antialias`` (timm's position-embedding resampling): the
-    a = -0.5 kernel, stretched by the downscale factor, normalised and cut at
-    the border, as PyTorch's ``antialias=True`` path computes it.
-    Resampling an image is ``M_h @ X @ M_w.T`` (separable).
-    """
-    scale = in_size / out_size
-    m = np.zeros((out_size, in_size), np.float64)
-    if not antialias:
-        for i in range(out_size):
-            src = scale * (i + 0.5) - 0.5
-            base = math.floor(src)
-            t = src - base
-            for k, w in zip(range(-1, 3), _cubic(np.array([t + 1, t, 1 - t, 2 - t]), -0.75)):
-                m[i, min(max(base + k, 0), in_size - 1)] += w
-        return m
-    support = 2.0 * scale if scale >= 1.0 else 2.0
-    inv = 1.0 / scale if scale >= 1.0 else 1.0
-    for i in range(out_size):
-        center = scale * (i + 0.5)
-        lo = max(int(center - support + 0.5), 0)
-        hi = min(int(center + support + 0.5), in_size)
-        js = np.arange(lo, hi)
-        w = _cubic((js - center + 0.5) * inv, -0.5)
-        m[i, lo:hi] = w / w.sum()
-    return m
-
-
-def resample_grid(values: np.ndarray, new_grid, antialias: bool = True) -> np.ndarray:
-    """Bicubically resample ``[H, W, C]`` values onto ``new_grid`` (h, w)."""
-    mh = bicubic_matrix(values.shape[0], new_grid[0], antialias)
-    mw = bicubic_matrix(values.shape[1], new_grid[1], antialias)
-    out = np.einsum("ih,hwc->iwc", mh, values.astype(np.float64))
-    return np.einsum("jw,iwc->ijc", mw, out).astype(values.dtype)
-
 
 @keras.saving.register_keras_serializable(package="edgevit")
 class BicubicResize(keras.layers.Layer):
@@ -80,8 +34,8 @@ class BicubicResize(keras.layers.Layer):
 
     def build(self, input_shape):
         h, w = input_shape[1:3]
-        self._mh_t = bicubic_matrix(h, self.size[0], self.antialias).T.astype("float32")
-        self._mw_t = bicubic_matrix(w, self.size[1], self.antialias).T.astype("float32")
+        self._mh_t = bicubic_matrix(h, self.size[0], antialias=self.antialias).T.astype("float32")
+        self._mw_t = bicubic_matrix(w, self.size[1], antialias=self.antialias).T.astype("float32")
 
     def call(self, x):
         import tensorflow as tf
@@ -218,13 +172,13 @@ class PositionEmbedding(keras.layers.Layer):
         if value.shape == target:
             return value
         if self.layout == "map":
-            return resample_grid(value[0], self.grid, self.antialias)[None]
+            return resample_grid(value[0], self.grid, antialias=self.antialias)[None]
         prefix, grid_part = value[:, :self.num_prefix], value[:, self.num_prefix:]
         side = math.isqrt(grid_part.shape[1])
         if side * side != grid_part.shape[1] or value.shape[-1] != target[-1]:
             raise ValueError(f"{self.name}: cannot resample position embedding of shape "
                              f"{value.shape} to {target}")
-        grid_part = resample_grid(grid_part[0].reshape(side, side, -1), self.grid, self.antialias)
+        grid_part = resample_grid(grid_part[0].reshape(side, side, -1), self.grid, antialias=self.antialias)
         return np.concatenate([prefix, grid_part.reshape(1, -1, value.shape[-1])], axis=1)
 
     def load_own_variables(self, store):
