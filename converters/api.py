@@ -6,19 +6,22 @@ from pathlib import Path
 
 from edgevit.errors import EdgevitError
 
-from converters import common
+from .checkpoints import WEIGHTS_SUFFIX, load_checkpoint, save_weights_atomic
+from .registry import IMPORTERS, Importer
+from .rules import assign, match_score, plan
 
+# Every Importer.source; `edgevit import-weights --source` offers these (and auto).
 SOURCES = ("timm", "cvnets", "huggingface")
 
 
 def _load_importers():
-    from converters import cvnets, hf_cvt, timm  # noqa: F401  (registering)
+    from . import cvnets, hf_cvt, timm  # noqa: F401  (registering)
 
 
-def importers_for(family: str) -> dict[str, common.Importer]:
+def importers_for(family: str) -> dict[str, Importer]:
     """Checkpoint sources with an importer for a model family."""
     _load_importers()
-    return {src: imp for (src, fam), imp in common.IMPORTERS.items() if fam == family}
+    return {src: imp for (src, fam), imp in IMPORTERS.items() if fam == family}
 
 
 def sources_for(model_name: str) -> list[str]:
@@ -41,7 +44,7 @@ def _build(spec, num_classes, input_size):
 
 def _head_classes(importer, model, rules, ckpt) -> int | None:
     """Classes of the checkpoint's classifier (the first head layer)."""
-    targets = common.plan(model, rules, importer.source)
+    targets = plan(model, rules, importer.source)
     for t in targets:
         layer_path, _, name = t.path.rpartition("/")
         if layer_path in importer.head and name in ("bias", "kernel"):
@@ -56,8 +59,8 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
                    input_size: int | None = None) -> ImportResult:
     """Import ``checkpoint`` into the edgevit variant ``model``.
 
-    ``source`` is ``timm``, ``cvnets`` or ``hf`` (``auto`` picks the naming
-    the checkpoint uses). ``num_classes`` defaults to the checkpoint's
+    ``source`` is ``timm``, ``cvnets`` or ``huggingface`` (``auto`` picks
+    the naming the checkpoint uses). ``num_classes`` defaults to the checkpoint's
     classifier; ``input_size`` defaults to the variant's, and position
     embeddings are resampled when it differs from the checkpoint's. The
     weights are written to ``output`` (a ``.weights.h5`` file) when given.
@@ -70,30 +73,30 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
         raise EdgevitError(f"No checkpoint importer for {spec.family} models yet.")
     if source != "auto" and source not in available:
         raise EdgevitError(f"{model} imports {', '.join(sorted(available))} checkpoints, not {source!r}.")
-    if output is not None and not str(output).endswith(common.WEIGHTS_SUFFIX):
-        raise EdgevitError(f"Output {str(output)!r} must end in {common.WEIGHTS_SUFFIX} (a Keras weights file).")
-    ckpt = common.load_checkpoint(checkpoint)
+    if output is not None and not str(output).endswith(WEIGHTS_SUFFIX):
+        raise EdgevitError(f"Output {str(output)!r} must end in {WEIGHTS_SUFFIX} (a Keras weights file).")
+    ckpt = load_checkpoint(checkpoint)
 
     probe = _build(spec, num_classes or 1000, input_size)
     candidates = [available[source]] if source != "auto" else list(available.values())
     scored = []
     for imp in candidates:
         rules = imp.rules(probe)
-        scored.append((common.match_score(common.plan(probe, rules, imp.source), ckpt), imp))
+        scored.append((match_score(plan(probe, rules, imp.source), ckpt), imp))
     scored.sort(key=lambda s: -s[0])
     score, importer = scored[0]
     if score < 0.5:
         tried = " or ".join(imp.source for _, imp in scored)
         sample = ", ".join(repr(k) for k in list(ckpt.tensors)[:3])
-        expected = common.plan(probe, importer.rules(probe), importer.source)[0].key
+        expected = plan(probe, importer.rules(probe), importer.source)[0].key
         raise EdgevitError(f"{ckpt.path!r} does not look like a {tried} checkpoint of {model} "
                            f"({score:.0%} of its tensor names match): it starts with {sample}, "
                            f"{importer.source} naming starts with {expected!r}.")
     rules = importer.rules(probe)
     classes = num_classes or _head_classes(importer, probe, rules, ckpt) or 1000
     keras_model = probe if classes == (num_classes or 1000) else _build(spec, classes, input_size)
-    targets = common.plan(keras_model, importer.rules(keras_model), importer.source)
-    stats = common.assign(keras_model, targets, ckpt, importer.source)
+    targets = plan(keras_model, importer.rules(keras_model), importer.source)
+    stats = assign(keras_model, targets, ckpt, importer.source)
     report = {
         "checkpoint": str(checkpoint),
         "entry": ckpt.entry,
@@ -108,5 +111,5 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
         "output": None,
     }
     if output is not None:
-        report["output"] = str(common.save_weights_atomic(keras_model, output))
+        report["output"] = str(save_weights_atomic(keras_model, output))
     return ImportResult(keras_model, report)

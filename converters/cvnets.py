@@ -17,7 +17,8 @@ cvnets' module paths; a cvnets ``ConvLayer`` adds a ``.block`` level.
 """
 from __future__ import annotations
 
-from converters.common import Importer, Rule, register
+from .registry import Importer, register
+from .rules import Rule
 
 CVNETS = "https://github.com/apple/ml-cvnets"
 V3 = "https://github.com/micronDLA/MobileViTv3"

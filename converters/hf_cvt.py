@@ -9,7 +9,8 @@ conv + BatchNorm projections; ``layernorm`` and ``classifier`` on top.
 """
 from __future__ import annotations
 
-from converters.common import Importer, Rule, register
+from .registry import Importer, register
+from .rules import Rule
 
 TRANSFORMERS = "https://github.com/huggingface/transformers (models/cvt/modeling_cvt.py)"
 QKV = {"q": "query", "k": "key", "v": "value"}

@@ -109,12 +109,6 @@ def keras_logits(model, images_nhwc: np.ndarray) -> np.ndarray:
     return np.asarray(model(images_nhwc, training=False))
 
 
-def save_torch_state_dict(module, path) -> None:
-    import torch
-
-    torch.save(module.state_dict(), path)
-
-
 def scale_logits_(module, head, images_nhwc: np.ndarray, target_std: float = 3.0) -> None:
     """Scale the classifier ``head`` (a torch Linear, or several) so the random model's
     logits spread like a trained model's (std ~3): a 1e-4 bound on

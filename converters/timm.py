@@ -7,7 +7,9 @@ import re
 
 from typing import Callable
 
-from converters.common import Importer, Rule, pos_embed_transform, register, reshaped
+from .layouts import pos_embed_transform, reshaped
+from .registry import Importer, register
+from .rules import Rule
 
 
 def stage(offset: int, template: str):

@@ -9,10 +9,15 @@ import pytest
 from click.testing import CliRunner
 
 import edgevit
-from converters import common, import_weights, sources_for
-from converters.api import importers_for
+from edgevit.converters import import_weights, sources_for
+from edgevit.converters.api import SOURCES, importers_for
+from edgevit.converters.checkpoints import read_safetensors, write_safetensors
+from edgevit.converters.layouts import resample_pos_embed
+from edgevit.converters.registry import IMPORTERS
+from edgevit.converters.rules import export_state_dict, plan
 from edgevit import EdgevitError
 from edgevit.cli import main
+from edgevit.resample import resample_grid
 
 SMALL = dict(input_size=64)
 
@@ -22,17 +27,17 @@ def v3_checkpoint(tmp_path_factory):
     """A cvnets-named MobileViTv3-XXS state dict as .safetensors and the model it came from."""
     model = edgevit.create_model("mobilevit_v3_xxs", **SMALL)
     importer = importers_for("mobilevit_v3")["cvnets"]
-    state = common.export_state_dict(common.plan(model, importer.rules(model), "cvnets"))
+    state = export_state_dict(plan(model, importer.rules(model), "cvnets"))
     path = tmp_path_factory.mktemp("ckpt") / "checkpoint_ema_best.safetensors"
-    common.write_safetensors(state, path)
+    write_safetensors(state, path)
     return path, state, model
 
 
 def test_safetensors_round_trip_keeps_dtypes_and_widens_bf16(tmp_path):
     tensors = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2], np.int64),
                "c": np.array([0.5, -2.0], np.float16)}
-    common.write_safetensors(tensors, tmp_path / "t.safetensors")
-    back = common.read_safetensors(tmp_path / "t.safetensors")
+    write_safetensors(tensors, tmp_path / "t.safetensors")
+    back = read_safetensors(tmp_path / "t.safetensors")
     np.testing.assert_array_equal(back["a"], tensors["a"])
     assert back["b"].dtype == np.int64 and back["c"].dtype == np.float32
     # bf16: the upper 16 bits of a float32
@@ -40,7 +45,7 @@ def test_safetensors_round_trip_keeps_dtypes_and_widens_bf16(tmp_path):
     bits = (values.view(np.uint32) >> 16).astype("<u2").tobytes()
     header = json.dumps({"x": {"dtype": "BF16", "shape": [3], "data_offsets": [0, len(bits)]}}).encode()
     (tmp_path / "bf16.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bits)
-    got = common.read_safetensors(tmp_path / "bf16.safetensors")["x"]
+    got = read_safetensors(tmp_path / "bf16.safetensors")["x"]
     np.testing.assert_allclose(got, values, rtol=1e-2)
 
 
@@ -52,7 +57,7 @@ def test_safetensors_load_without_torch_and_pth_names_the_extra(tmp_path, v3_che
     script = f"""
 import sys
 sys.modules["torch"] = None
-from converters.common import load_checkpoint
+from edgevit.converters.checkpoints import load_checkpoint
 from edgevit.errors import EdgevitError
 print("TENSORS", len(load_checkpoint({str(path)!r})))
 try:
@@ -78,7 +83,7 @@ def test_num_classes_come_from_the_checkpoint(tmp_path, v3_checkpoint):
     _, state, _ = v3_checkpoint
     state = dict(state, **{"classifier.fc.weight": state["classifier.fc.weight"][:10],
                            "classifier.fc.bias": state["classifier.fc.bias"][:10]})
-    common.write_safetensors(state, tmp_path / "ten.safetensors")
+    write_safetensors(state, tmp_path / "ten.safetensors")
     result = import_weights(tmp_path / "ten.safetensors", "mobilevit_v3_xxs", **SMALL)
     assert result.report["num_classes"] == 10 and result.model.outputs[0].shape[-1] == 10
     with pytest.raises(EdgevitError, match=r"tensor 'classifier.fc.weight' has shape \(10, 512\), "
@@ -128,8 +133,8 @@ def test_training_checkpoint_entries_and_wrappers_are_unwrapped(tmp_path, v3_che
 
 
 def test_checkpoint_of_another_architecture(tmp_path, v3_checkpoint):
-    common.write_safetensors({"patch_embed.proj.weight": np.zeros((8, 3, 16, 16), np.float32),
-                              "blocks.0.attn.qkv.weight": np.zeros((24, 8), np.float32)}, tmp_path / "vit.safetensors")
+    write_safetensors({"patch_embed.proj.weight": np.zeros((8, 3, 16, 16), np.float32),
+                       "blocks.0.attn.qkv.weight": np.zeros((24, 8), np.float32)}, tmp_path / "vit.safetensors")
     with pytest.raises(EdgevitError, match=r"does not look like a cvnets checkpoint of mobilevit_v3_xxs \(0% of its "
                                            r"tensor names match\): it starts with 'patch_embed.proj.weight'"):
         import_weights(tmp_path / "vit.safetensors", "mobilevit_v3_xxs", **SMALL)
@@ -140,7 +145,10 @@ def test_source_the_model_does_not_take(v3_checkpoint):
         import_weights(v3_checkpoint[0], "mobilevit_v3_xxs", source="timm")
 
 
-@pytest.mark.parametrize("grids", [((14, 14), (10, 10)), ((14, 14), (24, 24)), ((7, 7), (12, 12))])
+# Layers (no antialias) and the importers (antialias) share edgevit.resample; non-square grids and
+# strong downscaling reach the border clamping and the widened antialias kernel.
+@pytest.mark.parametrize("grids", [((14, 14), (10, 10)), ((14, 14), (24, 24)), ((7, 7), (12, 12)),
+                                   ((10, 12), (6, 5)), ((24, 9), (5, 13))])
 @pytest.mark.parametrize("antialias", [True, False])
 def test_grid_resampling_equals_torch_bicubic(grids, antialias):
     torch = _torch()
@@ -150,12 +158,12 @@ def test_grid_resampling_equals_torch_bicubic(grids, antialias):
     grid = np.random.default_rng(0).normal(size=(h, w, 6)).astype(np.float32)
     ref = F.interpolate(torch.from_numpy(grid).permute(2, 0, 1)[None], size=new, mode="bicubic",
                         align_corners=False, antialias=antialias)[0].permute(1, 2, 0).numpy()
-    np.testing.assert_allclose(common.resample_grid(grid, new, antialias), ref, atol=2e-5)
+    np.testing.assert_allclose(resample_grid(grid, new, antialias=antialias), ref, atol=2e-5)
 
 
 def test_pos_embed_resampling_keeps_prefix_tokens():
     pe = np.random.default_rng(1).normal(size=(1, 2 + 14 * 14, 8)).astype(np.float32)
-    out = common.resample_pos_embed(pe, (1, 2 + 10 * 10, 8), num_prefix_tokens=2)
+    out = resample_pos_embed(pe, (1, 2 + 10 * 10, 8), num_prefix_tokens=2)
     assert out.shape == (1, 102, 8)
     np.testing.assert_array_equal(out[:, :2], pe[:, :2])
 
@@ -165,6 +173,11 @@ def test_every_declared_checkpoint_format_has_an_importer():
     missing = [(name, fmt) for name in edgevit.list_models() for fmt in edgevit.get_spec(name).checkpoint_formats
                if fmt not in sources_for(name)]
     assert not missing
+
+
+def test_cli_source_choices_are_the_registered_sources():
+    importers_for("vit")  # loads every importer module
+    assert {imp.source for imp in IMPORTERS.values()} == set(SOURCES)
 
 
 # --- CLI ----------------------------------------------------------------------

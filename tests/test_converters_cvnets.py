@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 
 import edgevit
-from converters import common, import_weights
-from converters.api import importers_for
+from edgevit.converters import import_weights
+from edgevit.converters.api import importers_for
+from edgevit.converters.checkpoints import write_safetensors
+from edgevit.converters.rules import export_state_dict, plan
 from edgevit.registry import get_spec
 
 OFFICIAL = {
@@ -45,7 +47,7 @@ SIZE = 64  # tensor shapes do not depend on the input size
 
 def cvnets_state_dict(model):
     importer = importers_for(get_spec(model.name).family)["cvnets"]
-    return common.export_state_dict(common.plan(model, importer.rules(model), "cvnets"))
+    return export_state_dict(plan(model, importer.rules(model), "cvnets"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,7 +69,7 @@ def write_checkpoint(state_dict, folder):
         import torch
     except ImportError:
         path = folder / "checkpoint_ema_best.safetensors"
-        common.write_safetensors(state_dict, path)
+        write_safetensors(state_dict, path)
         return path
     path = folder / "checkpoint_ema_best.pt"
     torch.save({k: torch.from_numpy(v) for k, v in state_dict.items()}, path)

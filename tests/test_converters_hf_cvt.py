@@ -8,9 +8,10 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 transformers = pytest.importorskip("transformers", reason="transformers is not installed "
                                                           "(scripts/install-test-tools.sh)")
 
-from converters import common, import_weights  # noqa: E402
-from converters.hf_cvt import HF_CONFIGS  # noqa: E402
-from converters.parity import compare, randomize_, scale_logits_  # noqa: E402
+from edgevit.converters import import_weights  # noqa: E402
+from edgevit.converters.checkpoints import write_safetensors  # noqa: E402
+from edgevit.converters.hf_cvt import HF_CONFIGS  # noqa: E402
+from edgevit.converters.parity import compare, randomize_, scale_logits_  # noqa: E402
 from edgevit.data.sample_photos import sample_batch  # noqa: E402
 from edgevit.registry import get_spec, list_models  # noqa: E402
 
@@ -26,7 +27,7 @@ def check_parity(tmp_path, name, filename):
     scale_logits_(ref, ref.classifier, photos)
     path = tmp_path / filename
     if path.suffix == ".safetensors":
-        common.write_safetensors({k: v.numpy() for k, v in ref.state_dict().items()}, path)
+        write_safetensors({k: v.numpy() for k, v in ref.state_dict().items()}, path)
     else:
         torch.save(ref.state_dict(), path)
     result = import_weights(path, name)

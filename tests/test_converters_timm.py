@@ -9,9 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install \"edgevit[torch]\")")
 
-from converters import import_weights  # noqa: E402
-from converters.parity import compare, import_timm, randomize_, scale_logits_  # noqa: E402
-from converters.timm import TIMM_NAMES  # noqa: E402
+from edgevit.converters import import_weights  # noqa: E402
+from edgevit.converters.parity import compare, import_timm, randomize_, scale_logits_  # noqa: E402
+from edgevit.converters.timm import TIMM_NAMES  # noqa: E402
 from edgevit.data.sample_photos import sample_batch  # noqa: E402
 from edgevit.registry import get_spec, list_models  # noqa: E402
 
@@ -39,7 +39,7 @@ def reference(name, photos, seed=0, **kwargs):
 
 def save(state_dict, path):
     if path.suffix == ".safetensors":
-        from converters.common import write_safetensors
+        from edgevit.converters.checkpoints import write_safetensors
 
         write_safetensors({k: v.numpy() for k, v in state_dict.items()}, path)
     else:

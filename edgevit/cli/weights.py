@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from edgevit.cli.output import print_json, print_table, user_errors
+from edgevit.converters.api import SOURCES
 from edgevit.native_output import import_tensorflow_quietly, native_output_captured
 
 
@@ -12,7 +13,7 @@ from edgevit.native_output import import_tensorflow_quietly, native_output_captu
 @click.option("--model", "model_name", required=True, help="edgevit variant, e.g. mobilevit_v3_xs.")
 @click.option("-o", "--output", type=str, default=None,
               help="Output NAME.weights.h5 (default: MODEL.weights.h5 in the current folder).")
-@click.option("--source", type=click.Choice(["auto", "timm", "cvnets", "huggingface"]), default="auto", show_default=True,
+@click.option("--source", type=click.Choice(["auto", *SOURCES]), default="auto", show_default=True,
               help="Checkpoint naming (auto: detected from the tensor names).")
 @click.option("--num-classes", type=int, default=None, help="Classifier classes (default: the checkpoint's).")
 @click.option("--input-size", type=int, default=None,

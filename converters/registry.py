@@ -1,0 +1,28 @@
+"""The importers, by (checkpoint source, model family); each source module
+registers its own when :mod:`edgevit.converters.api` loads it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .rules import Rule
+
+
+@dataclass
+class Importer:
+    """Rules of one checkpoint source for one model family."""
+
+    source: str
+    family: str
+    rules: Callable[[object], list[Rule]]  # model -> rules (may depend on depth etc.)
+    reference: str = ""
+    head: tuple[str, ...] = ("head.fc",)  # Keras classifier layer(s)
+    notes: str = ""
+
+
+IMPORTERS: dict[tuple[str, str], Importer] = {}
+
+
+def register(importer: Importer) -> Importer:
+    IMPORTERS[(importer.source, importer.family)] = importer
+    return importer
