@@ -309,9 +309,27 @@ def test_pure_kotlin_unit_tests_pass_on_the_jvm_with_python_golden_cases(built, 
     step = offline.run_tests(tools, built["out"], golden_dir, demo / android_bundle.ASSETS_DIR)
     assert step.ok, step.output
     run, failed = offline.junit_counts(step.output)
-    assert failed == 0 and run >= 30, step.output
+    assert failed == 0 and run == _junit_test_count(), step.output
     names = " ".join(offline.test_class_names())
-    assert "GoldenPreprocessingTest" in names and "BundledAssetsTest" in names
+    assert "GoldenPreprocessingTest" in names and "BundledAssetsTest" in names and "GpuCheckTest" in names
+
+
+def _junit_test_count(test_class: str = "") -> int:
+    """@Test methods in the JUnit sources (of ``test_class`` only, when given)."""
+    return sum(path.read_text().count("@Test")
+               for path in (DEMO / "app" / "src" / "test" / "java").rglob(f"{test_class or '*'}.kt"))
+
+
+def test_the_gpu_check_is_unit_tested_for_every_case_the_issue_names():
+    """Agreement, disagreement, zero vectors, NaN/Inf, int8 dequantization, a failing GPU
+    delegate: each has its JUnit test (and the JVM run above runs them all)."""
+    source = (DEMO / "app" / "src" / "test" / "java" / "org" / "edgevit" / "demo" / "core" / "GpuCheckTest.kt")
+    tests = set(re.findall(r"@Test\s+fun (\w+)", source.read_text()))
+    assert {"agreeingOutputsKeepTheGpuAndSaySoOnce", "disagreeingOutputsMoveTheModelToTheCpuWithAWarning",
+            "zeroVectorsAgreeOnlyWithEachOther", "nanOrInfInTheGpuOutputIsDisagreement",
+            "int8OutputsAreDequantizedBeforeComparing", "theVerdictIsRememberedPerModelFile",
+            "aGpuDelegateThatFailsToInitialiseFallsBackToTheCpuWithTheReason"} <= tests
+    assert _junit_test_count("GpuCheckTest") == len(tests) >= 10
 
 
 # ---------------------------------------------------------------- the stubs stay small

@@ -5,11 +5,13 @@ import android.content.res.AssetManager
 import android.os.Build
 import android.os.SystemClock
 import org.edgevit.demo.core.Accelerator
-import org.edgevit.demo.core.AcceleratorChoice
+import org.edgevit.demo.core.GpuCheck
+import org.edgevit.demo.core.GpuCheckState
+import org.edgevit.demo.core.GpuVerdicts
 import org.edgevit.demo.core.ImagePreprocessor
 import org.edgevit.demo.core.Labels
 import org.edgevit.demo.core.ModelMetadata
-import org.edgevit.demo.core.Opened
+import org.edgevit.demo.core.OutputAgreement
 import org.edgevit.demo.core.Postprocessor
 import org.edgevit.demo.core.Prediction
 import org.edgevit.demo.core.TensorType
@@ -27,30 +29,39 @@ import java.nio.ByteOrder
 /**
  * The bundled model (assets `model.tflite`, `model.json`, `labels.txt`) on a
  * LiteRT Interpreter, on the accelerator asked for when the device can run it
- * there, else on the CPU (see [fallbackReason]).
+ * there, else on the CPU; on the GPU only while its outputs match the CPU's
+ * (see [gpuCheck]).
  *
  * Not thread-safe: use one instance from one thread at a time.
  */
 class Classifier private constructor(
     val metadata: ModelMetadata,
     val labels: List<String>,
-    private val opened: Opened<Session>,
+    private var session: Session,
+    /** The CPU session the first GPU frame is checked against; null once checked, or when no check is due. */
+    private var cpuReference: Session?,
+    val gpuCheck: GpuCheck,
     val threads: Int,
 ) : Closeable {
     /** An interpreter with the delegate it owns (null on the CPU). */
-    class Session(val interpreter: Interpreter, val delegate: Delegate?)
+    class Session(val interpreter: Interpreter, val delegate: Delegate?) : Closeable {
+        override fun close() {
+            interpreter.close()
+            delegate?.close()
+        }
+    }
 
-    class Result(val top: List<Prediction>, val preprocessMs: Double, val inferenceMs: Double)
-
-    val requested: Accelerator get() = opened.requested
-    val active: Accelerator get() = opened.active
-
-    /** Why the model runs on the CPU although [requested] was another accelerator. */
-    val fallbackReason: String? get() = opened.fallbackReason
+    /** [gpuCheckResult]: set on the one frame that compared the GPU with the CPU. */
+    class Result(
+        val top: List<Prediction>,
+        val preprocessMs: Double,
+        val inferenceMs: Double,
+        val gpuCheckResult: OutputAgreement?,
+    )
 
     private val preprocessor = ImagePreprocessor(metadata)
     private val input = preprocessor.newInputBuffer()
-    private val output = ByteBuffer.allocateDirect(metadata.output.byteSize).order(ByteOrder.nativeOrder())
+    private val output = newOutputBuffer(metadata)
 
     /** Classify packed ARGB pixels ([width] x [height], upright). */
     fun classify(argb: IntArray, width: Int, height: Int, k: Int = 5): Result {
@@ -60,17 +71,48 @@ class Classifier private constructor(
         input.rewind()
         val preprocessed = SystemClock.elapsedRealtimeNanos()
         output.rewind()
-        opened.value.interpreter.run(input, output)
+        session.interpreter.run(input, output)
         val inferred = SystemClock.elapsedRealtimeNanos()
+        val gpuCheckResult = cpuReference?.let { checkGpuAgainst(it) }
         output.rewind()
         val scores = Postprocessor.scores(output, metadata.output)
         val top = Postprocessor.classify(scores, metadata.outputKind, labels, k)
-        return Result(top, (preprocessed - start) / 1e6, (inferred - preprocessed) / 1e6)
+        return Result(top, (preprocessed - start) / 1e6, (inferred - preprocessed) / 1e6, gpuCheckResult)
+    }
+
+    /**
+     * Run the input the GPU just ran on [cpu] as well and let [gpuCheck] compare. When it rejects
+     * the GPU, the CPU session takes over, starting with this frame's output.
+     */
+    private fun checkGpuAgainst(cpu: Session): OutputAgreement {
+        cpuReference = null
+        gpuCheck.begin()
+        val cpuOutput = newOutputBuffer(metadata)
+        try {
+            input.rewind()
+            cpu.interpreter.run(input, cpuOutput)
+        } catch (e: Exception) {
+            cpu.close()
+            throw e
+        }
+        output.rewind()
+        cpuOutput.rewind()
+        val agreement = gpuCheck.finish(output, cpuOutput, metadata.output)
+        if (gpuCheck.active == Accelerator.CPU) {
+            session.close()
+            session = cpu
+            output.clear()
+            cpuOutput.rewind()
+            output.put(cpuOutput)
+        } else {
+            cpu.close()
+        }
+        return agreement
     }
 
     override fun close() {
-        opened.value.interpreter.close()
-        opened.value.delegate?.close()
+        session.close()
+        cpuReference?.close()
     }
 
     companion object {
@@ -81,8 +123,11 @@ class Classifier private constructor(
         fun hasModel(assets: AssetManager): Boolean =
             assets.list("")?.let { MODEL_ASSET in it && METADATA_ASSET in it } == true
 
-        /** Load the bundled model on [requested] (or the CPU, see [fallbackReason]) with [threads] CPU threads. */
-        fun create(context: Context, requested: Accelerator, threads: Int): Classifier {
+        /**
+         * Load the bundled model on [requested] (or the CPU, see [GpuCheck.open]) with [threads] CPU
+         * threads; [gpuVerdicts] holds the GPU checks already done.
+         */
+        fun create(context: Context, requested: Accelerator, threads: Int, gpuVerdicts: GpuVerdicts): Classifier {
             val assets = context.assets
             val metadata = ModelMetadata.parse(readText(assets, METADATA_ASSET))
             val fileLabels = try {
@@ -90,11 +135,19 @@ class Classifier private constructor(
             } catch (e: FileNotFoundException) {
                 null
             }
-            val model = readModel(assets)
-            val opened = AcceleratorChoice.open(requested, ::unsupportedReason) { accelerator ->
-                openSession(model, metadata, accelerator, threads)
+            val modelBytes = assets.open(MODEL_ASSET).use { it.readBytes() }
+            val model = directBuffer(modelBytes)
+            val modelKey = GpuVerdicts.modelKey(modelBytes)
+            val (session, gpuCheck) = GpuCheck.open(requested, modelKey, gpuVerdicts, ::unsupportedReason) {
+                openSession(model, metadata, it, threads)
             }
-            return Classifier(metadata, Labels.choose(metadata, fileLabels), opened, threads)
+            val cpuReference = if (gpuCheck.state != GpuCheckState.UNVERIFIED) null else try {
+                openSession(model, metadata, Accelerator.CPU, threads)
+            } catch (e: Exception) {
+                session.close()
+                throw e
+            }
+            return Classifier(metadata, Labels.choose(metadata, fileLabels), session, cpuReference, gpuCheck, threads)
         }
 
         /** The cheap compatibility check before trying a delegate; null when it may work. */
@@ -122,8 +175,7 @@ class Classifier private constructor(
                     // A delegate may accept the graph and fail on the first run: run once here,
                     // so that failure also falls back to the CPU instead of failing later.
                     val input = ByteBuffer.allocateDirect(metadata.input.byteSize).order(ByteOrder.nativeOrder())
-                    val output = ByteBuffer.allocateDirect(metadata.output.byteSize).order(ByteOrder.nativeOrder())
-                    interpreter.run(input, output)
+                    interpreter.run(input, newOutputBuffer(metadata))
                 } catch (e: Exception) {
                     interpreter.close()
                     throw e
@@ -164,12 +216,14 @@ class Classifier private constructor(
             assets.open(name).use { it.readBytes().toString(Charsets.UTF_8) }
 
         /** The model in a direct buffer, as the Interpreter requires. */
-        private fun readModel(assets: AssetManager): ByteBuffer {
-            val bytes = assets.open(MODEL_ASSET).use { it.readBytes() }
+        private fun directBuffer(bytes: ByteArray): ByteBuffer {
             val buffer = ByteBuffer.allocateDirect(bytes.size).order(ByteOrder.nativeOrder())
             buffer.put(bytes)
             buffer.rewind()
             return buffer
         }
+
+        private fun newOutputBuffer(metadata: ModelMetadata): ByteBuffer =
+            ByteBuffer.allocateDirect(metadata.output.byteSize).order(ByteOrder.nativeOrder())
     }
 }

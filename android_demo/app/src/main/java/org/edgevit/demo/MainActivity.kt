@@ -27,6 +27,7 @@ import androidx.camera.view.PreviewView
 import androidx.core.content.ContextCompat
 import org.edgevit.demo.core.Accelerator
 import org.edgevit.demo.core.AcceleratorChoice
+import org.edgevit.demo.core.GpuVerdicts
 import org.edgevit.demo.core.MovingAverage
 import org.edgevit.demo.core.Pixels
 import org.edgevit.demo.core.Rotation
@@ -43,7 +44,8 @@ class MainActivity : ComponentActivity() {
     private lateinit var previewView: PreviewView
     private lateinit var pickedImage: ImageView
     private lateinit var statusText: TextView
-    private lateinit var fallbackText: TextView
+    private lateinit var acceleratorWarningText: TextView
+    private lateinit var acceleratorInfoText: TextView
     private lateinit var resultsText: TextView
     private lateinit var latencyText: TextView
     private lateinit var delegateSpinner: Spinner
@@ -80,7 +82,8 @@ class MainActivity : ComponentActivity() {
         previewView = findViewById(R.id.preview)
         pickedImage = findViewById(R.id.picked_image)
         statusText = findViewById(R.id.status)
-        fallbackText = findViewById(R.id.fallback)
+        acceleratorWarningText = findViewById(R.id.accelerator_warning)
+        acceleratorInfoText = findViewById(R.id.accelerator_info)
         resultsText = findViewById(R.id.results)
         latencyText = findViewById(R.id.latency)
         delegateSpinner = findViewById(R.id.delegate_spinner)
@@ -148,25 +151,35 @@ class MainActivity : ComponentActivity() {
             inferenceMs.clear()
             preprocessMs.clear()
             val loaded = try {
-                Classifier.create(this, requested, threadCount)
+                Classifier.create(this, requested, threadCount, gpuVerdicts)
             } catch (e: Exception) {
                 Log.e(TAG, "model load failed", e)
                 runOnUiThread { statusText.text = getString(R.string.model_failed, AcceleratorChoice.describe(e)) }
                 return@execute
             }
             classifier = loaded
-            val m = loaded.metadata
-            val status = getString(
-                R.string.running_on, m.model, m.precision, loaded.active.label, loaded.threads,
-                m.inputSize, m.input.type.jsonName,
-            )
-            val fallback = loaded.fallbackReason?.let { getString(R.string.fallback, loaded.requested.label, it) }
-            runOnUiThread {
-                statusText.text = status
-                fallbackText.text = fallback ?: ""
-                fallbackText.visibility = if (fallback != null) View.VISIBLE else View.GONE
-            }
+            showWhereItRuns(loaded)
         }
+    }
+
+    /** The status line and the accelerator notice for [loaded], from the worker thread. */
+    private fun showWhereItRuns(loaded: Classifier) {
+        val m = loaded.metadata
+        val status = getString(
+            R.string.running_on, m.model, m.precision, loaded.gpuCheck.active.label, loaded.threads,
+            m.inputSize, m.input.type.jsonName,
+        )
+        val notice = loaded.gpuCheck.notice
+        runOnUiThread {
+            statusText.text = status
+            acceleratorWarningText.showText(notice?.takeIf { it.isWarning }?.text)
+            acceleratorInfoText.showText(notice?.takeUnless { it.isWarning }?.text)
+        }
+    }
+
+    private fun TextView.showText(line: String?) {
+        text = line ?: ""
+        visibility = if (line != null) View.VISIBLE else View.GONE
     }
 
     private fun startCamera() {
@@ -231,13 +244,21 @@ class MainActivity : ComponentActivity() {
 
     private fun classifyAndShow(current: Classifier, image: Pixels) {
         val result = current.classify(image.argb, image.width, image.height, TOP_K)
-        inferenceMs.add(result.inferenceMs)
-        preprocessMs.add(result.preprocessMs)
+        if (result.gpuCheckResult != null) {
+            showWhereItRuns(current)
+        } else {
+            // The checking frame stays out of the averages: it was timed on the GPU even when the
+            // check moved the model to the CPU.
+            inferenceMs.add(result.inferenceMs)
+            preprocessMs.add(result.preprocessMs)
+        }
         val lines = result.top.joinToString("\n") { getString(R.string.result_line, 100f * it.probability, it.label) }
-        val latency = getString(R.string.latency, inferenceMs.average, preprocessMs.average, inferenceMs.count)
+        val latency = if (inferenceMs.count == 0) null else {
+            getString(R.string.latency, inferenceMs.average, preprocessMs.average, inferenceMs.count)
+        }
         runOnUiThread {
             resultsText.text = lines
-            latencyText.text = latency
+            if (latency != null) latencyText.text = latency
         }
     }
 
@@ -278,6 +299,10 @@ class MainActivity : ComponentActivity() {
     }
 
     companion object {
+        // Outlives the activity, which Android recreates on every screen rotation: each model
+        // file's GPU is checked once per process, not once per activity.
+        private val gpuVerdicts = GpuVerdicts()
+
         private const val TAG = "edgevit"
         private const val TOP_K = 5
         private const val LATENCY_WINDOW = 20
