@@ -55,7 +55,7 @@ def convert_all(models, precisions, size, calib_samples, out_dir: Path) -> list[
 
 
 def time_interleaved(files, threads_list, rounds, runs_per_round, warmup) -> None:
-    from edgevit.export.graph import load_interpreter
+    from edgevit.litert.interpreter import load_interpreter
 
     interpreters = {}
     for f in files:

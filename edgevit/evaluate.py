@@ -22,11 +22,11 @@ def evaluate(model_path: str, data_dir: str, batch_size: int = 32, threads: int 
     dataset = find_dataset(data_dir)
     split_data = dataset.val if split == "val" else dataset.train
     if path.suffix == ".tflite":
-        from edgevit.export.metadata import read_embedded
+        from edgevit.litert.metadata import read_embedded
 
         try:
             meta = read_embedded(path.read_bytes())
-        except Exception:  # not a flatbuffer at all
+        except EdgevitError:  # not a flatbuffer at all, or damaged metadata
             meta = None
         if not meta:
             raise EdgevitError(f"{model_path} is not a model written by `edgevit convert` "

@@ -1,6 +1,9 @@
 """The export pipeline on small hand-built models: precisions, audits,
 metadata, validation and the no-partial-output rule."""
 import json
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import keras
@@ -11,9 +14,9 @@ from PIL import Image
 from edgevit.errors import EdgevitError
 from edgevit.export.convert import convert
 from edgevit.export.graph import describe
-from edgevit.export.metadata import read_embedded
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.export.run_model import run_in_child
+from edgevit.litert.metadata import read_embedded
 from edgevit.quantize.batchnorm import recalibrate_batchnorm
 from edgevit.registry import ModelSpec, Preprocessing
 
@@ -91,6 +94,41 @@ def test_float_ops_left_in_int8_fail_loudly_and_write_nothing(tmp_path):
     with pytest.raises(EdgevitError, match="left float ops"):
         run_export(tmp_path, model=model, precision="int8")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_metadata_embeds_and_reads_back_without_tensorflow(tmp_path):
+    model = tiny_model()
+    path = tmp_path / "m.tflite"
+    path.write_bytes(convert(model, "fp32"))
+    x = np.random.default_rng(3).random((1, SIZE, SIZE, 3), dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code = textwrap.dedent(f"""
+        import json, sys
+        from pathlib import Path
+        import numpy as np
+        from edgevit.litert.flatbuffer import read_model
+        from edgevit.litert.interpreter import load_interpreter
+        from edgevit.litert.metadata import METADATA_NAME, embed, read_embedded
+
+        content = Path({str(path)!r}).read_bytes()
+        first = embed(content, {{"labels": ["a", "b"]}})
+        second = embed(first, {{"labels": ["c"]}})
+        interp = load_interpreter(second)
+        interp.allocate_tensors()
+        interp.set_tensor(interp.get_input_details()[0]["index"], np.load({str(tmp_path / "x.npy")!r}))
+        interp.invoke()
+        np.save({str(tmp_path / "y.npy")!r}, interp.get_tensor(interp.get_output_details()[0]["index"]))
+        entries = [m.name.decode() for m in read_model(second).metadata].count(METADATA_NAME)
+        print(json.dumps({{"none": read_embedded(content), "first": read_embedded(first),
+                          "second": read_embedded(second), "identifier": second[4:8].decode(),
+                          "entries": entries, "tensorflow": "tensorflow" in sys.modules}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found == {"none": None, "first": {"labels": ["a", "b"]}, "second": {"labels": ["c"]},
+                     "identifier": "TFL3", "entries": 1, "tensorflow": False}
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), model.predict(x, verbose=0), atol=1e-5)
 
 
 def test_missing_or_unwritable_output_folder(tmp_path):

@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 
 from edgevit.export.convert import convert
-from edgevit.profile.compat import check, check_gpu, check_nnapi, nnapi_feature_level, partition
-from edgevit.profile.flatbuffer import read
+from edgevit.litert.delegates import check, partition
+from edgevit.litert.flatbuffer import read
+from edgevit.litert.gpu_rules import check_gpu
+from edgevit.litert.nnapi_rules import check_nnapi, nnapi_feature_level
 
 
 def plain_model():

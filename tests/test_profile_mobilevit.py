@@ -4,7 +4,7 @@ import pytest
 
 import edgevit
 from edgevit.export.convert import convert
-from edgevit.profile.compat import check
+from edgevit.litert.delegates import check
 from edgevit.registry import list_models
 
 

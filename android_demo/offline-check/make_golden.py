@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image
 
 from edgevit.data.images import open_rgb, resize_and_crop, to_model_input
-from edgevit.export.metadata import build_metadata
+from edgevit.litert.metadata import build_metadata
 from edgevit.export.run_model import dequantize, quantize
 from edgevit.registry import Preprocessing
 

@@ -49,9 +49,9 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
     kernels, threads) and phones over adb (benchmark_model on CPU, GPU, NNAPI)."""
     from pathlib import Path
 
+    from edgevit.litert.interpreter import KERNELS
     from edgevit.profile import bench, report
     from edgevit.profile.benchmark_binary import DELEGATES
-    from edgevit.profile.host import KERNELS
 
     opts = bench.BenchOptions(
         delegates=bench.parse_list(delegates, "delegate", DELEGATES), threads=bench.parse_threads(threads),
@@ -106,7 +106,8 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, fail_on_fal
     import sys
     from pathlib import Path
 
-    from edgevit.profile import compat, report
+    from edgevit.litert.delegates import check
+    from edgevit.profile import report
 
     path = Path(model)
     if not path.is_file():
@@ -114,8 +115,8 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, fail_on_fal
                            else f"{model!r} is a folder, not a .tflite file.")
     if not gpu and not nnapi:
         gpu = nnapi = True
-    reports = compat.check(path.read_bytes(), gpu=gpu, nnapi=nnapi, android_api=android_api,
-                           nnapi_accelerator_specified=nnapi_accelerator)
+    reports = check(path.read_bytes(), gpu=gpu, nnapi=nnapi, android_api=android_api,
+                    nnapi_accelerator_specified=nnapi_accelerator)
     if as_json:
         print_json({"model": str(path), **{k: r.to_dict() for k, r in reports.items()}})
     else:

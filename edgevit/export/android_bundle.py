@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from edgevit.errors import EdgevitError
+from edgevit.litert.metadata import SCHEMA, read_embedded
 
 ASSETS_DIR = Path("app") / "src" / "main" / "assets"
 MODEL_ASSET = "model.tflite"
@@ -28,7 +29,7 @@ LABELS_ASSET = "labels.txt"
 # Present at the root of every edgevit Android demo checkout.
 DEMO_MARKER = ".edgevit-android-demo"
 
-SUPPORTED_SCHEMA = "edgevit-model-metadata"
+# The metadata version the app's ModelMetadata.kt reads (edgevit may write newer ones).
 SUPPORTED_SCHEMA_VERSION = 1
 SUPPORTED_DTYPES = ("float32", "int8", "uint8")
 
@@ -64,11 +65,9 @@ def _load_metadata(model_path: Path, content: bytes) -> tuple[dict, str]:
             return json.loads(meta_path.read_text(encoding="utf-8")), f"{meta_path.name}"
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise EdgevitError(f"Metadata file {str(meta_path)!r} is not valid JSON: {err}") from None
-    from edgevit.export.metadata import read_embedded
-
     try:
         embedded = read_embedded(content)
-    except Exception as err:  # a corrupt flatbuffer raises anything
+    except EdgevitError as err:
         raise EdgevitError(f"Could not read {model_path.name}: {err}") from None
     if embedded is None:
         raise EdgevitError(f"{model_path.name} has no edgevit metadata (no {meta_path.name} next to it and "
@@ -81,8 +80,8 @@ def validate_metadata(meta: dict, source: str) -> None:
     def fail(why: str):
         raise EdgevitError(f"Unsupported model metadata ({source}): {why}.")
 
-    if not isinstance(meta, dict) or meta.get("schema") != SUPPORTED_SCHEMA:
-        fail(f"'schema' is not {SUPPORTED_SCHEMA!r}")
+    if not isinstance(meta, dict) or meta.get("schema") != SCHEMA:
+        fail(f"'schema' is not {SCHEMA!r}")
     if meta.get("schema_version") != SUPPORTED_SCHEMA_VERSION:
         fail(f"schema_version {meta.get('schema_version')!r}; this app reads version {SUPPORTED_SCHEMA_VERSION}")
     for key in ("input", "output"):

@@ -8,6 +8,9 @@ import warnings
 
 import numpy as np
 
+from edgevit.export.run_model import quantize
+from edgevit.litert.interpreter import load_interpreter
+
 
 def _layer_of(tensor_name: str) -> str:
     """The Keras layer path inside a converted tensor name
@@ -24,17 +27,10 @@ def layerwise_comparison(float_content: bytes, quant_content: bytes, inputs: np.
     graphs share (same name and shape), in execution order of the quantized
     graph. Returns the per-tensor cosines and the first layer below
     ``threshold`` (where int8 breaks first)."""
-    from edgevit.export.run_model import quantize
-
-    try:
-        from ai_edge_litert import interpreter as litert
-    except ImportError:
-        from tflite_runtime import interpreter as litert
-
     def run(content, x):
         with warnings.catch_warnings():  # LiteRT warns that keeping every tensor is for debugging: it is
             warnings.simplefilter("ignore", UserWarning)
-            interp = litert.Interpreter(model_content=content, experimental_preserve_all_tensors=True)
+            interp = load_interpreter(content, preserve_all_tensors=True)
         interp.allocate_tensors()
         inp = interp.get_input_details()[0]
         interp.set_tensor(inp["index"], quantize(x, inp).astype(inp["dtype"]))

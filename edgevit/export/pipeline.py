@@ -24,9 +24,10 @@ from edgevit.export import graph as graph_mod
 from edgevit.export.agreement import agreement
 from edgevit.export.convert import (CPU_FLOAT_OPS, INTEGER_PRECISIONS, check_io_dtype, convert, default_io_dtype,
                                     needs_calibration)
-from edgevit.native_output import native_output_captured
-from edgevit.export.metadata import build_metadata, embed
 from edgevit.export.run_model import run_in_child
+from edgevit.litert import delegates as delegate_rules
+from edgevit.litert.metadata import build_metadata, embed
+from edgevit.native_output import native_output_captured
 from edgevit.registry import ModelSpec
 
 MAX_RANK = 4
@@ -236,9 +237,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
 def delegate_compatibility(content: bytes) -> dict:
     """Ops the phone GPU / NNAPI delegates would leave on the CPU, and the
     delegate partitions (the rules behind `edgevit check`)."""
-    from edgevit.profile import compat
-
-    return compat.summary(compat.check(content))
+    return delegate_rules.summary(delegate_rules.check(content))
 
 
 # What to try when a quantized file departs from the Keras model.

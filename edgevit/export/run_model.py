@@ -11,7 +11,6 @@ THREADS REFERENCE(0|1)``: inputs are float model inputs; outputs are float
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.errors import EdgevitError
+from edgevit.litert.interpreter import describe_child_failure, load_interpreter
 
 
 def quantize(x: np.ndarray, detail: dict) -> np.ndarray:
@@ -40,9 +40,8 @@ def dequantize(q: np.ndarray, detail: dict) -> np.ndarray:
 
 def run_in_process(model_content: bytes, inputs: np.ndarray, num_threads: int = 1,
                    reference_kernels: bool = False) -> np.ndarray:
-    from edgevit.export.graph import load_interpreter
-
-    interp = load_interpreter(model_content, num_threads=num_threads, reference_kernels=reference_kernels)
+    interp = load_interpreter(model_content, num_threads=num_threads,
+                              kernels="reference" if reference_kernels else "xnnpack")
     interp.allocate_tensors()
     inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
     results = []
@@ -68,21 +67,8 @@ def run_in_child(model_path: str | Path, inputs: np.ndarray, num_threads: int = 
                                f"within {timeout:.0f} s.") from None
         if proc.returncode != 0:
             raise EdgevitError(f"LiteRT failed running {Path(model_path).name}: "
-                               f"{_describe_failure(proc.returncode, proc.stderr)}")
+                               f"{describe_child_failure(proc.returncode, proc.stderr)}")
         return np.load(out_path)
-
-
-def _describe_failure(returncode: int, stderr: str) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        reason = f"the interpreter process was killed by {name}"
-    else:
-        reason = f"exit status {returncode}"
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    return f"{reason}" + (f" ({lines[-1].strip()})" if lines else "")
 
 
 def _child_main(argv: list[str]) -> None:

@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Callable
 
 from edgevit.errors import EdgevitError
+from edgevit.litert.delegates import DEFAULT_ANDROID_API
+from edgevit.litert.flatbuffer import read
+from edgevit.litert.gpu_rules import check_gpu
+from edgevit.litert.metadata import read_embedded
+from edgevit.litert.nnapi_rules import check_nnapi
 from edgevit.profile import adb as adb_mod
 from edgevit.profile import benchmark_binary, host
-from edgevit.profile.flatbuffer import read, read_metadata
 
 PRECISION_WORDS = ("int8_mixed", "int16x8", "int8", "fp16", "fp32", "dynamic")
 
@@ -62,7 +66,10 @@ def describe_model(path: str | Path) -> dict:
                            else f"{str(path)!r} is a folder, not a .tflite file.")
     content = p.read_bytes()
     read(content)  # a clear error for a file that is not a .tflite flatbuffer
-    meta = read_metadata(content) or {}
+    try:
+        meta = read_embedded(content) or {}
+    except EdgevitError:  # damaged metadata: name and precision come from the file name and graph
+        meta = {}
     precision = meta.get("precision") or _precision_from_name(p.stem) or _precision_from_graph(content)
     return {"file": p.name, "path": str(p), "model": meta.get("model") or p.stem,
             "precision": precision, "size_mb": round(len(content) / 1e6, 3)}
@@ -189,13 +196,11 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
 def _expected_fallbacks(info: dict, delegate: str, sdk: int | None, accelerator_named: bool = False) -> int:
     """What `edgevit check` predicts for this file, delegate and Android level:
     printed next to what the phone reports, to explain a slow delegate."""
-    from edgevit.profile import compat
-
     content = Path(info["path"]).read_bytes()
     if delegate == "gpu":
-        return len(compat.check_gpu(content).fallbacks)
-    return len(compat.check_nnapi(content, android_api=sdk or compat.DEFAULT_ANDROID_API,
-                                  accelerator_specified=accelerator_named).fallbacks)
+        return len(check_gpu(content).fallbacks)
+    return len(check_nnapi(content, android_api=sdk or DEFAULT_ANDROID_API,
+                           accelerator_specified=accelerator_named).fallbacks)
 
 
 def _with_model(row: dict, info: dict) -> dict:

@@ -28,20 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.errors import EdgevitError
-
-KERNELS = ("xnnpack", "builtin", "reference")
-
-
-def _interpreter(content: bytes, threads: int, kernels: str):
-    try:
-        from ai_edge_litert import interpreter as litert
-    except ImportError:  # pragma: no cover - device-style installs
-        from tflite_runtime import interpreter as litert
-    resolver = {"xnnpack": litert.OpResolverType.AUTO,
-                "builtin": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-                "reference": litert.OpResolverType.BUILTIN_REF}[kernels]
-    return litert.Interpreter(model_content=content, num_threads=threads,
-                              experimental_op_resolver_type=resolver)
+from edgevit.litert.interpreter import KERNELS, describe_child_failure, load_interpreter
 
 
 def _random_input(detail: dict, rng: np.random.Generator) -> np.ndarray:
@@ -84,7 +71,7 @@ def bench_in_process(model_path: str, threads: int = 1, kernels: str = "xnnpack"
     content = Path(model_path).read_bytes()
     baseline_mb = _rss_mb()
     start = time.perf_counter()
-    interp = _interpreter(content, threads, kernels)
+    interp = load_interpreter(content, num_threads=threads, kernels=kernels)
     interp.allocate_tensors()
     init_ms = (time.perf_counter() - start) * 1e3
     rng = np.random.default_rng(seed)
@@ -153,9 +140,7 @@ def run_config(model_path: str | Path, threads: int, kernels: str, warmup: int =
         except subprocess.TimeoutExpired:
             return {**record, "status": "timeout", "error": f"no result within {timeout:.0f} s"}
         if proc.returncode != 0 or not result.exists():
-            from edgevit.export.run_model import _describe_failure
-
-            return {**record, "status": "crashed", "error": _describe_failure(proc.returncode, proc.stderr)}
+            return {**record, "status": "crashed", "error": describe_child_failure(proc.returncode, proc.stderr)}
         return {**record, "status": "ok", "error": None, **json.loads(result.read_text())}
 
 

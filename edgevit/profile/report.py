@@ -234,7 +234,7 @@ def print_check(model: str, reports: dict, stream=None) -> None:
                       + (f" (largest {_sizes(r.partition_sizes)}; with default options the delegate "
                          f"takes {r.ops_on_delegate_by_default} ops)" if r.partitions > 1 else ""))
         if r.fallbacks:
-            from edgevit.profile.compat import fallback_summary
+            from edgevit.litert.delegates import fallback_summary
 
             table = Table(show_header=True)
             for col in ("op", "count", "why it stays on the CPU", "op indices"):
@@ -244,7 +244,7 @@ def print_check(model: str, reports: dict, stream=None) -> None:
                 table.add_row(g["op"], str(g["count"]), g["reason"], idx)
             console.print(table)
         if r.warnings:
-            from edgevit.profile.compat import fallback_summary
+            from edgevit.litert.delegates import fallback_summary
 
             for g in fallback_summary(r.warnings):
                 console.print(f"  [yellow]warning[/yellow]: {g['op']} x{g['count']} (ops "

@@ -1,9 +1,10 @@
-"""The operators of a .tflite file with everything a delegate looks at:
-op name and version, tensor dtypes and shapes, which inputs are constants,
-and each op's builtin options (strides, masks, fused activation, ...).
+"""The one reader of .tflite flatbuffers in edgevit: the operators of a file
+with everything the graph audit and the delegates look at (op name and
+version, tensor dtypes and shapes, which inputs are constants, each op's
+builtin options: strides, masks, fused activation, ...).
 
-Read from the flatbuffer with the schema bindings LiteRT ships, so no
-interpreter is built and files that do not load still get described.
+Read with the schema bindings LiteRT ships, so no interpreter is built, no
+TensorFlow is imported, and files that do not load still get described.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from edgevit.errors import EdgevitError
+
+FILE_IDENTIFIER = b"TFL3"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Op:
 @dataclass
 class Graph:
     ops: list[Op]
+    tensors: list[Tensor]             # by tensor index
     inputs: list[int]
     outputs: list[int]
     consumers: dict[int, list[int]]   # tensor index -> op indices reading it
@@ -68,7 +72,7 @@ def _enum_names(enum_cls) -> dict[int, str]:
     return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
 
 
-def _schema():
+def schema_module():
     try:
         from ai_edge_litert import schema_py_generated as schema
     except ImportError:  # pragma: no cover - TF-only installs
@@ -94,15 +98,20 @@ def _options(obj) -> dict:
     return out
 
 
-def read(model_content: bytes, subgraph: int = 0) -> Graph:
-    """Operators of ``subgraph`` (0: the main graph) in execution order."""
-    schema = _schema()
-    if len(model_content) < 8 or model_content[4:8] != b"TFL3":
+def read_model(model_content: bytes):
+    """The whole file in the schema's object API (``ModelT``)."""
+    if len(model_content) < 8 or model_content[4:8] != FILE_IDENTIFIER:
         raise EdgevitError("Not a readable .tflite file (no TFL3 flatbuffer identifier).")
     try:
-        model = schema.ModelT.InitFromPackedBuf(bytearray(model_content), 0)
+        return schema_module().ModelT.InitFromPackedBuf(bytearray(model_content), 0)
     except Exception as err:  # a damaged TFLite flatbuffer
         raise EdgevitError(f"Not a readable .tflite file ({type(err).__name__}: {err}).") from None
+
+
+def read(model_content: bytes, subgraph: int = 0) -> Graph:
+    """Operators of ``subgraph`` (0: the main graph) in execution order."""
+    schema = schema_module()
+    model = read_model(model_content)
     if not model.subgraphs:
         raise EdgevitError("The .tflite file has no subgraph.")
     ops_names = _enum_names(schema.BuiltinOperator)
@@ -157,25 +166,7 @@ def read(model_content: bytes, subgraph: int = 0) -> Graph:
                 consumers.setdefault(t.index, []).append(index)
         for t in outputs:
             producers[t.index] = index
-    return Graph(ops=ops, inputs=[int(i) for i in graph.inputs], outputs=[int(i) for i in graph.outputs],
-                 consumers=consumers, producers=producers, folded_ops=folded_ops)
+    return Graph(ops=ops, tensors=tensors, inputs=[int(i) for i in graph.inputs],
+                 outputs=[int(i) for i in graph.outputs], consumers=consumers, producers=producers,
+                 folded_ops=folded_ops)
 
-
-def read_metadata(model_content: bytes, name: str = "edgevit_metadata") -> dict | None:
-    """The JSON document edgevit embeds in exported files (None if absent)."""
-    import json
-
-    schema = _schema()
-    try:
-        model = schema.ModelT.InitFromPackedBuf(bytearray(model_content), 0)
-    except Exception:
-        return None
-    for entry in model.metadata or []:
-        entry_name = entry.name.decode() if isinstance(entry.name, bytes) else entry.name
-        if entry_name == name and entry.buffer < len(model.buffers or []):
-            data = model.buffers[entry.buffer].data
-            try:
-                return json.loads(bytes(bytearray(data)).decode("utf-8"))
-            except (TypeError, ValueError):
-                return None
-    return None
