@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     from edgevit.export.convert import convert
     from edgevit.export.graph import describe
     from edgevit.export.run_model import run_in_child
-    from edgevit.quantize.batchnorm import recalibrate_batchnorm
+    from edgevit.models.batchnorm import recalibrate_batchnorm
     from edgevit.quantize.qat import calibrate, quantize_model
     from edgevit.registry import create_model, get_spec
     from edgevit.train.data import find_dataset, load_split

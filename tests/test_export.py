@@ -17,7 +17,7 @@ from edgevit.export.graph import describe
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.export.run_model import run_in_child
 from edgevit.litert.metadata import read_embedded
-from edgevit.quantize.batchnorm import recalibrate_batchnorm
+from edgevit.models.batchnorm import recalibrate_batchnorm
 from edgevit.registry import ModelSpec, Preprocessing
 
 SIZE = 32

@@ -107,7 +107,7 @@ def test_batchnorm_folding_keeps_the_function():
     x = conv_norm_act(x, None, 3, depthwise=True, activation=None, name="b")
     model = keras.Model(inputs, x, name="convs")
     images = np.random.default_rng(0).uniform(0, 1, (4, 8, 8, 3)).astype(np.float32)
-    from edgevit.quantize.batchnorm import recalibrate_batchnorm
+    from edgevit.models.batchnorm import recalibrate_batchnorm
 
     recalibrate_batchnorm(model, images)
     qat = quantize_model(model)
@@ -201,7 +201,7 @@ def test_load_model_rejects_a_keras_file_that_is_not_an_edgevit_model(tmp_path):
 @pytest.mark.parametrize("name", ["mobilevit_v1_xxs", "mobilevit_v2_050", "mobilevit_v3_xxs", "mobilevit_v3_050"])
 def test_every_family_converts_with_trained_ranges(name):
     from edgevit.data import sample_photos
-    from edgevit.quantize.batchnorm import recalibrate_batchnorm
+    from edgevit.models.batchnorm import recalibrate_batchnorm
     from edgevit.registry import create_model, get_spec
 
     model = create_model(name, num_classes=10, input_size=64)

@@ -73,7 +73,7 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
     keras_model, spec, dataset, train, val, size, skipped = prepare(
         model, data_dir, weights=weights, input_size=input_size, val_split=val_split, sizes=sizes, log=log)
     if weights is None and not (model.endswith(".keras") or Path(model).is_file()):
-        from edgevit.quantize.batchnorm import recalibrate_batchnorm
+        from edgevit.models.batchnorm import recalibrate_batchnorm
 
         recalibrate_batchnorm(keras_model, train.eval_batch(np.arange(min(len(train), 64)), size))
     classes = len(dataset.classes)

@@ -161,7 +161,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
     calibrated = needs_calibration(precision)
     calib, val, sources = _image_sets(spec, input_size, opts, need_calibration=calibrated)
     if opts.recalibrate_batchnorm:
-        from edgevit.quantize.batchnorm import recalibrate_batchnorm
+        from edgevit.models.batchnorm import recalibrate_batchnorm  # imports every model family: only when asked
 
         progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
         recalibrate_batchnorm(model, calib if calib is not None else
