@@ -26,7 +26,7 @@ from edgevit.layers import (PositionEmbedding, PrefixTokens, drop_path_rates, pa
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.mha import apply_scores, merge_heads, softmax, split_heads
-from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
+from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_CONVIT = "https://github.com/facebookresearch/convit (timm convit.py)"
@@ -121,7 +121,7 @@ def build_convit(name: str, num_heads: int, num_classes: int, input_size: int,
     for i in range(LOCAL_BLOCKS, DEPTH):
         groups = transformer_encoder(groups, dim, 4 * dim, num_heads, activation="gelu", epsilon=LN_EPS,
                                      qkv_bias=False, drop_path=rates[i], name=f"blocks.{i}")
-    _, logits = class_token_head(groups[0], num_classes, LN_EPS)
+    _, logits = class_token_head(groups[0], num_classes, epsilon=LN_EPS)
     return keras.Model(inputs, logits, name=name)
 
 

@@ -28,7 +28,7 @@ from edgevit.layers import (BicubicResize, HeadAttention, LayerNorm, PositionEmb
                             TokenSlice, drop_path_rates, patch_embed, transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.transformer import join_groups
-from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, image_input
+from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, image_input
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_CROSSVIT = "https://github.com/IBM/CrossViT (timm crossvit.py)"

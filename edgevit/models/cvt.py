@@ -23,7 +23,7 @@ from edgevit.layers import (HeadAttention, LayerNorm, PrefixTokens, conv_norm_ac
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.tokens import DropPath, drop_path_rates
 from edgevit.layers.transformer import join_groups, split_groups
-from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
+from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_CVT = "https://github.com/microsoft/CvT (Hugging Face transformers CvtConfig)"
@@ -105,7 +105,7 @@ def build_cvt(name: str, num_classes: int, input_size: int, drop_path_rate: floa
                                name=f"{stage}.blocks.{i}")
         x = to_map(groups[-1], grid, f"{stage}.to_map")
         cls = groups[0]
-    _, logits = class_token_head(cls, num_classes, LN_EPS)
+    _, logits = class_token_head(cls, num_classes, epsilon=LN_EPS)
     return keras.Model(inputs, logits, name=name)
 
 

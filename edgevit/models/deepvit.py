@@ -26,7 +26,7 @@ from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, conv_nor
 from edgevit.layers.conv import BN_EPSILON, BN_MOMENTUM, DENSE_INIT
 from edgevit.layers.mha import apply_scores, attention_scores, merge_heads, split_heads
 from edgevit.layers.transformer import join_groups, split_groups
-from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
+from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_DEEPVIT = "https://github.com/zhoudaquan/dvit_repo (DeepViT paper, Table 6: DeepViT-S 27M)"
@@ -100,7 +100,7 @@ def build_deepvit(name: str, num_classes: int, input_size: int) -> keras.Model:
     groups = PositionEmbedding(grid, num_prefix=1, name="pos_embed")([cls, x])
     for i in range(DEPTH):
         groups = deepvit_block(groups, i >= DEPTH - RE_ATTENTION_BLOCKS, name=f"blocks.{i}")
-    _, logits = class_token_head(groups[0], num_classes, LN_EPS)
+    _, logits = class_token_head(groups[0], num_classes, epsilon=LN_EPS)
     return keras.Model(inputs, logits, name=name)
 
 

@@ -7,7 +7,8 @@ Same layer names as timm's ``deit_*_patch16_224`` checkpoints
 """
 from __future__ import annotations
 
-from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, ViTConfig, build_vit
+from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD
+from edgevit.models.vit import ViTConfig, build_vit
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_DEIT = "https://github.com/facebookresearch/deit (timm deit.py)"

@@ -18,9 +18,8 @@ import keras
 from keras import layers
 
 from edgevit.layers import LayerNorm, drop_path_rates, mlp, patch_embed
-from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.tokens import DropPath
-from edgevit.models.vit import image_input
+from edgevit.models.common import image_input, mean_pool_head, transpose_tokens
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_TIMM_MIXER = "https://github.com/huggingface/pytorch-image-models (mlp_mixer.py)"
@@ -43,16 +42,6 @@ CONFIGS = {
     "mixer_s16": MixerConfig(16, 512, 8),
     "mixer_b16": MixerConfig(16, 768, 12),
 }
-
-
-def transpose_tokens(x, name: str):
-    """``[B, N, C]`` <-> ``[B, C, N]``."""
-    return layers.Permute((2, 1), name=name)(x)
-
-
-def mean_pool_head(x, num_classes: int):
-    x = layers.GlobalAveragePooling1D(name="pool")(x)
-    return layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name="head")(x)
 
 
 def mixer_block(x, cfg: MixerConfig, drop_path: float, name: str):

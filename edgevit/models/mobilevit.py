@@ -7,20 +7,30 @@ the result with the block input.
 v3 (Wadekar & Chaurasia, 2022): the local 3x3 conv is depthwise, the fusion is
 a 1x1 conv over [local features, global features], and the block input is
 added back as a residual; channel widths of layers 3-5 are larger.
+
+The stem, MobileNetV2 stages, patch grid and classifier defined here are
+shared with MobileViT v2 (``mobilevit_v2.py``).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import keras
 from keras import layers
 
-from edgevit.layers import Fold, LayerNorm, Unfold, conv_norm_act, inverted_residual, transformer_encoder
-from edgevit.models._mobilevit_common import (PATCH_SIZE, PREPROCESS_V1, REFERENCE_CVNETS, REFERENCE_V3,
-                                              classifier, image_input, mobilenet_stage, patch_grid,
-                                              resize_to, stem)
-from edgevit.registry import register_model
+from edgevit.layers import (Fold, LayerNorm, ResizeBilinear, Unfold, conv_norm_act, inverted_residual,
+                            transformer_encoder)
+from edgevit.layers.conv import DENSE_INIT
+from edgevit.models.common import image_input
+from edgevit.registry import Preprocessing, register_model
 
+PATCH_SIZE = 2
+REFERENCE_CVNETS = "https://github.com/apple/ml-cvnets"
+REFERENCE_V3 = "https://github.com/micronDLA/MobileViTv3"
+# ml-cvnets evaluates at 256x256 after resizing the shorter side to 288, on
+# pixels in [0, 1] with no mean/std normalisation.
+PREPROCESS_V1 = Preprocessing(input_size=256, resize_size=288, interpolation="bilinear")
 NUM_HEADS = 4
 MAX_HEAD_CHANNELS = 960
 
@@ -53,6 +63,37 @@ CONFIGS = {
 
 # Official training settings; dropout only acts while training.
 DROPOUT, ATTN_DROPOUT, FFN_DROPOUT, CLASSIFIER_DROPOUT = 0.1, 0.0, 0.0, 0.1
+
+
+def stem(x, channels: int):
+    return conv_norm_act(x, channels, 3, 2, name="stem")
+
+
+def mobilenet_stage(x, out_channels: int, num_blocks: int, strides: int, expand_ratio: float, name: str):
+    for i in range(num_blocks):
+        x = inverted_residual(x, out_channels, strides if i == 0 else 1, expand_ratio, name=f"{name}.{i}")
+    return x
+
+
+def patch_grid(x):
+    """(height, width) of ``x`` rounded up to whole patches."""
+    h, w = x.shape[1:3]
+    return (math.ceil(h / PATCH_SIZE) * PATCH_SIZE, math.ceil(w / PATCH_SIZE) * PATCH_SIZE)
+
+
+def resize_to(x, size, *, align_corners: bool, name: str):
+    """Bilinear resize when the map is off the patch grid (only at input
+    sizes that are not multiples of 64), identity otherwise."""
+    if tuple(x.shape[1:3]) == tuple(size):
+        return x
+    return ResizeBilinear(size, align_corners=align_corners, name=name)(x)
+
+
+def classifier(x, num_classes: int, dropout: float, name: str = "head"):
+    x = layers.GlobalAveragePooling2D(name=f"{name}.pool")(x)
+    if dropout:
+        x = layers.Dropout(dropout, name=f"{name}.drop")(x)
+    return layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name=f"{name}.fc")(x)
 
 
 def mobilevit_block(x, dim: int, ffn_dim: int, depth: int, *, version: int, name: str):

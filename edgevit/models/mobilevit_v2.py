@@ -15,11 +15,13 @@ from keras import layers
 
 from edgevit.layers import (Fold, LayerNorm, Unfold, conv_norm_act, inverted_residual, make_divisible,
                             separable_attention_block)
-from edgevit.models._mobilevit_common import (PATCH_SIZE, PREPROCESS_V2, REFERENCE_CVNETS, REFERENCE_V3,
-                                              classifier, image_input, mobilenet_stage, patch_grid,
-                                              resize_to, stem)
-from edgevit.registry import register_model
+from edgevit.models.common import image_input
+from edgevit.models.mobilevit import (PATCH_SIZE, REFERENCE_CVNETS, REFERENCE_V3, classifier, mobilenet_stage,
+                                      patch_grid, resize_to, stem)
+from edgevit.registry import Preprocessing, register_model
 
+# As v1 (shorter side 288, crop 256, no mean/std), resized bicubically.
+PREPROCESS_V2 = Preprocessing(input_size=256, resize_size=288, interpolation="bicubic")
 EXPAND_RATIO = 2
 FFN_MULTIPLIER = 2
 DEPTHS = (2, 4, 3)

@@ -21,7 +21,7 @@ from keras import layers
 from edgevit.layers import (PositionEmbedding, PrefixTokens, drop_path_rates, to_map, to_tokens,
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
-from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
+from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_PIT = "https://github.com/naver-ai/pit (timm pit.py)"
@@ -86,7 +86,7 @@ def build_pit(name: str, num_classes: int, input_size: int, drop_path_rate: floa
                                          activation="gelu", epsilon=LN_EPS, drop_path=rates.pop(0),
                                          name=f"{prefix}.blocks.{i}")
         cls, x = groups[0], to_map(groups[1], map_grid, f"{prefix}.unflatten")
-    _, logits = class_token_head(cls, num_classes, LN_EPS)
+    _, logits = class_token_head(cls, num_classes, epsilon=LN_EPS)
     return keras.Model(inputs, logits, name=name)
 
 

@@ -18,8 +18,7 @@ from keras import layers, ops
 from edgevit.layers import drop_path_rates, mlp, patch_embed
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.tokens import DropPath
-from edgevit.models.mixer import mean_pool_head, transpose_tokens
-from edgevit.models.vit import IMAGENET_MEAN, IMAGENET_STD, image_input
+from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, image_input, mean_pool_head, transpose_tokens
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_TIMM_RESMLP = "https://github.com/facebookresearch/deit (timm mlp_mixer.py, ResBlock)"

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import keras
 from keras import layers
 
-from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, TokenSlice, drop_path_rates,
-                            patch_embed, transformer_encoder)
+from edgevit.layers import (PositionEmbedding, PrefixTokens, TokenSlice, drop_path_rates, patch_embed,
+                            transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
+from edgevit.models.common import class_token_head, image_input
 from edgevit.registry import Preprocessing, register_model
 
 REFERENCE_TIMM_VIT = "https://github.com/huggingface/pytorch-image-models (vision_transformer.py)"
@@ -26,7 +27,6 @@ LN_EPS = 1e-6
 # timm's augreg checkpoints: mean/std 0.5, bicubic resize of the shorter side
 # to 248 (crop 0.9), centre crop 224.
 PREPROCESS_VIT = Preprocessing(224, 248, "bicubic", (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -38,17 +38,6 @@ class ViTConfig:
     mlp_ratio: float = 4.0
     distilled: bool = False
     cls_std: float = 1e-6      # timm ViT init of the class token
-
-
-def image_input(input_size: int):
-    return keras.Input((input_size, input_size, 3), batch_size=None, name="image")
-
-
-def class_token_head(cls_tokens, num_classes: int, epsilon: float = LN_EPS):
-    """Final LayerNorm over the class token(s), then the linear classifier on the class token."""
-    x = LayerNorm(epsilon=epsilon, name="norm")(cls_tokens)
-    cls = TokenSlice(0, 1, squeeze=True, name="pool_cls")(x)
-    return x, layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name="head")(cls)
 
 
 def build_vit(name: str, cfg: ViTConfig, num_classes: int, input_size: int,
@@ -65,7 +54,7 @@ def build_vit(name: str, cfg: ViTConfig, num_classes: int, input_size: int,
     for i, rate in enumerate(drop_path_rates(drop_path_rate, cfg.depth)):
         groups = transformer_encoder(groups, cfg.dim, int(cfg.dim * cfg.mlp_ratio), cfg.num_heads,
                                      activation="gelu", epsilon=LN_EPS, drop_path=rate, name=f"blocks.{i}")
-    x, logits = class_token_head(groups[0], num_classes)  # only the prefix tokens reach the heads
+    x, logits = class_token_head(groups[0], num_classes, epsilon=LN_EPS)  # only the prefix tokens reach the heads
     if cfg.distilled:  # DeiT: at inference the class and distillation heads are averaged
         dist = TokenSlice(1, 2, squeeze=True, name="pool_dist")(x)
         dist = layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name="head_dist")(dist)
