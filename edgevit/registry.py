@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import inspect
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -59,6 +60,7 @@ class ModelSpec:
     input_size_multiple: int = 32
     reference: str = ""
     checkpoint_formats: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
 
     def preprocessing_at(self, input_size: int | None) -> Preprocessing:
         if input_size is None or input_size == self.preprocessing.input_size:
@@ -69,11 +71,19 @@ class ModelSpec:
 _REGISTRY: dict[str, ModelSpec] = {}
 
 
+def builder_options(family_builder: Callable) -> tuple[str, ...]:
+    """The keyword-only arguments of a family builder (drop rates): what its
+    registered variants pass on from ``create_model(name, **options)``."""
+    return tuple(p.name for p in inspect.signature(family_builder).parameters.values()
+                 if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
 def register_model(*, family: str, default_input_size: int, preprocessing: Preprocessing,
                    input_size_multiple: int = 32, reference: str = "",
-                   checkpoint_formats: tuple[str, ...] = ()):
-    """Register the decorated builder ``fn(num_classes, input_size) -> keras.Model``
-    under its function name."""
+                   checkpoint_formats: tuple[str, ...] = (), options: tuple[str, ...] = ()):
+    """Register the decorated builder ``fn(num_classes, input_size, **options)
+    -> keras.Model`` under its function name; ``options`` names the keyword
+    arguments it accepts (see :func:`builder_options`)."""
 
     def decorator(fn):
         name = fn.__name__
@@ -82,7 +92,7 @@ def register_model(*, family: str, default_input_size: int, preprocessing: Prepr
         _REGISTRY[name] = ModelSpec(
             name=name, family=family, builder=fn, default_input_size=default_input_size,
             preprocessing=preprocessing, input_size_multiple=input_size_multiple,
-            reference=reference, checkpoint_formats=checkpoint_formats)
+            reference=reference, checkpoint_formats=checkpoint_formats, options=tuple(options))
         return fn
 
     return decorator
@@ -120,20 +130,39 @@ def check_input_size(spec: ModelSpec, input_size: int) -> None:
             f"multiple of {multiple} (its patch grid), e.g. {lo} or {lo + multiple}.")
 
 
+def check_options(spec: ModelSpec, options: dict) -> None:
+    unknown = [key for key in options if key not in spec.options]
+    if unknown:
+        takes = f"it takes {', '.join(spec.options)}" if spec.options else "it takes no builder arguments"
+        raise EdgevitError(f"{spec.name} has no argument {', '.join(unknown)}: {takes} "
+                           "(besides num_classes, input_size and weights).")
+    # Every builder option so far is a drop probability; an option of another
+    # kind needs its own rule here.
+    for key, value in options.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise EdgevitError(f"{spec.name}: {key} must be a probability in [0, 1), got {value!r}.")
+
+
 def create_model(name: str, num_classes: int = 1000, input_size: int | None = None,
-                 weights: str | None = None):
+                 weights: str | None = None, **options):
     """Build a registered model as a Keras functional model with a static
     ``input_size x input_size x 3`` input.
 
     ``weights`` is a Keras weights file (``.weights.h5``) or a ``.keras`` file
-    of the same architecture.
+    of the same architecture. ``options`` go to the family builder, as timm's
+    ``create_model`` passes its keyword arguments on: ``drop_path_rate``
+    (stochastic depth) for the ViT-style and MLP families, ``dropout``,
+    ``attn_dropout``, ``ffn_dropout`` and ``classifier_dropout`` for MobileViT;
+    ``get_spec(name).options`` lists what a model takes. They change training
+    only: parameters and inference outputs stay the same.
     """
     spec = get_spec(name)
     input_size = spec.default_input_size if input_size is None else int(input_size)
     check_input_size(spec, input_size)
     if num_classes < 1:
         raise EdgevitError(f"--num-classes must be at least 1, got {num_classes}.")
-    model = spec.builder(num_classes=num_classes, input_size=input_size)
+    check_options(spec, options)
+    model = spec.builder(num_classes=num_classes, input_size=input_size, **options)
     if weights is not None:
         from edgevit.saving import load_weights_into
 

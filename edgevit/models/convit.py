@@ -27,7 +27,7 @@ from edgevit.layers import (PositionEmbedding, PrefixTokens, drop_path_rates, pa
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.mha import apply_scores, merge_heads, softmax, split_heads
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 REFERENCE_CONVIT = "https://github.com/facebookresearch/convit (timm convit.py)"
 PREPROCESS_CONVIT = Preprocessing(224, 256, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
@@ -104,7 +104,7 @@ class GatedPositionalSelfAttention(keras.layers.Layer):
                 "locality_strength": self.locality_strength, "qkv_bias": self.qkv_bias}
 
 
-def build_convit(name: str, num_heads: int, num_classes: int, input_size: int,
+def build_convit(name: str, num_heads: int, num_classes: int, input_size: int, *,
                  drop_path_rate: float = 0.0) -> keras.Model:
     dim = HEAD_DIM * num_heads
     inputs = image_input(input_size)
@@ -126,19 +126,20 @@ def build_convit(name: str, num_heads: int, num_classes: int, input_size: int,
 
 
 _CONVIT = dict(family="convit", default_input_size=224, preprocessing=PREPROCESS_CONVIT,
-               input_size_multiple=PATCH_SIZE, reference=REFERENCE_CONVIT, checkpoint_formats=("timm",))
+               input_size_multiple=PATCH_SIZE, reference=REFERENCE_CONVIT, checkpoint_formats=("timm",),
+               options=builder_options(build_convit))
 
 
 @register_model(**_CONVIT)
-def convit_tiny(num_classes: int = 1000, input_size: int = 224):
-    return build_convit("convit_tiny", 4, num_classes, input_size)
+def convit_tiny(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_convit("convit_tiny", 4, num_classes, input_size, **options)
 
 
 @register_model(**_CONVIT)
-def convit_small(num_classes: int = 1000, input_size: int = 224):
-    return build_convit("convit_small", 9, num_classes, input_size)
+def convit_small(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_convit("convit_small", 9, num_classes, input_size, **options)
 
 
 @register_model(**_CONVIT)
-def convit_base(num_classes: int = 1000, input_size: int = 224):
-    return build_convit("convit_base", 16, num_classes, input_size)
+def convit_base(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_convit("convit_base", 16, num_classes, input_size, **options)

@@ -29,7 +29,7 @@ from edgevit.layers import (BicubicResize, HeadAttention, LayerNorm, PositionEmb
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.transformer import join_groups
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, image_input
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 REFERENCE_CROSSVIT = "https://github.com/IBM/CrossViT (timm crossvit.py)"
 # timm crossvit_*_240: bicubic, crop 0.875 (shorter side 274), ImageNet mean/std.
@@ -81,7 +81,7 @@ def cross_attention_block(cls, patches, num_heads: int, name: str):
     return layers.Add(name=f"{name}.add")([cls, y])
 
 
-def build_crossvit(name: str, num_classes: int, input_size: int, drop_path_rate: float = 0.0) -> keras.Model:
+def build_crossvit(name: str, num_classes: int, input_size: int, *, drop_path_rate: float = 0.0) -> keras.Model:
     cfg = CONFIGS[name]
     inputs = image_input(input_size)
     sizes = (input_size, int(input_size * SCALE))
@@ -119,34 +119,35 @@ def build_crossvit(name: str, num_classes: int, input_size: int, drop_path_rate:
 
 
 _CROSSVIT = dict(family="crossvit", default_input_size=240, preprocessing=PREPROCESS_CROSSVIT,
-                 input_size_multiple=SIZE_MULTIPLE, reference=REFERENCE_CROSSVIT, checkpoint_formats=("timm",))
+                 input_size_multiple=SIZE_MULTIPLE, reference=REFERENCE_CROSSVIT, checkpoint_formats=("timm",),
+                 options=builder_options(build_crossvit))
 
 
 @register_model(**_CROSSVIT)
-def crossvit_tiny(num_classes: int = 1000, input_size: int = 240):
-    return build_crossvit("crossvit_tiny", num_classes, input_size)
+def crossvit_tiny(num_classes: int = 1000, input_size: int = 240, **options):
+    return build_crossvit("crossvit_tiny", num_classes, input_size, **options)
 
 
 @register_model(**_CROSSVIT)
-def crossvit_small(num_classes: int = 1000, input_size: int = 240):
-    return build_crossvit("crossvit_small", num_classes, input_size)
+def crossvit_small(num_classes: int = 1000, input_size: int = 240, **options):
+    return build_crossvit("crossvit_small", num_classes, input_size, **options)
 
 
 @register_model(**_CROSSVIT)
-def crossvit_base(num_classes: int = 1000, input_size: int = 240):
-    return build_crossvit("crossvit_base", num_classes, input_size)
+def crossvit_base(num_classes: int = 1000, input_size: int = 240, **options):
+    return build_crossvit("crossvit_base", num_classes, input_size, **options)
 
 
 @register_model(**_CROSSVIT)
-def crossvit_9(num_classes: int = 1000, input_size: int = 240):
-    return build_crossvit("crossvit_9", num_classes, input_size)
+def crossvit_9(num_classes: int = 1000, input_size: int = 240, **options):
+    return build_crossvit("crossvit_9", num_classes, input_size, **options)
 
 
 @register_model(**_CROSSVIT)
-def crossvit_15(num_classes: int = 1000, input_size: int = 240):
-    return build_crossvit("crossvit_15", num_classes, input_size)
+def crossvit_15(num_classes: int = 1000, input_size: int = 240, **options):
+    return build_crossvit("crossvit_15", num_classes, input_size, **options)
 
 
 @register_model(**_CROSSVIT)
-def crossvit_18(num_classes: int = 1000, input_size: int = 240):
-    return build_crossvit("crossvit_18", num_classes, input_size)
+def crossvit_18(num_classes: int = 1000, input_size: int = 240, **options):
+    return build_crossvit("crossvit_18", num_classes, input_size, **options)

@@ -24,7 +24,7 @@ from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.tokens import DropPath, drop_path_rates
 from edgevit.layers.transformer import join_groups, split_groups
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 REFERENCE_CVT = "https://github.com/microsoft/CvT (Hugging Face transformers CvtConfig)"
 # Official evaluation (TEST.INTERPOLATION 2 = PIL bilinear): shorter side
@@ -83,7 +83,7 @@ def cvt_block(groups, grid, dim: int, num_heads: int, mlp_ratio: float, drop_pat
             for i, (g, b) in enumerate(zip(groups, split_groups(y, groups, f"{name}.split2")))]
 
 
-def build_cvt(name: str, num_classes: int, input_size: int, drop_path_rate: float = 0.0) -> keras.Model:
+def build_cvt(name: str, num_classes: int, input_size: int, *, drop_path_rate: float = 0.0) -> keras.Model:
     cfg = CONFIGS[name]
     inputs = image_input(input_size)
     x = inputs
@@ -110,14 +110,14 @@ def build_cvt(name: str, num_classes: int, input_size: int, drop_path_rate: floa
 
 
 _CVT = dict(family="cvt", default_input_size=224, preprocessing=PREPROCESS_CVT, input_size_multiple=16,
-            reference=REFERENCE_CVT, checkpoint_formats=("huggingface",))
+            reference=REFERENCE_CVT, checkpoint_formats=("huggingface",), options=builder_options(build_cvt))
 
 
 @register_model(**_CVT)
-def cvt_13(num_classes: int = 1000, input_size: int = 224):
-    return build_cvt("cvt_13", num_classes, input_size)
+def cvt_13(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_cvt("cvt_13", num_classes, input_size, **options)
 
 
 @register_model(**_CVT)
-def cvt_21(num_classes: int = 1000, input_size: int = 224):
-    return build_cvt("cvt_21", num_classes, input_size)
+def cvt_21(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_cvt("cvt_21", num_classes, input_size, **options)

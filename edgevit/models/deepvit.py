@@ -22,12 +22,13 @@ from __future__ import annotations
 import keras
 from keras import layers, ops
 
-from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, conv_norm_act, mlp, to_tokens)
+from edgevit.layers import (DropPath, LayerNorm, PositionEmbedding, PrefixTokens, conv_norm_act, drop_path_rates,
+                            mlp, to_tokens)
 from edgevit.layers.conv import BN_EPSILON, BN_MOMENTUM, DENSE_INIT
 from edgevit.layers.mha import apply_scores, attention_scores, merge_heads, split_heads
 from edgevit.layers.transformer import join_groups, split_groups
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 REFERENCE_DEEPVIT = "https://github.com/zhoudaquan/dvit_repo (DeepViT paper, Table 6: DeepViT-S 27M)"
 PREPROCESS_DEEPVIT = Preprocessing(224, 248, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
@@ -72,23 +73,27 @@ class ReAttention(keras.layers.Layer):
                 "apply_transform": self.apply_transform}
 
 
-def deepvit_block(groups, apply_transform: bool, name: str):
+def deepvit_block(groups, apply_transform: bool, drop_path: float, name: str):
     eps = LN_EPS / SCALE_ADJUSTMENT ** 2  # LN(x * 0.5, eps) == LN(x, 4 * eps)
     norm1 = LayerNorm(epsilon=eps, name=f"{name}.norm1")
     y = ReAttention(DIM, HEADS, apply_transform, name=f"{name}.attn")(
         join_groups([norm1(g) for g in groups], f"{name}.join1"))
     y = layers.Rescaling(1 / SCALE_ADJUSTMENT, name=f"{name}.unscale1")(y)
+    if drop_path:
+        y = DropPath(drop_path, name=f"{name}.drop_path1")(y)
     groups = [layers.Add(name=f"{name}.add1.{i}")([g, b])
               for i, (g, b) in enumerate(zip(groups, split_groups(y, groups, f"{name}.split1")))]
     norm2 = LayerNorm(epsilon=eps, name=f"{name}.norm2")
     y = mlp(join_groups([norm2(g) for g in groups], f"{name}.join2"), MLP_RATIO * DIM, DIM,
             activation="gelu", dropout=0.0, name=f"{name}.mlp")
     y = layers.Rescaling(1 / SCALE_ADJUSTMENT, name=f"{name}.unscale2")(y)
+    if drop_path:
+        y = DropPath(drop_path, name=f"{name}.drop_path2")(y)
     return [layers.Add(name=f"{name}.add2.{i}")([g, b])
             for i, (g, b) in enumerate(zip(groups, split_groups(y, groups, f"{name}.split2")))]
 
 
-def build_deepvit(name: str, num_classes: int, input_size: int) -> keras.Model:
+def build_deepvit(name: str, num_classes: int, input_size: int, *, drop_path_rate: float = 0.0) -> keras.Model:
     inputs = image_input(input_size)
     x = conv_norm_act(inputs, 64, 7, 2, activation="relu", name="patch_embed.conv1")
     x = conv_norm_act(x, 64, 3, 1, activation="relu", name="patch_embed.conv2")
@@ -98,13 +103,14 @@ def build_deepvit(name: str, num_classes: int, input_size: int) -> keras.Model:
     x = to_tokens(x, "patch_embed.flatten")
     cls = PrefixTokens(["cls_token"], [0.02], concat=False, name="cls_token")(x)
     groups = PositionEmbedding(grid, num_prefix=1, name="pos_embed")([cls, x])
-    for i in range(DEPTH):
-        groups = deepvit_block(groups, i >= DEPTH - RE_ATTENTION_BLOCKS, name=f"blocks.{i}")
+    for i, rate in enumerate(drop_path_rates(drop_path_rate, DEPTH)):
+        groups = deepvit_block(groups, i >= DEPTH - RE_ATTENTION_BLOCKS, rate, name=f"blocks.{i}")
     _, logits = class_token_head(groups[0], num_classes, epsilon=LN_EPS)
     return keras.Model(inputs, logits, name=name)
 
 
 @register_model(family="deepvit", default_input_size=224, preprocessing=PREPROCESS_DEEPVIT,
-                input_size_multiple=PATCH_SIZE, reference=REFERENCE_DEEPVIT, checkpoint_formats=())
-def deepvit_s(num_classes: int = 1000, input_size: int = 224):
-    return build_deepvit("deepvit_s", num_classes, input_size)
+                input_size_multiple=PATCH_SIZE, reference=REFERENCE_DEEPVIT, checkpoint_formats=(),
+                options=builder_options(build_deepvit))
+def deepvit_s(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_deepvit("deepvit_s", num_classes, input_size, **options)

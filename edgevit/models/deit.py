@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD
 from edgevit.models.vit import ViTConfig, build_vit
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 REFERENCE_DEIT = "https://github.com/facebookresearch/deit (timm deit.py)"
 # ImageNet mean/std, bicubic resize of the shorter side to 248, crop 224.
@@ -25,34 +25,34 @@ CONFIGS = {
 }
 
 _DEIT = dict(family="deit", default_input_size=224, preprocessing=PREPROCESS_DEIT, input_size_multiple=16,
-             reference=REFERENCE_DEIT, checkpoint_formats=("timm",))
+             reference=REFERENCE_DEIT, checkpoint_formats=("timm",), options=builder_options(build_vit))
 
 
 @register_model(**_DEIT)
-def deit_tiny(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("deit_tiny", CONFIGS["deit_tiny"], num_classes, input_size)
+def deit_tiny(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("deit_tiny", CONFIGS["deit_tiny"], num_classes, input_size, **options)
 
 
 @register_model(**_DEIT)
-def deit_small(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("deit_small", CONFIGS["deit_small"], num_classes, input_size)
+def deit_small(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("deit_small", CONFIGS["deit_small"], num_classes, input_size, **options)
 
 
 @register_model(**_DEIT)
-def deit_base(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("deit_base", CONFIGS["deit_base"], num_classes, input_size)
+def deit_base(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("deit_base", CONFIGS["deit_base"], num_classes, input_size, **options)
 
 
 @register_model(**_DEIT)
-def deit_tiny_distilled(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("deit_tiny_distilled", CONFIGS["deit_tiny_distilled"], num_classes, input_size)
+def deit_tiny_distilled(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("deit_tiny_distilled", CONFIGS["deit_tiny_distilled"], num_classes, input_size, **options)
 
 
 @register_model(**_DEIT)
-def deit_small_distilled(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("deit_small_distilled", CONFIGS["deit_small_distilled"], num_classes, input_size)
+def deit_small_distilled(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("deit_small_distilled", CONFIGS["deit_small_distilled"], num_classes, input_size, **options)
 
 
 @register_model(**_DEIT)
-def deit_base_distilled(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("deit_base_distilled", CONFIGS["deit_base_distilled"], num_classes, input_size)
+def deit_base_distilled(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("deit_base_distilled", CONFIGS["deit_base_distilled"], num_classes, input_size, **options)

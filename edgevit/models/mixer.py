@@ -20,7 +20,7 @@ from keras import layers
 from edgevit.layers import LayerNorm, drop_path_rates, mlp, patch_embed
 from edgevit.layers.tokens import DropPath
 from edgevit.models.common import image_input, mean_pool_head, transpose_tokens
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 REFERENCE_TIMM_MIXER = "https://github.com/huggingface/pytorch-image-models (mlp_mixer.py)"
 # timm mixer_*_224 (Google in21k-ft-in1k weights): mean/std 0.5, bicubic,
@@ -62,7 +62,7 @@ def mixer_block(x, cfg: MixerConfig, drop_path: float, name: str):
     return layers.Add(name=f"{name}.add2")([x, y])
 
 
-def build_mixer(name: str, num_classes: int, input_size: int, drop_path_rate: float = 0.0) -> keras.Model:
+def build_mixer(name: str, num_classes: int, input_size: int, *, drop_path_rate: float = 0.0) -> keras.Model:
     cfg = CONFIGS[name]
     inputs = image_input(input_size)
     x = patch_embed(inputs, cfg.dim, cfg.patch_size, name="stem")
@@ -73,14 +73,15 @@ def build_mixer(name: str, num_classes: int, input_size: int, drop_path_rate: fl
 
 
 _MIXER = dict(family="mlp_mixer", default_input_size=224, preprocessing=PREPROCESS_MIXER,
-              input_size_multiple=16, reference=REFERENCE_TIMM_MIXER, checkpoint_formats=("timm",))
+              input_size_multiple=16, reference=REFERENCE_TIMM_MIXER, checkpoint_formats=("timm",),
+              options=builder_options(build_mixer))
 
 
 @register_model(**_MIXER)
-def mixer_s16(num_classes: int = 1000, input_size: int = 224):
-    return build_mixer("mixer_s16", num_classes, input_size)
+def mixer_s16(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_mixer("mixer_s16", num_classes, input_size, **options)
 
 
 @register_model(**_MIXER)
-def mixer_b16(num_classes: int = 1000, input_size: int = 224):
-    return build_mixer("mixer_b16", num_classes, input_size)
+def mixer_b16(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_mixer("mixer_b16", num_classes, input_size, **options)

@@ -23,7 +23,7 @@ from edgevit.layers import (Fold, LayerNorm, ResizeBilinear, Unfold, conv_norm_a
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.models.common import image_input
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 PATCH_SIZE = 2
 REFERENCE_CVNETS = "https://github.com/apple/ml-cvnets"
@@ -61,7 +61,7 @@ CONFIGS = {
     "mobilevit_v3_s_l2": MobileViTConfig(4, (32, 64, 128, 256, 320), (144, 192, 240), (2, 2, 3), 3),
 }
 
-# Official training settings; dropout only acts while training.
+# Official training settings, the builder's defaults; dropout only acts while training.
 DROPOUT, ATTN_DROPOUT, FFN_DROPOUT, CLASSIFIER_DROPOUT = 0.1, 0.0, 0.0, 0.1
 
 
@@ -96,7 +96,8 @@ def classifier(x, num_classes: int, dropout: float, name: str = "head"):
     return layers.Dense(num_classes, kernel_initializer=DENSE_INIT, name=f"{name}.fc")(x)
 
 
-def mobilevit_block(x, dim: int, ffn_dim: int, depth: int, *, version: int, name: str):
+def mobilevit_block(x, dim: int, ffn_dim: int, depth: int, *, version: int, dropout: float, attn_dropout: float,
+                    ffn_dropout: float, name: str):
     channels = x.shape[-1]
     shortcut = x
     local = conv_norm_act(x, channels, 3, depthwise=version == 3, name=f"{name}.local_rep.conv_3x3")
@@ -107,8 +108,8 @@ def mobilevit_block(x, dim: int, ffn_dim: int, depth: int, *, version: int, name
     y = resize_to(local, grid, align_corners=False, name=f"{name}.resize_in")
     y = Unfold(PATCH_SIZE, pixels_in_batch=True, name=f"{name}.unfold")(y)
     for i in range(depth):
-        y = transformer_encoder(y, dim, ffn_dim, NUM_HEADS, dropout=DROPOUT, attn_dropout=ATTN_DROPOUT,
-                                ffn_dropout=FFN_DROPOUT, name=f"{name}.global_rep.{i}")
+        y = transformer_encoder(y, dim, ffn_dim, NUM_HEADS, dropout=dropout, attn_dropout=attn_dropout,
+                                ffn_dropout=ffn_dropout, name=f"{name}.global_rep.{i}")
     y = LayerNorm(name=f"{name}.global_rep.{depth}")(y)
     y = Fold(grid, PATCH_SIZE, pixels_in_batch=True, name=f"{name}.fold")(y)
     y = resize_to(y, size, align_corners=False, name=f"{name}.resize_out")
@@ -122,7 +123,9 @@ def mobilevit_block(x, dim: int, ffn_dim: int, depth: int, *, version: int, name
     return layers.Add(name=f"{name}.add")([y, shortcut])
 
 
-def build_mobilevit(name: str, num_classes: int = 1000, input_size: int = 256) -> keras.Model:
+def build_mobilevit(name: str, num_classes: int = 1000, input_size: int = 256, *, dropout: float = DROPOUT,
+                    attn_dropout: float = ATTN_DROPOUT, ffn_dropout: float = FFN_DROPOUT,
+                    classifier_dropout: float = CLASSIFIER_DROPOUT) -> keras.Model:
     cfg = CONFIGS[name]
     inputs = image_input(input_size)
     x = stem(inputs, 16)
@@ -131,59 +134,59 @@ def build_mobilevit(name: str, num_classes: int = 1000, input_size: int = 256) -
     for i in range(3):
         stage = f"layer_{i + 3}"
         x = inverted_residual(x, cfg.channels[i + 2], 2, cfg.expand_ratio, name=f"{stage}.0")
-        x = mobilevit_block(x, cfg.dims[i], cfg.ffn_dims[i], cfg.depths[i], version=cfg.version,
-                            name=f"{stage}.1")
+        x = mobilevit_block(x, cfg.dims[i], cfg.ffn_dims[i], cfg.depths[i], version=cfg.version, dropout=dropout,
+                            attn_dropout=attn_dropout, ffn_dropout=ffn_dropout, name=f"{stage}.1")
     x = conv_norm_act(x, min(4 * cfg.channels[4], MAX_HEAD_CHANNELS), 1, name="conv_1x1_exp")
-    outputs = classifier(x, num_classes, CLASSIFIER_DROPOUT)
+    outputs = classifier(x, num_classes, classifier_dropout)
     return keras.Model(inputs, outputs, name=name)
 
 
 _V1 = dict(family="mobilevit_v1", default_input_size=256, preprocessing=PREPROCESS_V1,
-           reference=REFERENCE_CVNETS, checkpoint_formats=("timm", "cvnets"))
+           reference=REFERENCE_CVNETS, checkpoint_formats=("timm", "cvnets"), options=builder_options(build_mobilevit))
 _V3 = dict(family="mobilevit_v3", default_input_size=256, preprocessing=PREPROCESS_V1,
-           reference=REFERENCE_V3, checkpoint_formats=("cvnets",))
+           reference=REFERENCE_V3, checkpoint_formats=("cvnets",), options=builder_options(build_mobilevit))
 
 
 @register_model(**_V1)
-def mobilevit_v1_xxs(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit("mobilevit_v1_xxs", num_classes, input_size)
+def mobilevit_v1_xxs(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit("mobilevit_v1_xxs", num_classes, input_size, **options)
 
 
 @register_model(**_V1)
-def mobilevit_v1_xs(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit("mobilevit_v1_xs", num_classes, input_size)
+def mobilevit_v1_xs(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit("mobilevit_v1_xs", num_classes, input_size, **options)
 
 
 @register_model(**_V1)
-def mobilevit_v1_s(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit("mobilevit_v1_s", num_classes, input_size)
+def mobilevit_v1_s(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit("mobilevit_v1_s", num_classes, input_size, **options)
 
 
 @register_model(**_V3)
-def mobilevit_v3_xxs(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit("mobilevit_v3_xxs", num_classes, input_size)
+def mobilevit_v3_xxs(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit("mobilevit_v3_xxs", num_classes, input_size, **options)
 
 
 @register_model(**_V3)
-def mobilevit_v3_xs(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit("mobilevit_v3_xs", num_classes, input_size)
+def mobilevit_v3_xs(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit("mobilevit_v3_xs", num_classes, input_size, **options)
 
 
 @register_model(**_V3)
-def mobilevit_v3_s(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit("mobilevit_v3_s", num_classes, input_size)
+def mobilevit_v3_s(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit("mobilevit_v3_s", num_classes, input_size, **options)
 
 
 @register_model(**_V3)
-def mobilevit_v3_xxs_l2(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit("mobilevit_v3_xxs_l2", num_classes, input_size)
+def mobilevit_v3_xxs_l2(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit("mobilevit_v3_xxs_l2", num_classes, input_size, **options)
 
 
 @register_model(**_V3)
-def mobilevit_v3_xs_l2(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit("mobilevit_v3_xs_l2", num_classes, input_size)
+def mobilevit_v3_xs_l2(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit("mobilevit_v3_xs_l2", num_classes, input_size, **options)
 
 
 @register_model(**_V3)
-def mobilevit_v3_s_l2(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit("mobilevit_v3_s_l2", num_classes, input_size)
+def mobilevit_v3_s_l2(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit("mobilevit_v3_s_l2", num_classes, input_size, **options)

@@ -18,7 +18,7 @@ from edgevit.layers import (Fold, LayerNorm, Unfold, conv_norm_act, inverted_res
 from edgevit.models.common import image_input
 from edgevit.models.mobilevit import (PATCH_SIZE, REFERENCE_CVNETS, REFERENCE_V3, classifier, mobilenet_stage,
                                       patch_grid, resize_to, stem)
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 # As v1 (shorter side 288, crop 256, no mean/std), resized bicubically.
 PREPROCESS_V2 = Preprocessing(input_size=256, resize_size=288, interpolation="bicubic")
@@ -55,7 +55,8 @@ CONFIGS = {
 }
 
 
-def mobilevit_v2_block(x, dim: int, depth: int, *, version: int, name: str):
+def mobilevit_v2_block(x, dim: int, depth: int, *, version: int, dropout: float, attn_dropout: float,
+                       ffn_dropout: float, name: str):
     channels = x.shape[-1]
     # The official block resizes its input (align_corners=True) when the map
     # is off the patch grid, and keeps that size.
@@ -67,7 +68,8 @@ def mobilevit_v2_block(x, dim: int, depth: int, *, version: int, name: str):
     ffn_dim = FFN_MULTIPLIER * dim // 16 * 16
     y = Unfold(PATCH_SIZE, pixels_in_batch=False, name=f"{name}.unfold")(local)
     for i in range(depth):
-        y = separable_attention_block(y, dim, ffn_dim, name=f"{name}.global_rep.{i}")
+        y = separable_attention_block(y, dim, ffn_dim, dropout=dropout, attn_dropout=attn_dropout,
+                                      ffn_dropout=ffn_dropout, name=f"{name}.global_rep.{i}")
     y = LayerNorm(axes=(1, 2, 3), name=f"{name}.global_rep.{depth}")(y)
     y = Fold(tuple(local.shape[1:3]), PATCH_SIZE, pixels_in_batch=False, name=f"{name}.fold")(y)
     if version == 2:
@@ -77,7 +79,9 @@ def mobilevit_v2_block(x, dim: int, depth: int, *, version: int, name: str):
     return layers.Add(name=f"{name}.add")([y, x])
 
 
-def build_mobilevit_v2(name: str, num_classes: int = 1000, input_size: int = 256) -> keras.Model:
+def build_mobilevit_v2(name: str, num_classes: int = 1000, input_size: int = 256, *, dropout: float = 0.0,
+                       attn_dropout: float = 0.0, ffn_dropout: float = 0.0,
+                       classifier_dropout: float = 0.0) -> keras.Model:
     cfg = CONFIGS[name]
     inputs = image_input(input_size)
     x = stem(inputs, cfg.stem_channels)
@@ -86,62 +90,64 @@ def build_mobilevit_v2(name: str, num_classes: int = 1000, input_size: int = 256
     for i in range(3):
         stage = f"layer_{i + 3}"
         x = inverted_residual(x, cfg.channels[i + 2], 2, EXPAND_RATIO, name=f"{stage}.0")
-        x = mobilevit_v2_block(x, cfg.dims[i], DEPTHS[i], version=cfg.version, name=f"{stage}.1")
-    outputs = classifier(x, num_classes, dropout=0.0)
+        x = mobilevit_v2_block(x, cfg.dims[i], DEPTHS[i], version=cfg.version, dropout=dropout,
+                               attn_dropout=attn_dropout, ffn_dropout=ffn_dropout, name=f"{stage}.1")
+    outputs = classifier(x, num_classes, classifier_dropout)
     return keras.Model(inputs, outputs, name=name)
 
 
 _V2 = dict(family="mobilevit_v2", default_input_size=256, preprocessing=PREPROCESS_V2,
-           reference=REFERENCE_CVNETS, checkpoint_formats=("timm", "cvnets"))
+           reference=REFERENCE_CVNETS, checkpoint_formats=("timm", "cvnets"),
+           options=builder_options(build_mobilevit_v2))
 _V3 = dict(family="mobilevit_v3", default_input_size=256, preprocessing=PREPROCESS_V2,
-           reference=REFERENCE_V3, checkpoint_formats=("cvnets",))
+           reference=REFERENCE_V3, checkpoint_formats=("cvnets",), options=builder_options(build_mobilevit_v2))
 
 
 @register_model(**_V2)
-def mobilevit_v2_050(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit_v2("mobilevit_v2_050", num_classes, input_size)
+def mobilevit_v2_050(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit_v2("mobilevit_v2_050", num_classes, input_size, **options)
 
 
 @register_model(**_V2)
-def mobilevit_v2_075(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit_v2("mobilevit_v2_075", num_classes, input_size)
+def mobilevit_v2_075(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit_v2("mobilevit_v2_075", num_classes, input_size, **options)
 
 
 @register_model(**_V2)
-def mobilevit_v2_100(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit_v2("mobilevit_v2_100", num_classes, input_size)
+def mobilevit_v2_100(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit_v2("mobilevit_v2_100", num_classes, input_size, **options)
 
 
 @register_model(**_V2)
-def mobilevit_v2_125(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit_v2("mobilevit_v2_125", num_classes, input_size)
+def mobilevit_v2_125(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit_v2("mobilevit_v2_125", num_classes, input_size, **options)
 
 
 @register_model(**_V2)
-def mobilevit_v2_150(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit_v2("mobilevit_v2_150", num_classes, input_size)
+def mobilevit_v2_150(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit_v2("mobilevit_v2_150", num_classes, input_size, **options)
 
 
 @register_model(**_V2)
-def mobilevit_v2_175(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit_v2("mobilevit_v2_175", num_classes, input_size)
+def mobilevit_v2_175(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit_v2("mobilevit_v2_175", num_classes, input_size, **options)
 
 
 @register_model(**_V2)
-def mobilevit_v2_200(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit_v2("mobilevit_v2_200", num_classes, input_size)
+def mobilevit_v2_200(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit_v2("mobilevit_v2_200", num_classes, input_size, **options)
 
 
 @register_model(**_V3)
-def mobilevit_v3_050(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit_v2("mobilevit_v3_050", num_classes, input_size)
+def mobilevit_v3_050(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit_v2("mobilevit_v3_050", num_classes, input_size, **options)
 
 
 @register_model(**_V3)
-def mobilevit_v3_075(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit_v2("mobilevit_v3_075", num_classes, input_size)
+def mobilevit_v3_075(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit_v2("mobilevit_v3_075", num_classes, input_size, **options)
 
 
 @register_model(**_V3)
-def mobilevit_v3_100(num_classes: int = 1000, input_size: int = 256):
-    return build_mobilevit_v2("mobilevit_v3_100", num_classes, input_size)
+def mobilevit_v3_100(num_classes: int = 1000, input_size: int = 256, **options):
+    return build_mobilevit_v2("mobilevit_v3_100", num_classes, input_size, **options)

@@ -22,7 +22,7 @@ from edgevit.layers import (PositionEmbedding, PrefixTokens, drop_path_rates, to
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 REFERENCE_PIT = "https://github.com/naver-ai/pit (timm pit.py)"
 PREPROCESS_PIT = Preprocessing(224, 248, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
@@ -65,7 +65,7 @@ def pool(x_map, cls, dim: int, name: str):
     return x_map, cls
 
 
-def build_pit(name: str, num_classes: int, input_size: int, drop_path_rate: float = 0.0) -> keras.Model:
+def build_pit(name: str, num_classes: int, input_size: int, *, drop_path_rate: float = 0.0) -> keras.Model:
     cfg = CONFIGS[name]
     inputs = image_input(input_size)
     grid = grid_size(cfg, input_size)
@@ -91,24 +91,24 @@ def build_pit(name: str, num_classes: int, input_size: int, drop_path_rate: floa
 
 
 _PIT = dict(family="pit", default_input_size=224, preprocessing=PREPROCESS_PIT, input_size_multiple=8,
-            reference=REFERENCE_PIT, checkpoint_formats=("timm",))
+            reference=REFERENCE_PIT, checkpoint_formats=("timm",), options=builder_options(build_pit))
 
 
 @register_model(**_PIT)
-def pit_ti(num_classes: int = 1000, input_size: int = 224):
-    return build_pit("pit_ti", num_classes, input_size)
+def pit_ti(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_pit("pit_ti", num_classes, input_size, **options)
 
 
 @register_model(**_PIT)
-def pit_xs(num_classes: int = 1000, input_size: int = 224):
-    return build_pit("pit_xs", num_classes, input_size)
+def pit_xs(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_pit("pit_xs", num_classes, input_size, **options)
 
 
 @register_model(**_PIT)
-def pit_s(num_classes: int = 1000, input_size: int = 224):
-    return build_pit("pit_s", num_classes, input_size)
+def pit_s(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_pit("pit_s", num_classes, input_size, **options)
 
 
 @register_model(**{**_PIT, "input_size_multiple": 7})
-def pit_b(num_classes: int = 1000, input_size: int = 224):
-    return build_pit("pit_b", num_classes, input_size)
+def pit_b(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_pit("pit_b", num_classes, input_size, **options)

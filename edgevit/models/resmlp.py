@@ -19,7 +19,7 @@ from edgevit.layers import drop_path_rates, mlp, patch_embed
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.tokens import DropPath
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, image_input, mean_pool_head, transpose_tokens
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 REFERENCE_TIMM_RESMLP = "https://github.com/facebookresearch/deit (timm mlp_mixer.py, ResBlock)"
 PREPROCESS_RESMLP = Preprocessing(224, 256, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
@@ -75,7 +75,7 @@ def res_block(x, init_value: float, drop_path: float, name: str):
     return layers.Add(name=f"{name}.add2")([x, y])
 
 
-def build_resmlp(name: str, depth: int, init_value: float, num_classes: int, input_size: int,
+def build_resmlp(name: str, depth: int, init_value: float, num_classes: int, input_size: int, *,
                  drop_path_rate: float = 0.0) -> keras.Model:
     inputs = image_input(input_size)
     x = patch_embed(inputs, DIM, PATCH_SIZE, name="stem")
@@ -86,19 +86,20 @@ def build_resmlp(name: str, depth: int, init_value: float, num_classes: int, inp
 
 
 _RESMLP = dict(family="resmlp", default_input_size=224, preprocessing=PREPROCESS_RESMLP,
-               input_size_multiple=PATCH_SIZE, reference=REFERENCE_TIMM_RESMLP, checkpoint_formats=("timm",))
+               input_size_multiple=PATCH_SIZE, reference=REFERENCE_TIMM_RESMLP, checkpoint_formats=("timm",),
+               options=builder_options(build_resmlp))
 
 
 @register_model(**_RESMLP)
-def resmlp_12(num_classes: int = 1000, input_size: int = 224):
-    return build_resmlp("resmlp_12", 12, 0.1, num_classes, input_size)
+def resmlp_12(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_resmlp("resmlp_12", 12, 0.1, num_classes, input_size, **options)
 
 
 @register_model(**_RESMLP)
-def resmlp_24(num_classes: int = 1000, input_size: int = 224):
-    return build_resmlp("resmlp_24", 24, 1e-5, num_classes, input_size)
+def resmlp_24(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_resmlp("resmlp_24", 24, 1e-5, num_classes, input_size, **options)
 
 
 @register_model(**_RESMLP)
-def resmlp_36(num_classes: int = 1000, input_size: int = 224):
-    return build_resmlp("resmlp_36", 36, 1e-6, num_classes, input_size)
+def resmlp_36(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_resmlp("resmlp_36", 36, 1e-6, num_classes, input_size, **options)

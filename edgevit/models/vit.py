@@ -19,7 +19,7 @@ from edgevit.layers import (PositionEmbedding, PrefixTokens, TokenSlice, drop_pa
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.models.common import class_token_head, image_input
-from edgevit.registry import Preprocessing, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model
 
 REFERENCE_TIMM_VIT = "https://github.com/huggingface/pytorch-image-models (vision_transformer.py)"
 LN_EPS = 1e-6
@@ -40,7 +40,7 @@ class ViTConfig:
     cls_std: float = 1e-6      # timm ViT init of the class token
 
 
-def build_vit(name: str, cfg: ViTConfig, num_classes: int, input_size: int,
+def build_vit(name: str, cfg: ViTConfig, num_classes: int, input_size: int, *,
               drop_path_rate: float = 0.0) -> keras.Model:
     inputs = image_input(input_size)
     grid = (input_size // cfg.patch_size,) * 2
@@ -71,30 +71,30 @@ CONFIGS = {
 }
 
 _VIT16 = dict(family="vit", default_input_size=224, preprocessing=PREPROCESS_VIT, input_size_multiple=16,
-              reference=REFERENCE_TIMM_VIT, checkpoint_formats=("timm",))
+              reference=REFERENCE_TIMM_VIT, checkpoint_formats=("timm",), options=builder_options(build_vit))
 _VIT32 = {**_VIT16, "input_size_multiple": 32}
 
 
 @register_model(**_VIT16)
-def vit_tiny16(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("vit_tiny16", CONFIGS["vit_tiny16"], num_classes, input_size)
+def vit_tiny16(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("vit_tiny16", CONFIGS["vit_tiny16"], num_classes, input_size, **options)
 
 
 @register_model(**_VIT16)
-def vit_small16(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("vit_small16", CONFIGS["vit_small16"], num_classes, input_size)
+def vit_small16(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("vit_small16", CONFIGS["vit_small16"], num_classes, input_size, **options)
 
 
 @register_model(**_VIT16)
-def vit_base16(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("vit_base16", CONFIGS["vit_base16"], num_classes, input_size)
+def vit_base16(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("vit_base16", CONFIGS["vit_base16"], num_classes, input_size, **options)
 
 
 @register_model(**_VIT32)
-def vit_base32(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("vit_base32", CONFIGS["vit_base32"], num_classes, input_size)
+def vit_base32(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("vit_base32", CONFIGS["vit_base32"], num_classes, input_size, **options)
 
 
 @register_model(**_VIT16)
-def vit_large16(num_classes: int = 1000, input_size: int = 224):
-    return build_vit("vit_large16", CONFIGS["vit_large16"], num_classes, input_size)
+def vit_large16(num_classes: int = 1000, input_size: int = 224, **options):
+    return build_vit("vit_large16", CONFIGS["vit_large16"], num_classes, input_size, **options)
