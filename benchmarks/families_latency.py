@@ -42,7 +42,7 @@ def convert_all(models, precisions, calib_samples, out_dir: Path, diagnose: bool
             out = out_dir / f"{name}_{precision}.tflite"
             report = export(model, spec, ExportOptions(
                 precision=precision, output=str(out), calib_samples=calib_samples, validation_samples=8,
-                recalibrate_batchnorm=True, io_dtype="float32"))
+                recalibrate_batchnorm=True, io_dtype="float32")).to_dict()
             paths[precision] = out
             files.append({"model": name, "precision": precision, "path": out,
                           "input_size": spec.default_input_size,

@@ -44,7 +44,7 @@ def convert_all(models, precisions, size, calib_samples, out_dir: Path) -> list[
             start = time.perf_counter()
             report = export(model, get_spec(name), ExportOptions(
                 precision=precision, output=str(out), calib_samples=calib_samples,
-                validation_samples=8, recalibrate_batchnorm=True, io_dtype="float32"))
+                validation_samples=8, recalibrate_batchnorm=True, io_dtype="float32")).to_dict()
             seconds = time.perf_counter() - start
             files.append({"model": name, "precision": precision, "path": out,
                           "convert_seconds": round(report["seconds"]["convert"], 1),

@@ -43,13 +43,14 @@ def zero_initialisers():
 
 def export_variant(tmp_path, name, precision, size, *, num_classes=10, calib_samples=16,
                    validation_samples=8, model=None):
+    """Export under ``tmp_path``; returns the JSON report (what `edgevit convert --json` prints)."""
     spec = get_spec(name)
     model = model or edgevit.create_model(name, num_classes=num_classes, input_size=size)
     opts = ExportOptions(precision=precision, output=str(tmp_path / f"{name}_{precision}.tflite"),
                          calib_samples=calib_samples, validation_samples=validation_samples,
                          recalibrate_batchnorm=any(l.__class__.__name__ == "BatchNormalization"
                                                    for l in model.layers))
-    return export(model, spec, opts)
+    return export(model, spec, opts).to_dict()
 
 
 def assert_deployable(report):

@@ -62,9 +62,9 @@ def tiny_model(classes=10):
 def exported(tmp_path_factory):
     """A tiny int8 model written by the real export pipeline, with its sidecars."""
     out = tmp_path_factory.mktemp("export") / "tiny_int8.tflite"
-    report = export(tiny_model(), SPEC, ExportOptions(precision="int8", output=str(out), calib_samples=8,
+    result = export(tiny_model(), SPEC, ExportOptions(precision="int8", output=str(out), calib_samples=8,
                                                       validation_samples=4))
-    return Path(report["files"]["model"])
+    return result.files.model
 
 
 def fake_demo(root: Path) -> Path:

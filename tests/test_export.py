@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from edgevit.errors import EdgevitError
+from edgevit.export import pipeline
 from edgevit.export.convert import convert
 from edgevit.export.graph import describe
 from edgevit.export.pipeline import ExportOptions, export
@@ -46,37 +47,42 @@ def run_export(tmp_path, model=None, **options):
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "dynamic", "int8", "int16x8"])
 def test_every_precision_converts_validates_and_writes_all_files(tmp_path, precision):
-    report, out = run_export(tmp_path, precision=precision)
-    for path in report["files"].values():
-        assert (tmp_path / path.split("/")[-1]).is_file()
-    assert report["agreement"]["samples"] == 4
-    assert report["agreement"]["cosine_mean"] > (0.999999 if precision in ("fp32", "dynamic") else 0.99)
-    assert all(check["passed"] for check in report["checks"])
-    assert report["max_rank"] == 4
-    assert report["macs"] == 15 * 15 * 16 * 27 + 16 * 10
+    result, out = run_export(tmp_path, precision=precision)
+    for path in result.files.all():
+        assert (tmp_path / path.name).is_file()
+    assert result.agreement["samples"] == 4
+    assert result.agreement["cosine_mean"] > (0.999999 if precision in ("fp32", "dynamic") else 0.99)
+    assert all(check.passed for check in result.checks)
+    assert result.max_rank == 4
+    assert result.macs == 15 * 15 * 16 * 27 + 16 * 10
     expected_input = {"int8": "int8"}.get(precision, "float32")
-    assert report["io"]["input"]["dtype"] == expected_input
+    assert result.io["input"]["dtype"] == expected_input
 
 
 def test_int8_graph_is_all_integer_and_carries_metadata(tmp_path):
-    report, out = run_export(tmp_path, precision="int8")
+    result, out = run_export(tmp_path, precision="int8")
     summary = describe(out.read_bytes())
     assert summary.float_ops() == []
     assert set(summary.op_histogram) == {"CONV_2D", "LOGISTIC", "MUL", "MEAN", "FULLY_CONNECTED"}
     embedded = read_embedded(out.read_bytes())
     sidecar = json.loads(out.with_suffix(".json").read_text())
     assert embedded == sidecar
-    assert sidecar["input"]["quantization"]["zero_point"] == report["io"]["input"]["quantization"]["zero_point"]
+    assert sidecar["input"]["quantization"]["zero_point"] == result.io["input"]["quantization"]["zero_point"]
     assert sidecar["preprocessing"]["mean"] == [0.5, 0.5, 0.5]
     assert sidecar["preprocessing"]["value_range"] == [-2.0, 2.0]
     assert sidecar["num_classes"] == 10 == len(out.with_suffix(".labels.txt").read_text().split())
-    assert json.loads(out.with_name("tiny_int8.report.json").read_text())["precision"] == "int8"
+    report = json.loads(out.with_name("tiny_int8.report.json").read_text())
+    assert report["precision"] == "int8"
+    assert list(report) == ["model", "precision", "input_size", "weights", "file", "size_bytes", "io", "ops", "macs",
+                            "op_histogram", "max_rank", "checks", "delegates", "images", "agreement", "seconds",
+                            "files"]
+    assert report == result.to_dict() and report["ops"] == len(summary.ops)
 
 
 @pytest.mark.parametrize("io_dtype", ["uint8", "float32"])
 def test_int8_io_types(tmp_path, io_dtype):
-    report, out = run_export(tmp_path, precision="int8", io_dtype=io_dtype)
-    assert report["io"]["input"]["dtype"] == io_dtype == report["io"]["output"]["dtype"]
+    result, out = run_export(tmp_path, precision="int8", io_dtype=io_dtype)
+    assert result.io["input"]["dtype"] == io_dtype == result.io["output"]["dtype"]
     assert describe(out.read_bytes()).float_ops(allow_io_boundary=True) == []
 
 
@@ -93,6 +99,21 @@ def test_float_ops_left_in_int8_fail_loudly_and_write_nothing(tmp_path):
     model = tiny_model(norm=keras.layers.LayerNormalization())
     with pytest.raises(EdgevitError, match="left float ops"):
         run_export(tmp_path, model=model, precision="int8")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_float_graph_fails_the_audit_before_packaging_or_validation(tmp_path, monkeypatch):
+    model = tiny_model()
+    float_content = convert(model, "fp32")
+    monkeypatch.setattr(pipeline, "convert_model", lambda *args: (float_content, 0.0))
+
+    def later_stage(*args, **kwargs):
+        raise AssertionError("a stage after the audit ran")
+
+    for stage in ("package", "validate", "diagnose", "write"):
+        monkeypatch.setattr(pipeline, stage, later_stage)
+    with pytest.raises(EdgevitError, match="int8 conversion left float ops in the graph .*CONV_2D#"):
+        run_export(tmp_path, model=model, precision="int8", recalibrate_batchnorm=False)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -154,11 +175,11 @@ def test_calibration_folder_is_used_and_bad_files_are_skipped(tmp_path):
     out_dir.mkdir()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        report, _ = run_export(out_dir, precision="int8", calib_dir=str(calib), calib_samples=6)
+        result, _ = run_export(out_dir, precision="int8", calib_dir=str(calib), calib_samples=6)
     messages = " ".join(str(w.message) for w in caught)
     assert "1 non-image file(s)" in messages and "1 unreadable image(s) skipped: broken.jpg" in messages
-    assert report["images"]["calibration"] == f"6 images of {calib}"
-    assert report["images"]["validation"].startswith("4 held-out images")
+    assert result.images.calibration == f"6 images of {calib}"
+    assert result.images.validation.startswith("4 held-out images")
 
 
 @pytest.mark.parametrize("setup, message", [
@@ -216,19 +237,19 @@ def tiny_attention_model():
 
 
 def test_int8_mixed_keeps_only_matmuls_and_softmax_in_float(tmp_path):
-    report, out = run_export(tmp_path, model=tiny_attention_model(), precision="int8_mixed",
+    result, out = run_export(tmp_path, model=tiny_attention_model(), precision="int8_mixed",
                              recalibrate_batchnorm=False)
     summary = describe(out.read_bytes())
     float_ops = {op.name for op in summary.float_ops(allow_io_boundary=True)}
     assert float_ops <= {"BATCH_MATMUL", "SOFTMAX", "QUANTIZE", "DEQUANTIZE"}
     assert "BATCH_MATMUL" in float_ops
     assert {op.name for op in summary.ops if op.name == "FULLY_CONNECTED" and op.output_dtypes == ["int8"]}
-    assert all(c["passed"] for c in report["checks"])
-    assert report["agreement"]["cosine_mean"] > 0.99
+    assert all(c.passed for c in result.checks)
+    assert result.agreement["cosine_mean"] > 0.99
 
 
 def test_full_int8_of_attention_is_all_integer(tmp_path):
-    report, out = run_export(tmp_path, model=tiny_attention_model(), precision="int8",
+    result, out = run_export(tmp_path, model=tiny_attention_model(), precision="int8",
                              recalibrate_batchnorm=False)
     assert describe(out.read_bytes()).float_ops() == []
-    assert report["op_histogram"]["BATCH_MATMUL"] == 2
+    assert result.op_histogram["BATCH_MATMUL"] == 2

@@ -129,14 +129,14 @@ def test_bench_missing_model_and_folder(files, tmp_path):
 def test_convert_report_includes_delegate_compatibility(tmp_path):
     from test_export import run_export
 
-    report, _ = run_export(tmp_path, precision="fp32")
-    gpu, nnapi = report["delegates"]["gpu"], report["delegates"]["nnapi"]
-    assert gpu["fallback_ops"] == 0 and gpu["partitions"] == 1 and gpu["ops"] == report["ops"]
+    result, _ = run_export(tmp_path, precision="fp32")
+    gpu, nnapi = result.delegates["gpu"], result.delegates["nnapi"]
+    assert gpu["fallback_ops"] == 0 and gpu["partitions"] == 1 and gpu["ops"] == result.ops
     assert nnapi["android_api"] == 33
     stream = io.StringIO()
-    print_report(report, stream=stream)
+    print_report(result, stream=stream)
     text = stream.getvalue()
-    assert f"all {report['ops']} ops delegated, 1 partition" in text and "NNAPI delegate (Android API 33)" in text
+    assert f"all {result.ops} ops delegated, 1 partition" in text and "NNAPI delegate (Android API 33)" in text
 
 
 def test_eval_results_in_every_accepted_form(tmp_path):

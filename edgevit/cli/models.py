@@ -99,17 +99,21 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
                          calib_samples=calib_samples, output=output, weights_label=weights_label,
                          recalibrate_batchnorm=weights is None and not from_file,
                          diagnose_below_cosine=0.98)
-    report = export(keras_model, spec, opts, progress)
+    result = export(keras_model, spec, opts, progress)
+    bundled = None
     if android_demo is not None:
         from edgevit.export.android_bundle import bundle
 
-        report["android_demo"] = bundle(report["files"]["model"], android_demo)
+        bundled = bundle(result.files.model, android_demo)
     if as_json:
+        report = result.to_dict()
+        if bundled is not None:
+            report["android_demo"] = bundled
         print_json(report)
     else:
-        print_report(report)
-        if android_demo is not None:
-            _print_bundle(report["android_demo"], android_demo)
+        print_report(result)
+        if bundled is not None:
+            _print_bundle(bundled, android_demo)
 
 
 def _print_bundle(result: dict, demo_dir: str) -> None:

@@ -135,9 +135,9 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
         opts = ExportOptions(precision="int8", output=str(out.with_suffix(".tflite")), weights_label=str(out),
                              calib_samples=1,
                              calib_dir=str(Path(data_dir) / "val") if (Path(data_dir) / "val").is_dir() else data_dir)
-        report = export(qat, spec, opts, Progress(enabled=True))
-        result["export"] = {"file": report["file"], "agreement": report["agreement"],
-                            "checks": report["checks"]}
+        exported = export(qat, spec, opts, Progress(enabled=True))
+        result["export"] = {"file": str(exported.files.model), "agreement": exported.agreement,
+                            "checks": [c.to_dict() for c in exported.checks]}
     _print_result(result, as_json)
 
 

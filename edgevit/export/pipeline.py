@@ -1,8 +1,9 @@
-"""The export pipeline behind `edgevit convert`:
-calibration data -> conversion -> graph audit -> metadata -> validation -> files.
+"""The export pipeline behind `edgevit convert`, as named stages:
+
+prepare -> convert -> audit -> package -> validate -> (diagnose) -> write
 
 Outputs are written under temporary names and moved into place only when
-every step succeeded, so a failed run never leaves a half-written model.
+every stage succeeded, so a failed run never leaves a half-written model.
 """
 from __future__ import annotations
 
@@ -20,17 +21,16 @@ from edgevit.data import sample_photos
 from edgevit.data.images import list_images, load_images
 from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
-from edgevit.export import graph as graph_mod
 from edgevit.export.agreement import agreement
-from edgevit.export.convert import (CPU_FLOAT_OPS, INTEGER_PRECISIONS, check_io_dtype, convert, default_io_dtype,
-                                    needs_calibration)
+from edgevit.export.audit import Audit, audit
+from edgevit.export.convert import check_io_dtype, convert, default_io_dtype, needs_calibration
+from edgevit.export.diagnose import layerwise_comparison
+from edgevit.export.result import ExportFiles, ExportResult, ImageSources
 from edgevit.export.run_model import run_in_child
-from edgevit.litert import delegates as delegate_rules
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
 from edgevit.registry import ModelSpec
 
-MAX_RANK = 4
 DEFAULT_VALIDATION_SAMPLES = 32
 
 
@@ -84,21 +84,59 @@ def default_output_path(model_name: str, precision: str) -> Path:
     return Path(f"{model_name}_{precision}.tflite")
 
 
-def sidecar_paths(tflite_path: Path) -> dict[str, Path]:
-    stem = tflite_path.with_suffix("")
-    return {"metadata": stem.with_name(stem.name + ".json"),
-            "labels": stem.with_name(stem.name + ".labels.txt"),
-            "report": stem.with_name(stem.name + ".report.json")}
+@dataclass
+class Prepared:
+    """What the stages after `prepare` work from."""
+    files: ExportFiles
+    io_dtype: str
+    input_size: int
+    calibration: np.ndarray | None      # None: the precision needs no calibration
+    validation: np.ndarray
+    images: ImageSources
 
 
-def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions, need_calibration: bool):
+@dataclass
+class Package:
+    """The file as it will be written, with its sidecars' content."""
+    content: bytes
+    metadata: dict
+    labels: list[str]
+
+
+def prepare(model, spec: ModelSpec, opts: ExportOptions, progress: Progress) -> Prepared:
+    """Check the options and the output path, load the image sets and, when
+    asked, re-estimate BatchNorm statistics on the calibration images."""
+    io_dtype = opts.io_dtype or default_io_dtype(opts.precision)
+    check_io_dtype(opts.precision, io_dtype)
+    input_size = int(model.inputs[0].shape[1])
+    out_path = Path(opts.output) if opts.output else default_output_path(spec.name, opts.precision)
+    if out_path.suffix != ".tflite":
+        raise EdgevitError(f"Output path {str(out_path)!r} must end in .tflite.")
+    out_dir = out_path.parent if str(out_path.parent) else Path(".")
+    if not out_dir.is_dir():
+        raise EdgevitError(f"Output folder {str(out_dir)!r} does not exist.")
+    if not os.access(out_dir, os.W_OK):
+        raise EdgevitError(f"Output folder {str(out_dir)!r} is not writable.")
+
+    calib, val, images = _image_sets(spec, input_size, opts, need_calibration=needs_calibration(opts.precision))
+    if opts.recalibrate_batchnorm:
+        from edgevit.models.batchnorm import recalibrate_batchnorm  # imports every model family: only when asked
+
+        progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
+        recalibrate_batchnorm(model, calib if calib is not None else
+                              sample_photos.sample_batch(spec.preprocessing_at(input_size), opts.calib_samples))
+    return Prepared(ExportFiles.beside(out_path), io_dtype, input_size, calib, val, images)
+
+
+def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
+                need_calibration: bool) -> tuple[np.ndarray | None, np.ndarray, ImageSources]:
     """(calibration batch or None, validation batch, description of both)."""
     pre = spec.preprocessing_at(input_size)
     if opts.calib_dir is None:
         calib = sample_photos.sample_batch(pre, opts.calib_samples) if need_calibration else None
         val = sample_photos.sample_batch(pre, opts.validation_samples, held_out=True)
-        source = {"calibration": f"default: {sample_photos.SOURCE_NOTE}" if need_calibration else None,
-                  "validation": f"default: held-out {sample_photos.SOURCE_NOTE}"}
+        source = ImageSources(f"default: {sample_photos.SOURCE_NOTE}" if need_calibration else None,
+                              f"default: held-out {sample_photos.SOURCE_NOTE}")
         return calib, val, source
     files = list_images(opts.calib_dir)
     order = np.random.default_rng(0).permutation(len(files))
@@ -112,132 +150,41 @@ def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions, need_cali
         val = sample_photos.sample_batch(pre, opts.validation_samples, held_out=True)
         val_source = (f"default: held-out {sample_photos.SOURCE_NOTE} "
                       f"({opts.calib_dir} has too few images beyond the calibration set)")
-    source = {"calibration": f"{len(used)} images of {opts.calib_dir}" if need_calibration else None,
-              "validation": val_source}
+    source = ImageSources(f"{len(used)} images of {opts.calib_dir}" if need_calibration else None, val_source)
     return (calib if need_calibration else None), val, source
 
 
-def _checks(summary: graph_mod.GraphSummary, precision: str, io_dtype: str) -> list[dict]:
-    checks = [
-        {"check": "static batch-1 shapes (no SHAPE/GATHER/PACK/REDUCE_PROD)",
-         "passed": not summary.dynamic_shape_ops(),
-         "detail": ", ".join(f"{k} x{v}" for k, v in summary.dynamic_shape_ops().items()) or "none"},
-        {"check": f"max tensor rank <= {MAX_RANK}", "passed": summary.max_rank <= MAX_RANK,
-         "detail": f"max rank {summary.max_rank} ({summary.max_rank_tensor})"},
-    ]
-    if precision in INTEGER_PRECISIONS:
-        floats = summary.float_ops(allow_io_boundary=io_dtype == "float32")
-        checks.append({"check": "every op integer (no float op, no inner QUANTIZE/DEQUANTIZE)",
-                       "passed": not floats,
-                       "detail": ", ".join(f"{op.name}#{op.index}" for op in floats[:10])
-                                 + (" ..." if len(floats) > 10 else "") or "none"})
-    if precision == "int8_mixed":
-        allowed = (*CPU_FLOAT_OPS, "QUANTIZE", "DEQUANTIZE")
-        floats = summary.float_ops(allow_io_boundary=True)
-        unexpected = [op for op in floats if op.name not in allowed]
-        checks.append({"check": f"float only in {'/'.join(CPU_FLOAT_OPS)} (and their (de)quantize)",
-                       "passed": not unexpected,
-                       "detail": ", ".join(f"{op.name}#{op.index}" for op in unexpected[:10])
-                                 or f"{sum(op.name in CPU_FLOAT_OPS for op in floats)} float ops"})
-    return checks
-
-
-def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | None = None) -> dict:
-    """Convert ``model`` and write NAME.tflite with its sidecars; return the report."""
-    progress = progress or Progress(enabled=False)
-    precision = opts.precision
-    io_dtype = opts.io_dtype or default_io_dtype(precision)
-    check_io_dtype(precision, io_dtype)
-    input_size = int(model.inputs[0].shape[1])
-    out_path = Path(opts.output) if opts.output else default_output_path(spec.name, precision)
-    if out_path.suffix != ".tflite":
-        raise EdgevitError(f"Output path {str(out_path)!r} must end in .tflite.")
-    out_dir = out_path.parent if str(out_path.parent) else Path(".")
-    if not out_dir.is_dir():
-        raise EdgevitError(f"Output folder {str(out_dir)!r} does not exist.")
-    if not os.access(out_dir, os.W_OK):
-        raise EdgevitError(f"Output folder {str(out_dir)!r} is not writable.")
-
-    calibrated = needs_calibration(precision)
-    calib, val, sources = _image_sets(spec, input_size, opts, need_calibration=calibrated)
-    if opts.recalibrate_batchnorm:
-        from edgevit.models.batchnorm import recalibrate_batchnorm  # imports every model family: only when asked
-
-        progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
-        recalibrate_batchnorm(model, calib if calib is not None else
-                              sample_photos.sample_batch(spec.preprocessing_at(input_size), opts.calib_samples))
-
-    progress.step(f"Converting {spec.name} ({input_size}x{input_size}) to {precision}")
+def convert_model(model, spec: ModelSpec, opts: ExportOptions, job: Prepared,
+                  progress: Progress) -> tuple[bytes, float]:
+    """The .tflite bytes and the seconds the conversion took."""
+    progress.step(f"Converting {spec.name} ({job.input_size}x{job.input_size}) to {opts.precision}")
     start = time.perf_counter()
-    if calibrated:
-        with progress.bar("calibrating", total=len(calib)) as advance:
-            content = convert(model, precision, calib, io_dtype, on_calibration_step=advance)
+    if job.calibration is not None:
+        with progress.bar("calibrating", total=len(job.calibration)) as advance:
+            content = convert(model, opts.precision, job.calibration, job.io_dtype, on_calibration_step=advance)
     else:
-        content = convert(model, precision, io_dtype=io_dtype)
-    convert_seconds = time.perf_counter() - start
+        content = convert(model, opts.precision, io_dtype=job.io_dtype)
+    return content, time.perf_counter() - start
 
-    summary = graph_mod.describe(content)
-    checks = _checks(summary, precision, io_dtype)
-    delegates = delegate_compatibility(content)
+
+def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Prepared, checked: Audit) -> Package:
+    """Embed the metadata document in the file; the labels go beside it."""
     labels = default_labels(int(model.outputs[0].shape[-1]))
-    paths = sidecar_paths(out_path)
     metadata = build_metadata(
-        model_name=spec.name, family=spec.family, precision=precision, weights=opts.weights_label,
-        labels=labels, labels_file=paths["labels"].name, graph_input=summary.input,
-        graph_output=summary.output, preprocessing=spec.preprocessing_at(input_size).to_dict())
-    content = embed(content, metadata)
-
-    with tempfile.TemporaryDirectory(prefix=".edgevit-", dir=out_dir) as staging:
-        staged = Path(staging) / out_path.name
-        staged.write_bytes(content)
-        progress.step(f"Validating on {len(val)} held-out images with LiteRT (XNNPACK)")
-        start = time.perf_counter()
-        expected = np.asarray(model.predict(val, batch_size=8, verbose=0))
-        actual = run_in_child(staged, val, num_threads=opts.validation_threads)
-        validate_seconds = time.perf_counter() - start
-
-        report = {
-            "model": spec.name,
-            "precision": precision,
-            "input_size": input_size,
-            "weights": opts.weights_label,
-            "file": str(out_path),
-            "size_bytes": len(content),
-            "io": {"input": _public(summary.input), "output": _public(summary.output)},
-            "ops": len(summary.ops),
-            "macs": summary.macs,
-            "op_histogram": summary.op_histogram,
-            "max_rank": summary.max_rank,
-            "checks": checks,
-            "delegates": delegates,
-            "images": sources,
-            "agreement": agreement(expected, actual),
-            "seconds": {"convert": round(convert_seconds, 2), "validate": round(validate_seconds, 2)},
-            "files": {"model": str(out_path), **{k: str(v) for k, v in paths.items()}},
-        }
-        threshold = opts.diagnose_below_cosine
-        if (threshold is not None and needs_calibration(precision)
-                and report["agreement"]["cosine_mean"] < threshold):
-            report["first_breaking_layer"] = _first_breaking_layer(model, content, val, threshold, precision,
-                                                                      progress)
-        failed = [c for c in checks if not c["passed"]]
-        if precision in INTEGER_PRECISIONS and any(c["check"].startswith("every op integer") for c in failed):
-            raise EdgevitError(
-                f"The {precision} conversion left float ops in the graph "
-                f"({next(c['detail'] for c in failed if c['check'].startswith('every op'))}); "
-                "no file was written.")
-        (Path(staging) / paths["metadata"].name).write_text(json.dumps(metadata, indent=2))
-        (Path(staging) / paths["labels"].name).write_text("\n".join(labels) + "\n")
-        (Path(staging) / paths["report"].name).write_text(json.dumps(report, indent=2))
-        for final in [out_path, *paths.values()]:
-            os.replace(Path(staging) / final.name, final)
-    return report
+        model_name=spec.name, family=spec.family, precision=opts.precision, weights=opts.weights_label,
+        labels=labels, labels_file=job.files.labels.name, graph_input=checked.summary.input,
+        graph_output=checked.summary.output, preprocessing=spec.preprocessing_at(job.input_size).to_dict())
+    return Package(embed(content, metadata), metadata, labels)
 
 
-def delegate_compatibility(content: bytes) -> dict:
-    """Ops the phone GPU / NNAPI delegates would leave on the CPU, and the
-    delegate partitions (the rules behind `edgevit check`)."""
-    return delegate_rules.summary(delegate_rules.check(content))
+def validate(model, staged_model: Path, images: np.ndarray, threads: int, progress: Progress) -> tuple[dict, float]:
+    """Agreement of the staged file, run by LiteRT in a child process, with the
+    Keras model on held-out images; and the seconds it took."""
+    progress.step(f"Validating on {len(images)} held-out images with LiteRT (XNNPACK)")
+    start = time.perf_counter()
+    expected = np.asarray(model.predict(images, batch_size=8, verbose=0))
+    actual = run_in_child(staged_model, images, num_threads=threads)
+    return agreement(expected, actual), time.perf_counter() - start
 
 
 # What to try when a quantized file departs from the Keras model.
@@ -249,10 +196,10 @@ DEFAULT_BREAKING_LAYER_HINT = ("try --int16x8, or --int8-mixed on the CPU; "
                                "trained weights quantize better than random ones")
 
 
-def _first_breaking_layer(model, content: bytes, images: np.ndarray, threshold: float, precision: str,
-                          progress: Progress) -> dict | None:
-    from edgevit.export.diagnose import layerwise_comparison
-
+def diagnose(model, content: bytes, images: np.ndarray, threshold: float, precision: str,
+             progress: Progress) -> dict | None:
+    """The first layer where ``content`` departs from an fp32 conversion of
+    ``model`` (None when no layer falls below ``threshold``)."""
     progress.step(f"Agreement below cosine {threshold}: comparing every layer with an fp32 conversion")
     fp32 = convert(model, "fp32")
     with native_output_captured():  # LiteRT's own INFO lines
@@ -261,6 +208,46 @@ def _first_breaking_layer(model, content: bytes, images: np.ndarray, threshold: 
         return None
     return {**found, "threshold": threshold,
             "hint": BREAKING_LAYER_HINTS.get(precision, DEFAULT_BREAKING_LAYER_HINT)}
+
+
+def write(staging: Path, packaged: Package, result: ExportResult) -> None:
+    """Write the sidecars next to the staged model, then move every file into
+    place: nothing reaches the output folder before every stage succeeded."""
+    files = result.files
+    (staging / files.metadata.name).write_text(json.dumps(packaged.metadata, indent=2))
+    (staging / files.labels.name).write_text("\n".join(packaged.labels) + "\n")
+    (staging / files.report.name).write_text(json.dumps(result.to_dict(), indent=2))
+    for final in files.all():
+        os.replace(staging / final.name, final)
+
+
+def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | None = None) -> ExportResult:
+    """Convert ``model`` and write NAME.tflite with its sidecars."""
+    progress = progress or Progress(enabled=False)
+    job = prepare(model, spec, opts, progress)
+    content, convert_seconds = convert_model(model, spec, opts, job, progress)
+    checked = audit(content, opts.precision, job.io_dtype)
+    packaged = package(content, model, spec, opts, job, checked)
+    with tempfile.TemporaryDirectory(prefix=".edgevit-", dir=job.files.model.parent) as staging:
+        staged = Path(staging) / job.files.model.name
+        staged.write_bytes(packaged.content)
+        agreement_stats, validate_seconds = validate(model, staged, job.validation, opts.validation_threads, progress)
+        summary = checked.summary
+        result = ExportResult(
+            model=spec.name, precision=opts.precision, input_size=job.input_size, weights=opts.weights_label,
+            files=job.files, size_bytes=len(packaged.content),
+            io={"input": _public(summary.input), "output": _public(summary.output)},
+            op_histogram=summary.op_histogram, macs=summary.macs, max_rank=summary.max_rank,
+            checks=checked.checks, delegates=checked.delegates, images=job.images, agreement=agreement_stats,
+            convert_seconds=convert_seconds, validate_seconds=validate_seconds)
+        threshold = opts.diagnose_below_cosine
+        if (threshold is not None and needs_calibration(opts.precision)
+                and result.agreement["cosine_mean"] < threshold):
+            result.diagnosed = True
+            result.first_breaking_layer = diagnose(model, packaged.content, job.validation, threshold,
+                                                   opts.precision, progress)
+        write(Path(staging), packaged, result)
+    return result
 
 
 def _public(tensor: dict) -> dict:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from edgevit.export.result import ExportResult
+
 
 def _fmt_bytes(n: int) -> str:
     return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
@@ -26,41 +28,41 @@ def _fmt_delegate(d: dict) -> str:
     return text
 
 
-def print_report(report: dict, stream=None) -> None:
+def print_report(result: ExportResult, stream=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(file=stream or sys.stdout, width=110)
-    a = report["agreement"]
-    summary = Table(title=f"{report['model']} -> {report['file']}", title_justify="left",
+    a = result.agreement
+    summary = Table(title=f"{result.model} -> {result.files.model}", title_justify="left",
                     show_header=False)
     summary.add_column("field", style="bold")
     summary.add_column("value", overflow="fold")
     rows = [
-        ("precision", report["precision"]),
-        ("input size", f"{report['input_size']}x{report['input_size']}"),
-        ("weights", report["weights"]),
-        ("file size", _fmt_bytes(report["size_bytes"])),
-        ("input", _fmt_tensor(report["io"]["input"])),
-        ("output", _fmt_tensor(report["io"]["output"])),
-        ("ops / MACs", f"{report['ops']} ops, {report['macs'] / 1e6:.1f} M MACs"),
-        ("op histogram", ", ".join(f"{k} {v}" for k, v in report["op_histogram"].items())),
-        ("max tensor rank", report["max_rank"]),
-        ("calibration images", report["images"]["calibration"] or "not needed"),
-        ("validation images", report["images"]["validation"]),
+        ("precision", result.precision),
+        ("input size", f"{result.input_size}x{result.input_size}"),
+        ("weights", result.weights),
+        ("file size", _fmt_bytes(result.size_bytes)),
+        ("input", _fmt_tensor(result.io["input"])),
+        ("output", _fmt_tensor(result.io["output"])),
+        ("ops / MACs", f"{result.ops} ops, {result.macs / 1e6:.1f} M MACs"),
+        ("op histogram", ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())),
+        ("max tensor rank", result.max_rank),
+        ("calibration images", result.images.calibration or "not needed"),
+        ("validation images", result.images.validation),
         ("top-1 agreement", f"{a['top1_agreement'] * 100:.1f}% of {a['samples']} images"),
         ("top-5 overlap", f"{a['top5_overlap'] * 100:.1f}%"),
         ("logit cosine", f"mean {a['cosine_mean']:.5f}, min {a['cosine_min']:.5f}"),
         ("max abs logit error", f"{a['max_abs_logit_error']:.4g} (logits span "
                                 f"{a['reference_logit_range'][0]:.3g} .. {a['reference_logit_range'][1]:.3g})"),
-        ("time", f"convert {report['seconds']['convert']} s, validate {report['seconds']['validate']} s"),
+        ("time", f"convert {round(result.convert_seconds, 2)} s, validate {round(result.validate_seconds, 2)} s"),
     ]
-    broken = report.get("first_breaking_layer")
+    broken = result.first_breaking_layer
     if broken:
         rows.append(("first layer below cosine " + str(broken["threshold"]),
                      f"{broken['layer']} (cosine {broken['cosine']:.4f}, worst token "
                      f"{broken['worst_token_cosine']:.4f}); {broken['hint']}"))
-    for name, d in (report.get("delegates") or {}).items():
+    for name, d in (result.delegates or {}).items():
         label = "GPU delegate" if name == "gpu" else f"NNAPI delegate (Android API {d.get('android_api')})"
         rows.append((label, _fmt_delegate(d)))
     for key, value in rows:
@@ -70,7 +72,7 @@ def print_report(report: dict, stream=None) -> None:
     checks = Table(title="checks", title_justify="left")
     for col in ("check", "result", "detail"):
         checks.add_column(col, overflow="fold")
-    for c in report["checks"]:
-        checks.add_row(c["check"], "[green]pass[/green]" if c["passed"] else "[red]FAIL[/red]", c["detail"])
+    for c in result.checks:
+        checks.add_row(c.name, "[green]pass[/green]" if c.passed else "[red]FAIL[/red]", c.detail)
     console.print(checks)
-    console.print("files: " + ", ".join(report["files"].values()))
+    console.print("files: " + ", ".join(str(path) for path in result.files.all()))

@@ -1,0 +1,55 @@
+"""The audit stage of the export: what the converted graph contains, the
+deployment rules it is held to, and what the phone delegates would take.
+
+A full-integer precision that left a float op in the graph fails here, before
+anything is packaged, validated or written.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgevit.errors import EdgevitError
+from edgevit.export.convert import CPU_FLOAT_OPS, INTEGER_PRECISIONS
+from edgevit.export.graph import GraphSummary, describe
+from edgevit.export.result import Check
+from edgevit.litert import delegates as delegate_rules
+from edgevit.litert.flatbuffer import read
+
+MAX_RANK = 4
+
+
+@dataclass
+class Audit:
+    summary: GraphSummary
+    checks: list[Check]
+    delegates: dict     # what the GPU / NNAPI delegates would leave on the CPU (the rules of `edgevit check`)
+
+
+def audit(model_content: bytes, precision: str, io_dtype: str) -> Audit:
+    """Describe and check a converted file; raise when a full-integer precision
+    left float ops in the graph."""
+    graph = read(model_content)
+    summary = describe(graph)
+    dynamic = summary.dynamic_shape_ops()
+    checks = [
+        Check("static batch-1 shapes (no SHAPE/GATHER/PACK/REDUCE_PROD)", not dynamic,
+              ", ".join(f"{k} x{v}" for k, v in dynamic.items()) or "none"),
+        Check(f"max tensor rank <= {MAX_RANK}", summary.max_rank <= MAX_RANK,
+              f"max rank {summary.max_rank} ({summary.max_rank_tensor})"),
+    ]
+    if precision in INTEGER_PRECISIONS:
+        floats = summary.float_ops(allow_io_boundary=io_dtype == "float32")
+        detail = ", ".join(f"{op.name}#{op.index}" for op in floats[:10]) + (" ..." if len(floats) > 10 else "")
+        if floats:
+            raise EdgevitError(f"The {precision} conversion left float ops in the graph ({detail}); "
+                               "no file was written.")
+        checks.append(Check("every op integer (no float op, no inner QUANTIZE/DEQUANTIZE)", True, "none"))
+    if precision == "int8_mixed":
+        allowed = (*CPU_FLOAT_OPS, "QUANTIZE", "DEQUANTIZE")
+        floats = summary.float_ops(allow_io_boundary=True)
+        unexpected = [op for op in floats if op.name not in allowed]
+        checks.append(Check(f"float only in {'/'.join(CPU_FLOAT_OPS)} (and their (de)quantize)", not unexpected,
+                            ", ".join(f"{op.name}#{op.index}" for op in unexpected[:10])
+                            or f"{sum(op.name in CPU_FLOAT_OPS for op in floats)} float ops"))
+    return Audit(summary, checks, delegate_rules.summary(delegate_rules.check(graph)))
+

@@ -1,0 +1,104 @@
+"""What `export()` returns: the facts of one conversion, typed, and the JSON
+report made from them (`edgevit convert --json` and the NAME.report.json
+sidecar)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Check:
+    """One deployment rule the converted graph was held to."""
+    name: str
+    passed: bool
+    detail: str
+
+    def to_dict(self) -> dict:
+        return {"check": self.name, "passed": self.passed, "detail": self.detail}
+
+
+@dataclass
+class ImageSources:
+    """Where the calibration (None when the precision needs none) and the
+    validation images came from, in words."""
+    calibration: str | None
+    validation: str
+
+    def to_dict(self) -> dict:
+        return {"calibration": self.calibration, "validation": self.validation}
+
+
+@dataclass
+class ExportFiles:
+    model: Path
+    metadata: Path
+    labels: Path
+    report: Path
+
+    @classmethod
+    def beside(cls, model: Path) -> ExportFiles:
+        """NAME.tflite with NAME.json, NAME.labels.txt and NAME.report.json next to it."""
+        stem = model.with_suffix("")
+        return cls(model=model, metadata=stem.with_name(stem.name + ".json"),
+                   labels=stem.with_name(stem.name + ".labels.txt"),
+                   report=stem.with_name(stem.name + ".report.json"))
+
+    def all(self) -> list[Path]:
+        return [self.model, self.metadata, self.labels, self.report]
+
+    def to_dict(self) -> dict:
+        return {"model": str(self.model), "metadata": str(self.metadata), "labels": str(self.labels),
+                "report": str(self.report)}
+
+
+@dataclass
+class ExportResult:
+    model: str
+    precision: str
+    input_size: int
+    weights: str                    # where the weights came from (a file, or "random-init")
+    files: ExportFiles
+    size_bytes: int
+    io: dict                        # {"input": tensor, "output": tensor}: shape, dtype, quantization
+    op_histogram: dict[str, int]
+    macs: int
+    max_rank: int
+    checks: list[Check]
+    delegates: dict                 # what the GPU / NNAPI delegates would leave on the CPU
+    images: ImageSources
+    agreement: dict                 # the LiteRT file against the Keras model (edgevit.export.agreement)
+    convert_seconds: float
+    validate_seconds: float
+    # Set when agreement was low enough to compare layer by layer; the layer
+    # may still be None when no single layer falls below the threshold.
+    diagnosed: bool = False
+    first_breaking_layer: dict | None = None
+
+    @property
+    def ops(self) -> int:
+        return sum(self.op_histogram.values())
+
+    def to_dict(self) -> dict:
+        report = {
+            "model": self.model,
+            "precision": self.precision,
+            "input_size": self.input_size,
+            "weights": self.weights,
+            "file": str(self.files.model),
+            "size_bytes": self.size_bytes,
+            "io": self.io,
+            "ops": self.ops,
+            "macs": self.macs,
+            "op_histogram": self.op_histogram,
+            "max_rank": self.max_rank,
+            "checks": [c.to_dict() for c in self.checks],
+            "delegates": self.delegates,
+            "images": self.images.to_dict(),
+            "agreement": self.agreement,
+            "seconds": {"convert": round(self.convert_seconds, 2), "validate": round(self.validate_seconds, 2)},
+            "files": self.files.to_dict(),
+        }
+        if self.diagnosed:
+            report["first_breaking_layer"] = self.first_breaking_layer
+        return report
