@@ -1,11 +1,12 @@
 """Image-folder datasets: ``DIR/train/<class>/*`` and ``DIR/val/<class>/*``,
 or ``DIR/<class>/*`` split with ``val_split``.
 
-Images are decoded once (resized so the shorter side is the preprocessing's
-resize size at the largest resolution asked for) and kept in memory as
-uint8; batches are cropped from them: random crop + mirror for training,
-center crop for evaluation, as in the reference training recipes.
-Unreadable files are skipped and counted.
+Images are decoded once with :mod:`edgevit.data.images` (resized so the
+shorter side is the preprocessing's resize size at the largest resolution
+asked for, center square kept) and held in memory as uint8; batches are
+cropped from them: random crop + mirror for training, center crop for
+evaluation, as in the reference training recipes. Unreadable files are
+skipped and counted.
 """
 from __future__ import annotations
 
@@ -16,12 +17,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from edgevit.data.images import IMAGE_SUFFIXES, UnreadableImage, open_rgb
+from edgevit.data.images import center_crop, image_files, normalise, read_crops
 from edgevit.errors import EdgevitError
 from edgevit.registry import Preprocessing
-
-_FILTERS = {"nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
-            "bicubic": Image.Resampling.BICUBIC}
 
 
 @dataclass
@@ -44,17 +42,12 @@ def _class_dirs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _images_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*")
-                  if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES)
-
-
 def _scan(folder: Path, classes: list[str] | None = None) -> tuple[list[str], list[Path], np.ndarray]:
     dirs = _class_dirs(folder)
     names = classes or [d.name for d in dirs]
     files, labels = [], []
     for index, name in enumerate(names):
-        images = _images_in(folder / name) if (folder / name).is_dir() else []
+        images = image_files(folder / name) if (folder / name).is_dir() else []
         files += images
         labels += [index] * len(images)
     return names, files, np.asarray(labels, np.int64)
@@ -70,7 +63,7 @@ def find_dataset(root: str | Path, val_split: float | None = None, seed: int = 0
     has_split = (root / "train").is_dir()
     base = root / "train" if has_split else root
     classes = [d.name for d in _class_dirs(base)]
-    classes = [c for c in classes if _images_in(base / c)]
+    classes = [c for c in classes if image_files(base / c)]
     if not classes:
         raise EdgevitError(f"Dataset folder {str(root)!r} has no images: expected train/<class>/*.jpg "
                            "(and val/<class>/*.jpg) or <class>/*.jpg.")
@@ -106,18 +99,11 @@ def decode(files: list[Path], labels: np.ndarray, shorter_side: int, interpolati
     ``shorter_side``; unreadable files are skipped. Returns (images, labels,
     names of skipped files)."""
     images, kept, skipped = [], [], []
-    for path, label in zip(files, labels):
-        try:
-            img = open_rgb(path)
-        except UnreadableImage:
+    for path, label, pixels in zip(files, labels, read_crops(files, shorter_side, shorter_side, interpolation)):
+        if pixels is None:
             skipped.append(str(path))
             continue
-        w, h = img.size
-        scale = shorter_side / min(w, h)
-        img = img.resize((max(shorter_side, round(w * scale)), max(shorter_side, round(h * scale))),
-                         _FILTERS.get(interpolation, Image.Resampling.BILINEAR))
-        left, top = (img.size[0] - shorter_side) // 2, (img.size[1] - shorter_side) // 2
-        images.append(np.asarray(img.crop((left, top, left + shorter_side, top + shorter_side)), np.uint8))
+        images.append(pixels)
         kept.append(label)
     if not images:
         raise EdgevitError("None of the images could be read.")
@@ -129,25 +115,17 @@ class ArrayData:
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, pre: Preprocessing):
         self.images, self.labels, self.pre = images, labels, pre
-        self.mean = np.asarray(pre.mean, np.float32)
-        self.std = np.asarray(pre.std, np.float32)
 
     def __len__(self):
         return len(self.images)
-
-    def _normalise(self, batch: np.ndarray) -> np.ndarray:
-        return ((batch.astype(np.float32) / 255.0) - self.mean) / self.std
 
     def eval_batch(self, index, size: int) -> np.ndarray:
         """Center crop: resize the stored square to the eval resize size for
         ``size``, crop ``size`` (the registered evaluation transform)."""
         resize = round(size * self.pre.resize_size / self.pre.input_size)
-        out = []
-        for img in self.images[index]:
-            im = Image.fromarray(img).resize((resize, resize), _FILTERS.get(self.pre.interpolation))
-            off = (resize - size) // 2
-            out.append(np.asarray(im.crop((off, off, off + size, off + size))))
-        return self._normalise(np.stack(out))
+        out = [np.asarray(center_crop(Image.fromarray(img), resize, size, self.pre.interpolation))
+               for img in self.images[index]]
+        return normalise(np.stack(out), self.pre)
 
     def train_batch(self, index, size: int, rng: np.random.Generator) -> np.ndarray:
         """Random resized crop (scale 0.35-1 of the area, as the MobileViT
@@ -162,12 +140,7 @@ class ArrayData:
             if rng.random() < 0.5:
                 arr = arr[:, ::-1]
             out.append(arr)
-        return self._normalise(np.stack(out))
-
-    def eval_inputs(self, size: int, batch: int = 64):
-        for start in range(0, len(self), batch):
-            yield self.eval_batch(np.arange(start, min(start + batch, len(self))), size), \
-                self.labels[start:start + batch]
+        return normalise(np.stack(out), self.pre)
 
 
 def load_split(split: Split, pre: Preprocessing, max_size: int) -> tuple[ArrayData, list[str]]:
