@@ -6,7 +6,6 @@ re-training: a stride-2 convolution pads one pixel on every side explicitly
 """
 from __future__ import annotations
 
-import keras
 from keras import layers
 
 BN_EPSILON = 1e-5

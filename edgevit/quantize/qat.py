@@ -58,9 +58,7 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
     folded_bn = _conv_batchnorm_pairs(model)
     conv_of_bn = {id(bn): conv for conv, bn in folded_bn}
     bn_of_conv = {id(conv): bn for conv, bn in folded_bn}
-    model_inputs = {id(t) for t in model.inputs}
     input_quantizers: dict[int, object] = {}
-    replaced: dict[int, object] = {}
 
     def quantize_inputs(args):
         def visit(t):
@@ -80,13 +78,9 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
         aq = lambda name: q.ActivationQuantizer(momentum, name=name)  # noqa: E731
 
         if isinstance(layer, tuple(q.QUANTIZED_CUSTOM)):
-            new = _quantized_custom(layer, momentum)
-            replaced[id(layer)] = new
-            return new(*args, **kwargs)
+            return _quantized_custom(layer, momentum)(*args, **kwargs)
         if kind in CONV_TYPES:
-            new = _quantized_conv(layer, bn_of_conv.get(id(layer)))
-            replaced[id(layer)] = new
-            out = new(*args, **kwargs)
+            out = _quantized_conv(layer, bn_of_conv.get(id(layer)))(*args, **kwargs)
             if id(layer) in bn_of_conv:  # the folded BatchNorm puts the range
                 return out
             out = aq(f"{layer.name}.quant")(out)
@@ -94,9 +88,7 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
         if kind == "BatchNormalization" and id(layer) in conv_of_bn:
             return aq(f"{layer.name}.quant")(args[0])
         if kind == "Dense":
-            new = _quantized_dense(layer)
-            replaced[id(layer)] = new
-            out = aq(f"{layer.name}.quant")(new(*args, **kwargs))
+            out = aq(f"{layer.name}.quant")(_quantized_dense(layer)(*args, **kwargs))
             return _activation(layer, out, momentum)
         if kind == "Activation":
             name = _activation_name(layer.get_config()["activation"])
@@ -106,8 +98,7 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
         if kind == "Softmax":
             return q.ActivationQuantizer(fixed_range=q.UNIT_RANGE, name=f"{layer.name}.quant")(
                 _clone(layer)(*args, **kwargs))
-        new = _clone(layer)
-        out = new(*args, **kwargs)
+        out = _clone(layer)(*args, **kwargs)
         if kind in SCALE_PRESERVING:
             return out
         return aq(f"{layer.name}.quant")(out)
@@ -116,7 +107,6 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
     input_tensors = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name) for t in model.inputs]
     for t in input_tensors:
         new_inputs[id(t)] = t
-    del model_inputs
     try:
         qat = keras.models.clone_model(model, input_tensors=input_tensors if len(input_tensors) > 1
                                        else input_tensors[0], clone_function=lambda layer: layer,
@@ -296,15 +286,12 @@ def _quantized_custom(layer, momentum):
 
 def _own_weights(layer):
     """Trainable parameters and non-quantizer state, in a stable order."""
-    from edgevit.quantize.layers import ActivationQuantizer
-
     out = []
     for w in layer.weights:
         owner = w.path.split("/")[-2] if "/" in w.path else ""
         if owner.startswith("q_") or "range_" in w.name or w.name == "batches_seen":
             continue
         out.append(w)
-    del ActivationQuantizer
     return out
 
 
