@@ -9,6 +9,7 @@ from edgevit.layers.tokens import (BicubicResize, DropPath, PositionEmbedding, P
 from edgevit.layers.transformer import mlp, separable_attention_block, transformer_encoder
 
 __all__ = ["HeadAttention", "BicubicResize", "DropPath", "PositionEmbedding", "PrefixTokens", "TokenSlice",
-           "bicubic_matrix", "drop_path_rates", "patch_embed", "to_map", "to_tokens", "Fold", "LayerNorm", "MultiHeadSelfAttention", "ResizeBilinear", "SeparableSelfAttention",
+           "bicubic_matrix", "drop_path_rates", "patch_embed", "to_map", "to_tokens", "Fold", "LayerNorm",
+           "MultiHeadSelfAttention", "ResizeBilinear", "SeparableSelfAttention",
            "Unfold", "conv_norm_act", "inverted_residual", "make_divisible", "mlp",
            "separable_attention_block", "transformer_encoder"]
