@@ -24,9 +24,9 @@ from edgevit.native_output import native_output_captured
 
 PRECISIONS = ("fp32", "fp16", "dynamic", "int8", "int8_mixed", "int16x8")
 INTEGER_PRECISIONS = ("int8", "int16x8")
-# Ops that XNNPACK runs slower in int8 than in float on CPUs (measured in
-# ../shared/notes: BATCH_MATMUL 8x, SOFTMAX 1.6x slower); int8_mixed keeps
-# only these in float and everything else in int8.
+# Ops that XNNPACK runs slower in int8 than in float on CPUs (single-op files
+# on LiteRT 2.3 XNNPACK, 1 thread, x86-64: BATCH_MATMUL 8x, SOFTMAX 1.6x
+# slower); int8_mixed keeps only these in float and everything else in int8.
 CPU_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX")
 IO_DTYPES = ("float32", "int8", "uint8")
 
