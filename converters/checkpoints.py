@@ -12,7 +12,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -4,7 +4,7 @@ naming), and position embeddings fitted to the model's patch grid."""
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -3,7 +3,7 @@ registers its own when :mod:`edgevit.converters.api` loads it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from .rules import Rule
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from typing import Callable
+from collections.abc import Callable
 
 from .layouts import pos_embed_transform, reshaped
 from .registry import Importer, register

@@ -11,7 +11,7 @@ import difflib
 import fnmatch
 import inspect
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from edgevit.errors import EdgevitError
 
@@ -31,7 +31,7 @@ class Preprocessing:
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     std: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
-    def at_size(self, input_size: int) -> "Preprocessing":
+    def at_size(self, input_size: int) -> Preprocessing:
         """The same recipe for another input size (keeps the crop ratio)."""
         ratio = self.resize_size / self.input_size
         return Preprocessing(input_size, round(input_size * ratio), self.interpolation, self.mean, self.std)

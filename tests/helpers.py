@@ -48,8 +48,8 @@ def export_variant(tmp_path, name, precision, size, *, num_classes=10, calib_sam
     model = model or edgevit.create_model(name, num_classes=num_classes, input_size=size)
     opts = ExportOptions(precision=precision, output=str(tmp_path / f"{name}_{precision}.tflite"),
                          calib_samples=calib_samples, validation_samples=validation_samples,
-                         recalibrate_batchnorm=any(l.__class__.__name__ == "BatchNormalization"
-                                                   for l in model.layers))
+                         recalibrate_batchnorm=any(layer.__class__.__name__ == "BatchNormalization"
+                                                   for layer in model.layers))
     return export(model, spec, opts).to_dict()
 
 

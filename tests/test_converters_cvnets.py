@@ -50,7 +50,7 @@ def cvnets_state_dict(model):
     return export_state_dict(plan(model, importer.rules(model), "cvnets"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def source_model(name):
     """A random-init model and its weights in cvnets naming (built once)."""
     model = edgevit.create_model(name, input_size=SIZE)

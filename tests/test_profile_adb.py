@@ -116,7 +116,7 @@ def bench(*args):
 def clean_error(code, stderr, *needles):
     assert code == 1, stderr
     assert "Traceback" not in stderr
-    last = [l for l in stderr.splitlines() if l.startswith("error: ")]
+    last = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert last, stderr
     for needle in needles:
         assert needle in stderr, (needle, stderr)

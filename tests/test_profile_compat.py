@@ -135,7 +135,7 @@ def test_partition_counts_independent_runs_greedily():
         def __init__(self, index):
             self.index = index
 
-    class O:
+    class FakeOp:
         def __init__(self, ins, outs):
             self.inputs, self.outputs = [T(i) for i in ins], [T(o) for o in outs]
 
@@ -144,7 +144,7 @@ def test_partition_counts_independent_runs_greedily():
 
     # Two parallel branches from input 0: a(sup) b(unsup) c(sup, reads a), d(sup, reads b and c).
     g = G()
-    g.ops = [O([0], [1]), O([0], [2]), O([1], [3]), O([2, 3], [4])]
+    g.ops = [FakeOp([0], [1]), FakeOp([0], [2]), FakeOp([1], [3]), FakeOp([2, 3], [4])]
     g.producers = {1: 0, 2: 1, 3: 2, 4: 3}
     # a and c join one subset even though b sits between them in execution order.
     assert partition(g, [True, False, True, True]) == [[0, 2], [3]]

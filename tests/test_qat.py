@@ -87,14 +87,14 @@ def predict(model, x):
 def test_rewrite_folds_batchnorm_and_quantizes_every_internal_op():
     model = tiny_hybrid()
     qat = quantize_model(model)
-    kinds = {type(l).__name__ for l in qat.layers}
+    kinds = {type(layer).__name__ for layer in qat.layers}
     assert "BatchNormalization" not in kinds
     assert {"QuantConv2D", "QuantDepthwiseConv2D", "QuantDense", "QuantActivation", "QuantLayerNorm",
             "QuantMultiHeadSelfAttention", "QuantSeparableSelfAttention"} <= kinds
-    attention = next(l for l in qat.layers if isinstance(l, QuantMultiHeadSelfAttention))
+    attention = next(layer for layer in qat.layers if isinstance(layer, QuantMultiHeadSelfAttention))
     assert isinstance(attention.qkv, QuantDense) and attention.q_softmax.fixed_range == (0.0, 255 / 256)
-    assert sum(isinstance(l, QuantLayerNorm) for l in qat.layers) == 6
-    assert sum(isinstance(l, QuantSeparableSelfAttention) for l in qat.layers) == 1
+    assert sum(isinstance(layer, QuantLayerNorm) for layer in qat.layers) == 6
+    assert sum(isinstance(layer, QuantSeparableSelfAttention) for layer in qat.layers) == 1
     assert qat.name == model.name and is_qat_model(qat) and not is_qat_model(model)
     with pytest.raises(EdgevitError, match="already"):
         quantize_model(qat)
@@ -114,7 +114,7 @@ def test_batchnorm_folding_keeps_the_function():
     for layer in qat.layers:  # quantizers observe only: what remains is folding + int8 weights
         if isinstance(layer, ActivationQuantizer):
             layer.observing = True
-    assert [type(l).__name__ for l in qat.layers if "Conv" in type(l).__name__] == [
+    assert [type(layer).__name__ for layer in qat.layers if "Conv" in type(layer).__name__] == [
         "QuantConv2D", "QuantDepthwiseConv2D"]
     expected = np.asarray(model(images, training=False))
     np.testing.assert_allclose(np.asarray(qat(images, training=False)), expected,

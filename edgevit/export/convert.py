@@ -15,7 +15,7 @@ Every setting that decides what the converter produces lives here:
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -146,7 +146,7 @@ def _convert_mixed(converter, calibration, on_step, model_name: str) -> bytes:
 
 
 def _last_error_line(text: str) -> str:
-    lines = [l.strip() for l in text.splitlines() if "error" in l.lower()]
+    lines = [line.strip() for line in text.splitlines() if "error" in line.lower()]
     return lines[-1] if lines else ""
 
 

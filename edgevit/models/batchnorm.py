@@ -20,32 +20,32 @@ def recalibrate_batchnorm(model, images: np.ndarray, batch_size: int = 32) -> in
     """
     import keras
 
-    norms = [l for l in _all_layers(model) if isinstance(l, keras.layers.BatchNormalization)]
+    norms = [layer for layer in _all_layers(model) if isinstance(layer, keras.layers.BatchNormalization)]
     if not norms:
         return 0
-    dropouts = [l for l in _all_layers(model) if isinstance(l, keras.layers.Dropout)]
-    saved_rates = [l.rate for l in dropouts]
-    saved_momentum = [l.momentum for l in norms]
-    sums = [[np.zeros(l.moving_mean.shape), np.zeros(l.moving_variance.shape)] for l in norms]
+    dropouts = [layer for layer in _all_layers(model) if isinstance(layer, keras.layers.Dropout)]
+    saved_rates = [layer.rate for layer in dropouts]
+    saved_momentum = [layer.momentum for layer in norms]
+    sums = [[np.zeros(layer.moving_mean.shape), np.zeros(layer.moving_variance.shape)] for layer in norms]
     batches = [images[i:i + batch_size] for i in range(0, len(images), batch_size)]
     try:
-        for l in dropouts:
-            l.rate = 0.0
-        for l in norms:
-            l.momentum = 0.0
+        for layer in dropouts:
+            layer.rate = 0.0
+        for layer in norms:
+            layer.momentum = 0.0
         for batch in batches:
             model(batch, training=True)
-            for acc, l in zip(sums, norms):
-                acc[0] += np.asarray(l.moving_mean)
-                acc[1] += np.asarray(l.moving_variance)
+            for acc, layer in zip(sums, norms):
+                acc[0] += np.asarray(layer.moving_mean)
+                acc[1] += np.asarray(layer.moving_variance)
     finally:
-        for l, rate in zip(dropouts, saved_rates):
-            l.rate = rate
-        for l, momentum in zip(norms, saved_momentum):
-            l.momentum = momentum
-    for (mean, var), l in zip(sums, norms):
-        l.moving_mean.assign(mean / len(batches))
-        l.moving_variance.assign(var / len(batches))
+        for layer, rate in zip(dropouts, saved_rates):
+            layer.rate = rate
+        for layer, momentum in zip(norms, saved_momentum):
+            layer.momentum = momentum
+    for (mean, var), layer in zip(sums, norms):
+        layer.moving_mean.assign(mean / len(batches))
+        layer.moving_variance.assign(var / len(batches))
     return len(norms)
 
 

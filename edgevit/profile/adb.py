@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from edgevit.errors import EdgevitError
 from edgevit.profile.benchmark_binary import ABI_ARCH, benchmark_args, record_from_output
@@ -128,7 +128,7 @@ class AdbTimeout(EdgevitError):
 
 
 def _tail(text: str) -> str:
-    lines = [l.strip() for l in (text or "").strip().splitlines() if l.strip()]
+    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
 
 

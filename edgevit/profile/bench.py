@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from edgevit.errors import EdgevitError
 from edgevit.litert.delegates import DEFAULT_ANDROID_API

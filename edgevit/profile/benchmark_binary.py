@@ -84,7 +84,7 @@ def _signal_name(returncode: int) -> str | None:
 
 
 def _last_lines(text: str, n: int = 2) -> str:
-    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return " | ".join(lines[-n:])
 
 
@@ -115,14 +115,13 @@ def record_from_output(text: str, returncode: int, delegate: str, binary_name: s
     if row["status"] == "ok" and delegate in ("gpu", "nnapi"):
         _flag_undelegated(row, parsed, delegate, text)
     runs = parsed.runs
-    ms = (lambda us: None if us is None else us / 1e3)
     row.update({
         "runs": runs.count if runs else None,
-        "init_ms": ms(parsed.init_us), "first_ms": ms(parsed.first_us), "warmup_avg_ms": ms(parsed.warmup_avg_us),
-        "avg_ms": ms(parsed.inference_avg_us if parsed.inference_avg_us is not None else (runs.avg if runs else None)),
-        "std_ms": ms(runs.std) if runs else None, "min_ms": ms(runs.min) if runs else None,
-        "max_ms": ms(runs.max) if runs else None, "p5_ms": ms(runs.p5) if runs else None,
-        "p50_ms": ms(runs.median) if runs else None, "p95_ms": ms(runs.p95) if runs else None,
+        "init_ms": _ms(parsed.init_us), "first_ms": _ms(parsed.first_us), "warmup_avg_ms": _ms(parsed.warmup_avg_us),
+        "avg_ms": _ms(parsed.inference_avg_us if parsed.inference_avg_us is not None else (runs.avg if runs else None)),
+        "std_ms": _ms(runs.std) if runs else None, "min_ms": _ms(runs.min) if runs else None,
+        "max_ms": _ms(runs.max) if runs else None, "p5_ms": _ms(runs.p5) if runs else None,
+        "p50_ms": _ms(runs.median) if runs else None, "p95_ms": _ms(runs.p95) if runs else None,
         "p90_ms": None, "p99_ms": None,
         "peak_mem_mb": parsed.peak_memory_mb, "mem_delta_mb": parsed.memory_overall_mb,
         "delegated_nodes": parsed.delegated_nodes, "total_nodes": parsed.total_nodes,
@@ -133,14 +132,18 @@ def record_from_output(text: str, returncode: int, delegate: str, binary_name: s
     return row
 
 
+def _ms(us):
+    return None if us is None else us / 1e3
+
+
 def _flag_undelegated(row: dict, parsed, delegate: str, text: str) -> None:
     """benchmark_model still prints timings when the delegate took nothing
     (NNAPI unavailable, every op refused): that row measured the CPU."""
     applied = {k.lower(): v for k, v in parsed.applied.items()}
     replaced = parsed.delegate is not None and delegate in parsed.delegate.lower() and parsed.delegated_nodes
     if applied.get(delegate, {}).get("delegate_kernels") == 0 or (delegate not in applied and not replaced):
-        hint = next((l.strip() for l in text.splitlines()
-                     if delegate in l.lower() and re.search(r"unsupported|not supported|failed|unavailable", l, re.I)),
+        refusal = re.compile(r"unsupported|not supported|failed|unavailable", re.I)
+        hint = next((line.strip() for line in text.splitlines() if delegate in line.lower() and refusal.search(line)),
                     "no sign in the output that the delegate took any op")
         row.update(status="not delegated", error=f"{delegate.upper()} took no op, the run measured the CPU ({hint})")
 

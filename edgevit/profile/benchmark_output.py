@@ -88,7 +88,7 @@ class RunStats:
     p95: float | None = None
 
     @classmethod
-    def parse(cls, line: str) -> "RunStats | None":
+    def parse(cls, line: str) -> RunStats | None:
         fields = dict(_STAT_FIELD.findall(line))
         if "count" not in fields:
             return None

@@ -120,7 +120,8 @@ def load_eval(paths) -> dict[str, float]:
         if isinstance(data, dict):
             items = list(data.items())
         elif isinstance(data, list):
-            items = [(Path(d["file"]).name if d.get("file") else d.get("model"), d) for d in data if isinstance(d, dict)]
+            items = [(Path(d["file"]).name if d.get("file") else d.get("model"), d)
+                     for d in data if isinstance(d, dict)]
         else:
             items = []
         for key, value in items:

@@ -126,7 +126,7 @@ def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, ma
     unquantized), in inference mode. Returns the number of batches."""
     from edgevit.quantize.layers import ActivationQuantizer
 
-    quantizers = [l for l in _all_layers(qat_model) if isinstance(l, ActivationQuantizer)]
+    quantizers = [layer for layer in _all_layers(qat_model) if isinstance(layer, ActivationQuantizer)]
     if isinstance(images, np.ndarray):
         batches = [images[i:i + batch_size] for i in range(0, len(images), batch_size)]
     else:

@@ -23,7 +23,7 @@ def accuracy_report(logits: np.ndarray, labels: np.ndarray, classes: list[str]) 
     return {
         "images": int(len(labels)),
         "top1": round(float(np.mean(pred == labels)), 4),
-        f"top{k}": round(float(np.mean([l in row for l, row in zip(labels, top5)])), 4),
+        f"top{k}": round(float(np.mean([label in row for label, row in zip(labels, top5)])), 4),
         "per_class": per_class,
         "top_confusions": [{"true": t, "predicted": p, "count": c} for c, t, p in off[:10]],
         "confusion_matrix": confusion.tolist() if n <= 20 else None,

@@ -66,7 +66,8 @@ def classes_in(weights: str, name: str, size: int) -> int:
     try:
         with h5py.File(weights, "r") as f:
             found = []
-            f.visititems(lambda k, v: found.append(v.shape) if "head.fc" in k and len(getattr(v, "shape", ())) == 2 else None)
+            f.visititems(lambda k, v: found.append(v.shape)
+                         if "head.fc" in k and len(getattr(v, "shape", ())) == 2 else None)
         return int(found[0][1]) if found else 1000
     except OSError as err:
         raise EdgevitError(f"Weights file {weights!r} is corrupt or not HDF5.") from err
