@@ -7,7 +7,6 @@ import argparse
 import json
 import math
 import os
-import pickle
 import re
 import struct
 from dataclasses import dataclass
@@ -174,10 +173,10 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             reason = (f"it stores Python objects ({unsupported.group(1)}) besides tensors, which are not "
                       "unpickled for safety; re-save the state dict alone: "
                       "torch.save(model.state_dict(), path)")
-        elif isinstance(err, (EOFError, RuntimeError, pickle.UnpicklingError)) or "Unsupported operand" in text:
+        elif isinstance(err, PermissionError):
+            reason = err.strerror
+        else:  # random bytes fail deep in the unpickler or the zip reader with any exception type
             reason = "not a PyTorch checkpoint, or a truncated or corrupt one"
-        else:
-            reason = first_line(err)
         raise EdgevitError(f"Could not read checkpoint {label!r}: {reason}.") from None
     state, entry = _find_state_dict(obj, label)
     tensors = {}

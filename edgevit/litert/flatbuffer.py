@@ -8,6 +8,7 @@ TensorFlow is imported, and files that do not load still get described.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -104,8 +105,11 @@ def read_model(model_content: bytes):
         raise EdgevitError("Not a readable .tflite file (no TFL3 flatbuffer identifier).")
     try:
         return schema_module().ModelT.InitFromPackedBuf(bytearray(model_content), 0)
+    except struct.error:  # a table or vector points past the end of the bytes
+        raise EdgevitError(f"Truncated or not a .tflite file: its {len(model_content)} bytes end inside "
+                           "the flatbuffer.") from None
     except Exception as err:  # a damaged TFLite flatbuffer
-        raise EdgevitError(f"Not a readable .tflite file ({type(err).__name__}: {err}).") from None
+        raise EdgevitError(f"Damaged .tflite file ({type(err).__name__}: {err}).") from None
 
 
 def read(model_content: bytes, subgraph: int = 0) -> Graph:
