@@ -1,6 +1,14 @@
-"""Loading edgevit models and weights from files, with clear errors."""
+"""Saving and loading edgevit models and weights, with clear errors.
+
+A model trained by edgevit knows its class names: they are saved inside the
+``.keras`` archive (a small JSON member Keras itself ignores), attached to the
+loaded model and written by the export into the labels and metadata.
+"""
 from __future__ import annotations
 
+import json
+import os
+import re
 import warnings
 import zipfile
 from pathlib import Path
@@ -9,15 +17,94 @@ from edgevit.errors import EdgevitError, first_line
 from edgevit.registry import ModelSpec, create_model, get_spec
 
 MODEL_SUFFIX = ".keras"
+# The archive member holding what edgevit adds to a .keras file.
+EDGEVIT_MEMBER = "edgevit.json"
 
 
-def _existing_file(path: str | Path, what: str) -> Path:
+def existing_file(path: str | Path, what: str) -> Path:
     path = Path(path)
     if not path.exists():
         raise EdgevitError(f"{what} {str(path)!r} does not exist.")
     if not path.is_file():
         raise EdgevitError(f"{what} {str(path)!r} is not a file.")
     return path
+
+
+def check_writable(paths: list[Path]) -> None:
+    """Fail before any work when a file could not be written at one of
+    ``paths`` (siblings in one folder): a missing or read-only folder, a name
+    longer than the file system takes, a folder or a read-only file in the way."""
+    folder = paths[0].parent
+    if not folder.is_dir():
+        raise EdgevitError(f"Output folder {str(folder)!r} does not exist." if not folder.exists()
+                           else f"Output folder {str(folder)!r} is not a folder.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise EdgevitError(f"Output folder {str(folder)!r} is not writable.")
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):  # the file system does not say
+        name_max = 255
+    for path in paths:
+        length = len(os.fsencode(path.name))
+        if length > name_max:
+            shown = path.name if len(path.name) <= 40 else f"{path.name[:16]}...{path.name[-20:]}"
+            raise EdgevitError(f"Output name {shown!r} is {length} bytes long; this file system takes "
+                               f"{name_max}: choose a shorter -o.")
+        if path.is_dir():
+            raise EdgevitError(f"{str(path)!r} is a folder where a file would be written: "
+                               "move it or choose another -o.")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise EdgevitError(f"{str(path)!r} exists and is read-only; it would be replaced.")
+
+
+def class_names_of(model) -> list[str] | None:
+    """The class names ``model`` was trained with (None: not known)."""
+    names = getattr(model, "edgevit_class_names", None)
+    return list(names) if names else None
+
+
+def set_class_names(model, names) -> None:
+    """Attach class names to ``model``: one per output, each on one line
+    (they become the lines of the labels file)."""
+    names = [str(name) for name in names]
+    classes = int(model.outputs[0].shape[-1])
+    if len(names) != classes:
+        raise EdgevitError(f"{len(names)} class names given for a model with {classes} outputs.")
+    bad = [name for name in names if not name.strip() or "\n" in name or "\r" in name]
+    if bad:
+        raise EdgevitError(f"Class name {bad[0]!r} cannot be a label: labels are one non-empty line each.")
+    model.edgevit_class_names = tuple(names)
+
+
+def save_model(model, path: str | Path) -> Path:
+    """Save ``model`` as ``.keras`` with its class names, through a temporary
+    file beside ``path``: an interrupted save never leaves half a model."""
+    path = Path(path)
+    tmp = path.with_name(f".edgevit-{os.getpid()}.tmp{MODEL_SUFFIX}")
+    try:
+        model.save(tmp)
+        names = class_names_of(model)
+        if names:
+            with zipfile.ZipFile(tmp, "a") as archive:
+                archive.writestr(EDGEVIT_MEMBER, json.dumps({"class_names": names}))
+        os.replace(tmp, path)
+    except OSError as err:
+        raise EdgevitError(f"Could not write {str(path)!r}: {err.strerror or first_line(err)}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def stored_class_names(path: str | Path) -> list[str] | None:
+    """The class names saved in a ``.keras`` file by :func:`save_model`."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if EDGEVIT_MEMBER not in archive.namelist():
+                return None
+            names = json.loads(archive.read(EDGEVIT_MEMBER)).get("class_names")
+    except (OSError, zipfile.BadZipFile, ValueError, AttributeError):
+        raise EdgevitError(f"The edgevit entry in {str(path)!r} is damaged.") from None
+    return [str(name) for name in names] if isinstance(names, list) else None
 
 
 def spec_of(model) -> ModelSpec:
@@ -38,7 +125,7 @@ def load_model(path: str | Path):
     import edgevit.models  # noqa: F401
     import edgevit.quantize.layers  # noqa: F401  (registers the QAT layers)
 
-    path = _existing_file(path, "Model file")
+    path = existing_file(path, "Model file")
     if path.suffix != MODEL_SUFFIX or not zipfile.is_zipfile(path):
         raise EdgevitError(f"{str(path)!r} is not a Keras model file (.keras).")
     try:
@@ -46,13 +133,16 @@ def load_model(path: str | Path):
     except Exception as err:
         raise EdgevitError(f"Could not load {str(path)!r}: {first_line(err)}") from err
     spec_of(model)
+    names = stored_class_names(path)
+    if names:
+        set_class_names(model, names)
     return model
 
 
 def load_weights_into(model, path: str | Path) -> None:
     """Load a ``.weights.h5`` file, or the weights of a ``.keras`` file, into
     ``model``; architecture mismatches name the first tensor that differs."""
-    path = _existing_file(path, "Weights file")
+    path = existing_file(path, "Weights file")
     if path.suffix == MODEL_SUFFIX:
         source = load_model(path)
         copy_weights(source, model, str(path))
@@ -75,18 +165,43 @@ def load_weights_into(model, path: str | Path) -> None:
             model.load_weights(path)
         misfits = [str(w.message) for w in caught if "could not be loaded" in str(w.message)]
         if misfits:
-            raise ValueError(" ".join(misfits[0].split()))
+            raise ValueError(misfits[0])
     except Exception as err:
         model.set_weights(before)
-        raise EdgevitError(f"Weights in {str(path)!r} do not fit {model.name}: {first_line(err)}") from err
+        raise EdgevitError(f"Weights in {str(path)!r} do not fit {model.name}: {_misfit(model, str(err))}") from err
+
+
+# How Keras names a tensor that does not fit when it loads a weights file.
+_KERAS_SHAPE_MISMATCH = re.compile(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))"
+                                   r".*?Target variable: <Variable path=([^,]+),", re.S)
+
+
+def _misfit(model, keras_message: str) -> str:
+    """The first tensor that does not fit, with both shapes, from Keras'
+    (multi-line, value-dumping) message."""
+    found = _KERAS_SHAPE_MISMATCH.search(keras_message)
+    if not found:
+        return first_line(ValueError(keras_message))
+    needed, given, variable = found.groups()
+    return f"{variable} has shape {given} in the file, the model needs {needed}" + _head_hint(model, variable, given)
+
+
+def _head_hint(model, variable_path: str, file_shape: str) -> str:
+    """When only the classifier differs: the --num-classes that fits the file."""
+    head = model.layers[-1].name
+    dims = [int(d) for d in re.findall(r"\d+", file_shape)]
+    if not variable_path.startswith(head + "/") or not dims:
+        return "."
+    return f" (the file holds a {dims[-1]}-class classifier: pass --num-classes {dims[-1]})."
 
 
 def copy_weights(source, target, source_label: str) -> None:
     src, dst = source.weights, target.weights
     for s, d in zip(src, dst):
         if tuple(s.shape) != tuple(d.shape):
-            raise EdgevitError(f"Weights in {source_label} do not fit {target.name}: "
-                               f"{s.path} has shape {tuple(s.shape)}, {d.path} needs {tuple(d.shape)}.")
+            raise EdgevitError(f"Weights in {source_label} do not fit {target.name}: {s.path} has shape "
+                               f"{tuple(s.shape)} in the file, the model needs {tuple(d.shape)}"
+                               + _head_hint(target, d.path, str(tuple(s.shape))))
     if len(src) != len(dst):
         raise EdgevitError(f"Weights in {source_label} do not fit {target.name}: "
                            f"{len(src)} tensors given, {len(dst)} expected.")
@@ -108,9 +223,14 @@ def resolve_model(name_or_path: str, num_classes: int | None = None, input_size:
         if input_size not in (None, model.inputs[0].shape[1]):
             resized = create_model(spec.name, num_classes=model.outputs[0].shape[-1], input_size=input_size)
             copy_weights(model, resized, name_or_path)
+            if class_names_of(model):
+                set_class_names(resized, class_names_of(model))
             model = resized
         return model, spec
     model = create_model(name_or_path, num_classes=1000 if num_classes is None else num_classes,
                          input_size=input_size, weights=weights)
+    names = stored_class_names(weights) if weights is not None and weights.endswith(MODEL_SUFFIX) else None
+    if names and len(names) == int(model.outputs[0].shape[-1]):
+        set_class_names(model, names)
     return model, get_spec(name_or_path)
 

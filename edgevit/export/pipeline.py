@@ -2,8 +2,10 @@
 
 prepare -> convert -> audit -> package -> validate -> (diagnose) -> write
 
-Outputs are written under temporary names and moved into place only when
-every stage succeeded, so a failed run never leaves a half-written model.
+The output paths are checked before any work; outputs are written to a
+staging folder beside them and moved into place only when every stage
+succeeded, all four or none (files they replace are put back when a move
+fails), so a failed or interrupted run never leaves a half-written set.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from edgevit.export.run_model import run_in_child
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
 from edgevit.registry import ModelSpec
+from edgevit.saving import check_writable, class_names_of
 
 DEFAULT_VALIDATION_SAMPLES = 32
 
@@ -110,13 +113,8 @@ def prepare(model, spec: ModelSpec, opts: ExportOptions, progress: Progress) -> 
     check_io_dtype(opts.precision, io_dtype)
     input_size = int(model.inputs[0].shape[1])
     out_path = Path(opts.output) if opts.output else default_output_path(spec.name, opts.precision)
-    if out_path.suffix != ".tflite":
-        raise EdgevitError(f"Output path {str(out_path)!r} must end in .tflite.")
-    out_dir = out_path.parent if str(out_path.parent) else Path(".")
-    if not out_dir.is_dir():
-        raise EdgevitError(f"Output folder {str(out_dir)!r} does not exist.")
-    if not os.access(out_dir, os.W_OK):
-        raise EdgevitError(f"Output folder {str(out_dir)!r} is not writable.")
+    files = ExportFiles.beside(out_path)
+    check_output_paths(files)
 
     calib, val, images = _image_sets(spec, input_size, opts, need_calibration=needs_calibration(opts.precision))
     if opts.recalibrate_batchnorm:
@@ -125,7 +123,15 @@ def prepare(model, spec: ModelSpec, opts: ExportOptions, progress: Progress) -> 
         progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
         recalibrate_batchnorm(model, calib if calib is not None else
                               sample_photos.sample_batch(spec.preprocessing_at(input_size), opts.calib_samples))
-    return Prepared(ExportFiles.beside(out_path), io_dtype, input_size, calib, val, images)
+    return Prepared(files, io_dtype, input_size, calib, val, images)
+
+
+def check_output_paths(files: ExportFiles) -> None:
+    """Fail before any work when one of the four files could not be put in
+    place (see :func:`edgevit.saving.check_writable`)."""
+    if files.model.suffix != ".tflite":
+        raise EdgevitError(f"Output path {str(files.model)!r} must end in .tflite.")
+    check_writable(files.all())
 
 
 def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
@@ -168,8 +174,9 @@ def convert_model(model, spec: ModelSpec, opts: ExportOptions, job: Prepared,
 
 
 def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Prepared, checked: Audit) -> Package:
-    """Embed the metadata document in the file; the labels go beside it."""
-    labels = default_labels(int(model.outputs[0].shape[-1]))
+    """Embed the metadata document in the file; the labels go beside it:
+    the class names the model was trained with, or the defaults."""
+    labels = class_names_of(model) or default_labels(int(model.outputs[0].shape[-1]))
     metadata = build_metadata(
         model_name=spec.name, family=spec.family, precision=opts.precision, weights=opts.weights_label,
         labels=labels, labels_file=job.files.labels.name, graph_input=checked.summary.input,
@@ -217,8 +224,34 @@ def write(staging: Path, packaged: Package, result: ExportResult) -> None:
     (staging / files.metadata.name).write_text(json.dumps(packaged.metadata, indent=2))
     (staging / files.labels.name).write_text("\n".join(packaged.labels) + "\n")
     (staging / files.report.name).write_text(json.dumps(result.to_dict(), indent=2))
-    for final in files.all():
-        os.replace(staging / final.name, final)
+    replace_all(files.all(), staging)
+
+
+def replace_all(finals: list[Path], staging: Path) -> None:
+    """Move ``staging/<name>`` onto each of ``finals``, all or nothing: the
+    files they replace are moved aside first and put back if any move fails
+    or is interrupted."""
+    previous = staging / "previous"
+    previous.mkdir()
+    moved_aside, placed = [], []
+    current = finals[0]
+    try:
+        for current in finals:
+            if current.exists():
+                os.replace(current, previous / current.name)
+                moved_aside.append(current)
+        for current in finals:
+            os.replace(staging / current.name, current)
+            placed.append(current)
+    except BaseException as err:
+        for final in placed:
+            final.unlink(missing_ok=True)
+        for final in moved_aside:
+            os.replace(previous / final.name, final)
+        if isinstance(err, OSError):
+            raise EdgevitError(f"Could not write {str(current)!r}: {err.strerror}; "
+                               "the files that were there before are back in place.") from None
+        raise
 
 
 def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | None = None) -> ExportResult:
