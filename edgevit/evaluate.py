@@ -1,52 +1,51 @@
 """Top-1 / top-5 accuracy and a confusion summary of a Keras or TFLite model
-on an image-folder dataset (the val split: ``DIR/val/<class>/*``, or
-``DIR/<class>/*`` when there is no split)."""
+on every image of an image folder (``DIR/val/<class>/*`` when there is a val/
+folder, ``DIR/<class>/*`` otherwise).
+
+Class folders are matched to the model's outputs by name when the model
+knows its class names (training stores them; converted files carry them as
+labels), and by sorted order when it has only default labels."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 
+from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
 from edgevit.train.metrics import accuracy_report
 
 
-def evaluate(model_path: str, data_dir: str, batch_size: int = 32, threads: int = 2,
-             split: str = "val") -> dict:
-    """Evaluate a ``.keras`` or ``.tflite`` model on ``data_dir``."""
-    from edgevit.train.data import find_dataset, load_split
+def evaluate(model_path: str, data_dir: str, batch_size: int = 32, threads: int = 2) -> dict:
+    """Evaluate a ``.keras`` or ``.tflite`` model on every image of ``data_dir``."""
+    from edgevit.train.data import find_evaluation_images, load_split
 
     path = Path(model_path)
     if not path.exists():
         raise EdgevitError(f"Model file {model_path!r} does not exist.")
-    dataset = find_dataset(data_dir)
-    split_data = dataset.val if split == "val" else dataset.train
+    if not path.is_file():
+        raise EdgevitError(f"Model path {model_path!r} is a folder, not a model file.")
+    if path.suffix not in (".tflite", ".keras"):
+        raise EdgevitError(f"{model_path!r} is neither a .keras nor a .tflite model.")
+    images = find_evaluation_images(data_dir)
     if path.suffix == ".tflite":
-        from edgevit.litert.metadata import read_embedded
-
-        try:
-            meta = read_embedded(path.read_bytes())
-        except EdgevitError:  # not a flatbuffer at all, or damaged metadata
-            meta = None
-        if not meta:
-            raise EdgevitError(f"{model_path} is not a model written by `edgevit convert` "
-                               "(no edgevit metadata inside).")
+        meta = _edgevit_metadata(path)
         pre = _preprocessing_from(meta)
         name = meta.get("model", path.stem)
-        classes_out = meta.get("num_classes")
-    elif path.suffix == ".keras":
-        from edgevit.saving import load_model, spec_of
+        classes_out = int(meta["output"]["shape"][-1])
+        labels = meta.get("labels")
+        if not isinstance(labels, list) or len(labels) != classes_out:
+            labels = default_labels(classes_out)
+    else:
+        from edgevit.saving import class_names_of, load_model, spec_of
 
         model = load_model(path)
         pre = spec_of(model).preprocessing_at(int(model.inputs[0].shape[1]))
         name = model.name
         classes_out = int(model.outputs[0].shape[-1])
-    else:
-        raise EdgevitError(f"{model_path!r} is neither a .keras nor a .tflite model.")
-    if classes_out is not None and classes_out != len(dataset.classes):
-        raise EdgevitError(f"{name} predicts {classes_out} classes; {data_dir} has "
-                           f"{len(dataset.classes)} ({', '.join(dataset.classes[:5])}).")
-    data, skipped = load_split(split_data, pre, pre.input_size)
+        labels = class_names_of(model) or default_labels(classes_out)
+    to_output = _output_index(images.classes, [str(label) for label in labels], name, data_dir)
+    data, skipped = load_split(images.split, pre, pre.input_size)
     inputs = data.eval_batch(np.arange(len(data)), pre.input_size)
     if path.suffix == ".tflite":
         from edgevit.export.run_model import run_in_child
@@ -54,11 +53,47 @@ def evaluate(model_path: str, data_dir: str, batch_size: int = 32, threads: int 
         logits = run_in_child(path, inputs, num_threads=threads)
     else:
         logits = np.asarray(model.predict(inputs, batch_size=batch_size, verbose=0))
-    report = accuracy_report(logits, data.labels, dataset.classes)
-    report.update({"model": name, "file": str(path), "data": str(data_dir), "split": dataset.val_source
-                   if split == "val" else "train", "input_size": pre.input_size,
-                   "unreadable_skipped": len(skipped)})
+    report = accuracy_report(logits, to_output[data.labels], labels)
+    report["per_class"] = {c: v for c, v in report["per_class"].items() if v["images"]}
+    report.update({"model": name, "file": str(path), "data": str(data_dir), "split": images.source,
+                   "input_size": pre.input_size, "found": len(images.split.files),
+                   "unreadable_skipped": len(skipped), "skipped_reasons": skipped.counts()})
     return report
+
+
+def _edgevit_metadata(path: Path) -> dict:
+    from edgevit.litert.metadata import read_embedded
+
+    try:
+        meta = read_embedded(path.read_bytes())
+    except EdgevitError as err:
+        raise EdgevitError(f"{path}: {err}") from None
+    if not meta:
+        raise EdgevitError(f"{path} is a .tflite file without edgevit metadata (not written by `edgevit convert`): "
+                           "eval takes the preprocessing and labels from that metadata.")
+    try:
+        int(meta["output"]["shape"][-1])
+    except (KeyError, TypeError, IndexError, ValueError):
+        raise EdgevitError(f"{path}: the edgevit metadata has no usable output shape.") from None
+    return meta
+
+
+def _output_index(folders: list[str], labels: list[str], name: str, data_dir: str) -> np.ndarray:
+    """The model output of each class folder: by name when every folder is
+    one of the model's labels; by sorted position when the model has default
+    labels and as many classes as there are folders."""
+    index = {label: i for i, label in enumerate(labels)}
+    if all(folder in index for folder in folders):
+        return np.asarray([index[folder] for folder in folders])
+    shown = ", ".join(folders[:5]) + (" ..." if len(folders) > 5 else "")
+    if labels == default_labels(len(labels)):
+        if len(folders) != len(labels):
+            raise EdgevitError(f"{name} predicts {len(labels)} classes; {data_dir} has {len(folders)} ({shown}).")
+        return np.arange(len(labels))
+    unknown = [folder for folder in folders if folder not in index]
+    raise EdgevitError(f"{data_dir} has class folders that are not classes of {name}: "
+                       f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''} (its classes: "
+                       f"{', '.join(labels[:5])}{' ...' if len(labels) > 5 else ''}).")
 
 
 def _preprocessing_from(meta: dict):

@@ -1,36 +1,45 @@
 """`edgevit finetune`, `edgevit qat` and `edgevit eval`."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 import numpy as np
 
+from edgevit.cli.options import InputSize, InputSizes, open_fraction, positive_learning_rate
 from edgevit.cli.output import log, print_json, print_table, user_errors
 from edgevit.errors import EdgevitError
 from edgevit.native_output import import_tensorflow_quietly
 
 
-def _parse_sizes(text: str | None) -> list[int]:
-    if not text:
-        return []
-    try:
-        sizes = sorted({int(s) for s in text.split(",") if s.strip()})
-    except ValueError:
-        raise EdgevitError(f"--multiscale takes comma-separated sizes like 160,192,224,256, got {text!r}.") from None
-    if not sizes:
-        raise EdgevitError("--multiscale needs at least one size.")
-    return sizes
+def _check_output(output: str, inputs: list[str | None]) -> Path:
+    """The output .keras path, checked before any work: it must be writable
+    (its default checkpoint folder OUTPUT.ckpt too) and must not be one of
+    the command's ``inputs``, which training would overwrite."""
+    from edgevit.saving import check_writable
 
-
-def _check_output(output: str) -> Path:
     out = Path(output)
     if out.suffix != ".keras":
         raise EdgevitError(f"Output {output!r} must end in .keras.")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise EdgevitError(f"Output folder {str(parent)!r} does not exist.")
+    check_writable([out, out.with_name(out.name + ".ckpt")])
+    for given in inputs:
+        if given is not None and _same_file(Path(given), out):
+            raise EdgevitError(f"-o {output} is the input {given}: the trained model would overwrite it; "
+                               "choose another -o.")
     return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def _run(command: str, spec, classes: list[str], size: int, sizes: list[int]) -> dict:
+    """What a training run is, as its checkpoint records it."""
+    return {"command": command, "model": spec.name, "input_size": size, "classes": list(classes),
+            "sizes": list(sizes)}
 
 
 def _common_options(fn):
@@ -40,12 +49,15 @@ def _common_options(fn):
         click.option("--weights", default=None, help="Start from these weights (.weights.h5 or .keras)."),
         click.option("--epochs", type=click.IntRange(1, 10000), default=None),
         click.option("--batch-size", type=click.IntRange(1, 4096), default=32, show_default=True),
-        click.option("--lr", type=float, default=None, help="Peak learning rate (AdamW, cosine decay)."),
-        click.option("--input-size", type=int, default=None, help="Training resolution (default: the model's)."),
-        click.option("--val-split", type=float, default=None,
+        click.option("--lr", type=float, default=None, callback=positive_learning_rate,
+                     help="Peak learning rate (AdamW, cosine decay)."),
+        click.option("--input-size", type=InputSize(), default=None,
+                     help="Training resolution (default: the model's)."),
+        click.option("--val-split", type=float, default=None, callback=open_fraction,
                      help="Hold out this fraction when DIR has no train/val folders (default 0.1)."),
         click.option("--checkpoint-dir", default=None,
-                     help="Checkpoint every epoch here; rerunning with it resumes (default: OUTPUT.ckpt/)."),
+                     help="Checkpoint every epoch here; rerunning the same run with it resumes, another run is "
+                          "refused (default: OUTPUT.ckpt/, removed once OUTPUT is saved)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
     ]
     for option in reversed(options):
@@ -56,36 +68,44 @@ def _common_options(fn):
 @click.command("finetune")
 @click.argument("model")
 @_common_options
-@click.option("--multiscale", default=None, metavar="SIZES",
+@click.option("--multiscale", type=InputSizes(), default=None,
               help="Multi-scale sampler over these resolutions, e.g. 160,192,224,256 (batch size scaled per size).")
 @click.option("-o", "--output", required=True, help="Output .keras file.")
 @user_errors
 def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_size, val_split, checkpoint_dir,
                      as_json, multiscale, output):
     """Fine-tune MODEL (a registered name or a .keras file) on an image folder."""
+    out = _check_output(output, inputs=[model, weights])
     import_tensorflow_quietly()
     from edgevit.registry import create_model
-    from edgevit.train.loop import TrainConfig, Trainer
-    from edgevit.train.prepare import prepare, val_metrics
+    from edgevit.saving import save_model
+    from edgevit.train.data import find_dataset
+    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_state, remove_checkpoint
+    from edgevit.train.prepare import build_model, load_data, val_metrics
 
-    out = _check_output(output)
-    sizes = _parse_sizes(multiscale)
-    keras_model, spec, dataset, train, val, size, skipped = prepare(
-        model, data_dir, weights=weights, input_size=input_size, val_split=val_split, sizes=sizes, log=log)
+    sizes = multiscale or []
+    dataset = find_dataset(data_dir, val_split=val_split)
+    keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log,
+                                    sizes=sizes)
+    size = int(keras_model.inputs[0].shape[1])
+    run = _run("finetune", spec, dataset.classes, size, sizes)
+    checkpoint = checkpoint_dir or str(out) + ".ckpt"
+    checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
+    train, val, skipped = load_data(dataset, spec, size, sizes, log)
     if weights is None and not (model.endswith(".keras") or Path(model).is_file()):
         from edgevit.models.batchnorm import recalibrate_batchnorm
 
         recalibrate_batchnorm(keras_model, train.eval_batch(np.arange(min(len(train), 64)), size))
     classes = len(dataset.classes)
     cfg = TrainConfig(epochs=epochs or 10, batch_size=batch_size, lr=lr or 1e-3, sizes=sizes,
-                      warmup_epochs=min(1.0, (epochs or 10) / 10),
-                      checkpoint_dir=checkpoint_dir or str(out) + ".ckpt")
+                      warmup_epochs=min(1.0, (epochs or 10) / 10), checkpoint_dir=checkpoint, run=run)
     trainer = Trainer(keras_model, lambda s: create_model(spec.name, num_classes=classes, input_size=s),
                       size, cfg, log=log)
     history = trainer.fit(train, val_metrics(val, size))
-    keras_model.save(out)
+    save_model(keras_model, out)
+    remove_checkpoint(checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
-              "multiscale": sizes, "unreadable_skipped": skipped, "history": history,
+              "multiscale": sizes, "unreadable_skipped": len(skipped), "history": history,
               "val_top1": history[-1].get("val_top1") if history else None}
     _print_result(result, as_json)
 
@@ -101,14 +121,27 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
 def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, val_split, checkpoint_dir,
                 as_json, calib_batches, export_int8, output):
     """Quantization-aware training of MODEL (a .keras file or a registered name) on an image folder."""
+    out = _check_output(output, inputs=[model, weights])
+    export_path = out.with_suffix(".tflite")
+    if export_int8:
+        from edgevit.export.pipeline import check_output_paths
+        from edgevit.export.result import ExportFiles
+
+        check_output_paths(ExportFiles.beside(export_path))
     import_tensorflow_quietly()
     from edgevit.quantize.qat import calibrate, quantize_model
-    from edgevit.train.loop import TrainConfig, Trainer
-    from edgevit.train.prepare import prepare, val_metrics
+    from edgevit.saving import save_model, set_class_names
+    from edgevit.train.data import find_dataset
+    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_state, remove_checkpoint
+    from edgevit.train.prepare import build_model, load_data, val_metrics
 
-    out = _check_output(output)
-    keras_model, spec, dataset, train, val, size, skipped = prepare(
-        model, data_dir, weights=weights, input_size=input_size, val_split=val_split, log=log)
+    dataset = find_dataset(data_dir, val_split=val_split)
+    keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log)
+    size = int(keras_model.inputs[0].shape[1])
+    run = _run("qat", spec, dataset.classes, size, [])
+    checkpoint = checkpoint_dir or str(out) + ".ckpt"
+    checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
+    train, val, skipped = load_data(dataset, spec, size, [], log)
     float_top1 = val_metrics(val, size)(keras_model)["val_top1"]
     log(f"Float model: val top-1 {float_top1}")
     rng = np.random.default_rng(0)
@@ -116,23 +149,25 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
     calib = [train.eval_batch(order[i:i + batch_size], size)
              for i in range(0, min(len(train), calib_batches * batch_size), batch_size)]
     qat = quantize_model(keras_model, input_range=spec.preprocessing_at(size).value_range)
+    set_class_names(qat, dataset.classes)
     calibrate(qat, calib)
     before = val_metrics(val, size)(qat)["val_top1"]
     log(f"QAT model after range calibration: val top-1 {before}")
     cfg = TrainConfig(epochs=epochs or 10, batch_size=batch_size, lr=lr or 2e-4, warmup_epochs=0.0,
-                      checkpoint_dir=checkpoint_dir or str(out) + ".ckpt")
+                      checkpoint_dir=checkpoint, run=run)
     trainer = Trainer(qat, None, size, cfg, log=log)
     history = trainer.fit(train, val_metrics(val, size))
-    qat.save(out)
+    save_model(qat, out)
+    remove_checkpoint(checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "float_val_top1": float_top1, "qat_val_top1_calibrated": before, "history": history,
               "val_top1": history[-1].get("val_top1") if history else before,
-              "unreadable_skipped": skipped}
+              "unreadable_skipped": len(skipped)}
     if export_int8:
         from edgevit.export.pipeline import ExportOptions, Progress, export
 
         # No calibration happens (trained ranges); the images validate the file.
-        opts = ExportOptions(precision="int8", output=str(out.with_suffix(".tflite")), weights_label=str(out),
+        opts = ExportOptions(precision="int8", output=str(export_path), weights_label=str(out),
                              calib_samples=1,
                              calib_dir=str(Path(data_dir) / "val") if (Path(data_dir) / "val").is_dir() else data_dir)
         exported = export(qat, spec, opts, Progress(enabled=True))
@@ -143,12 +178,15 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
 
 @click.command("eval")
 @click.argument("model_file", metavar="MODEL.keras|MODEL.tflite")
-@click.option("--data", "data_dir", required=True, metavar="DIR", help="Image folder (its val/ split if present).")
+@click.option("--data", "data_dir", required=True, metavar="DIR",
+              help="Image folder: every image of DIR/val/<class>/* when DIR has val/, else of DIR/<class>/*.")
 @click.option("--threads", type=click.IntRange(1, 64), default=2, show_default=True, help="LiteRT threads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @user_errors
 def eval_command(model_file, data_dir, threads, as_json):
-    """Top-1/top-5 accuracy and a confusion summary of a .keras or .tflite model."""
+    """Top-1/top-5 accuracy and a confusion summary of a .keras or .tflite model
+    on every image of an image folder (class folders matched to the model's
+    classes by name)."""
     import_tensorflow_quietly()
     from edgevit.evaluate import evaluate
 
@@ -157,9 +195,11 @@ def eval_command(model_file, data_dir, threads, as_json):
         print_json(report)
         return
     k5 = next(k for k in report if k.startswith("top") and k != "top1" and k != "top_confusions")
+    skipped = ", ".join(f"{count} {reason}" for reason, count in report["skipped_reasons"].items())
     print_table(f"{report['model']} on {report['data']} ({report['split']})", ["metric", "value"],
-                [["images", report["images"]], ["top-1", report["top1"]], [k5.replace("top", "top-"), report[k5]],
-                 ["unreadable skipped", report["unreadable_skipped"]]])
+                [["images scored", f"{report['images']} of {report['found']}"], ["top-1", report["top1"]],
+                 [k5.replace("top", "top-"), report[k5]],
+                 ["unreadable skipped", report["unreadable_skipped"] if not skipped else skipped]])
     print_table("per class", ["class", "images", "top-1"],
                 [[c, v["images"], v["top1"]] for c, v in report["per_class"].items()])
     if report["top_confusions"]:

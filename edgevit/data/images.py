@@ -4,7 +4,8 @@ edgevit's one image path: opening files (:func:`open_rgb`), the evaluation
 resize and center crop (:func:`center_crop`) and the normalisation
 (:func:`normalise`) serve the export calibration and validation sets, the
 sample photos and the training data (``edgevit.train.data`` adds only its
-training augmentation).
+training augmentation). Files that cannot be read are skipped and counted by
+reason (:class:`SkippedImages`), never a traceback.
 """
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, first_line
 from edgevit.registry import Preprocessing
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -26,8 +27,54 @@ _PIL_FILTERS = {
 }
 
 
+# Why an image file was skipped, in a few words (skipped files are counted by these).
+NOT_AN_IMAGE = "not an image, or damaged"
+TOO_LARGE = "more pixels than Pillow's decompression-bomb limit"
+FLOAT_PIXELS = "floating-point pixels (no 8-bit scale)"
+UNCONVERTIBLE = "a colour mode with no RGB conversion"
+# Pillow's modes for 16-bit grayscale (PNG, TIFF; "I" holds it in 32 bits).
+SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
+
+
 class UnreadableImage(Exception):
-    pass
+    """An image file that is skipped, with the reason (one of the constants above)."""
+
+    def __init__(self, path: str | Path, reason: str, detail: str = ""):
+        super().__init__(f"{path}: {reason}" + (f" ({detail})" if detail else ""))
+        self.path, self.reason = Path(path), reason
+
+
+class SkippedImages:
+    """The files left out of an image set because they could not be read, by reason."""
+
+    def __init__(self, errors=()):
+        self.by_reason: dict[str, list[Path]] = {}
+        for err in errors:
+            self.add(err)
+
+    def add(self, err: UnreadableImage) -> None:
+        self.by_reason.setdefault(err.reason, []).append(err.path)
+
+    def __len__(self) -> int:
+        return sum(len(paths) for paths in self.by_reason.values())
+
+    def __add__(self, other: SkippedImages) -> SkippedImages:
+        merged = SkippedImages()
+        for tally in (self, other):
+            for reason, paths in tally.by_reason.items():
+                merged.by_reason.setdefault(reason, []).extend(paths)
+        return merged
+
+    def counts(self) -> dict[str, int]:
+        return {reason: len(paths) for reason, paths in self.by_reason.items()}
+
+    def summary(self) -> str:
+        """E.g. ``3 unreadable image(s) skipped: 2 not an image, or damaged (a.jpg, b.jpg), 1 ...``."""
+        parts = []
+        for reason, paths in self.by_reason.items():
+            names = ", ".join(p.name for p in paths[:3]) + (" ..." if len(paths) > 3 else "")
+            parts.append(f"{len(paths)} {reason} ({names})")
+        return f"{len(self)} unreadable image(s) skipped: " + "; ".join(parts)
 
 
 def _visible_files(folder: Path) -> list[Path]:
@@ -63,11 +110,37 @@ def list_images(folder: str | Path) -> list[Path]:
 
 
 def open_rgb(path: str | Path) -> Image.Image:
+    """An image file as 8-bit RGB, upright, as the Android demo sees it: EXIF
+    orientation applied, 16-bit grayscale scaled to 8 bits, palette, CMYK and
+    grayscale converted, alpha dropped (the app ignores it too). Raises
+    :class:`UnreadableImage` saying why a file cannot be read."""
     try:
-        with Image.open(path) as img:
-            return img.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError) as err:
-        raise UnreadableImage(f"{path}: {err}") from err
+        with warnings.catch_warnings():
+            # Between Pillow's warning and error limits an image is still read.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                return _as_rgb(ImageOps.exif_transpose(img), path)
+    except Image.DecompressionBombError as err:
+        raise UnreadableImage(path, TOO_LARGE, first_line(err)) from None
+    except UnreadableImage:
+        raise
+    except Exception as err:  # Pillow's decoders raise many types for damaged or foreign files
+        raise UnreadableImage(path, NOT_AN_IMAGE, first_line(err)) from None
+
+
+def _as_rgb(img: Image.Image, path) -> Image.Image:
+    if img.mode in SIXTEEN_BIT_MODES:
+        # convert("RGB") would clip every value above 255 to white.
+        pixels = np.asarray(img, dtype=np.float64) * (255 / 65535)
+        return Image.fromarray(np.clip(np.round(pixels), 0, 255).astype(np.uint8), "L").convert("RGB")
+    if img.mode == "F":
+        raise UnreadableImage(path, FLOAT_PIXELS)
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")  # converting such a palette straight to RGB warns
+    try:
+        return img.convert("RGB")
+    except ValueError as err:
+        raise UnreadableImage(path, UNCONVERTIBLE, f"{img.mode}: {first_line(err)}") from None
 
 
 def center_crop(img: Image.Image, resize_size: int, crop_size: int, interpolation: str) -> Image.Image:
@@ -101,34 +174,34 @@ def to_model_input(img: Image.Image, pre: Preprocessing) -> np.ndarray:
 
 def read_crops(paths, resize_size: int, crop_size: int, interpolation: str):
     """For each of ``paths``, lazily and in order: its uint8
-    ``[crop_size, crop_size, 3]`` pixels (:func:`center_crop`), or None when
-    the file cannot be read."""
+    ``[crop_size, crop_size, 3]`` pixels (:func:`center_crop`), or the
+    :class:`UnreadableImage` saying why the file cannot be read."""
     for path in paths:
         try:
             img = open_rgb(path)
-        except UnreadableImage:
-            yield None
+        except UnreadableImage as err:
+            yield err
             continue
         yield np.asarray(center_crop(img, resize_size, crop_size, interpolation), np.uint8)
 
 
 def load_images(paths, pre: Preprocessing, limit: int | None = None) -> tuple[np.ndarray, list[Path]]:
     """Load up to ``limit`` readable images as a [N, H, W, 3] batch; unreadable
-    files are skipped with one warning that names the first few."""
+    files are skipped with one warning that counts them by reason."""
     paths = [Path(p) for p in paths]
-    arrays, used, bad = [], [], []
+    arrays, used, skipped = [], [], SkippedImages()
     if limit is None or limit > 0:
         for path, pixels in zip(paths, read_crops(paths, pre.resize_size, pre.input_size, pre.interpolation)):
-            if pixels is None:
-                bad.append(path.name)
+            if isinstance(pixels, UnreadableImage):
+                skipped.add(pixels)
                 continue
             arrays.append(normalise(pixels, pre))
             used.append(path)
             if limit is not None and len(arrays) >= limit:
                 break  # files beyond the limit are neither read nor counted as unreadable
-    if bad:
-        warnings.warn(f"{len(bad)} unreadable image(s) skipped: {', '.join(bad[:5])}"
-                      + (" ..." if len(bad) > 5 else ""), stacklevel=2)
+    if skipped:
+        warnings.warn(skipped.summary(), stacklevel=2)
     if not arrays:
-        raise EdgevitError("None of the images could be read.")
+        raise EdgevitError(f"None of the {len(paths)} images could be read"
+                           + (f": {skipped.summary()}." if skipped else "."))
     return np.stack(arrays), used

@@ -1,5 +1,6 @@
 """Image-folder datasets: ``DIR/train/<class>/*`` and ``DIR/val/<class>/*``,
-or ``DIR/<class>/*`` split with ``val_split``.
+or ``DIR/<class>/*`` split with ``val_split``, for training; and the images an
+evaluation scores: every image of ``DIR/val/<class>/*`` or ``DIR/<class>/*``.
 
 Images are decoded once with :mod:`edgevit.data.images` (resized so the
 shorter side is the preprocessing's resize size at the largest resolution
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from edgevit.data.images import center_crop, image_files, normalise, read_crops
+from edgevit.data.images import SkippedImages, UnreadableImage, center_crop, image_files, normalise, read_crops
 from edgevit.errors import EdgevitError
 from edgevit.registry import Preprocessing
 
@@ -53,20 +54,36 @@ def _scan(folder: Path, classes: list[str] | None = None) -> tuple[list[str], li
     return names, files, np.asarray(labels, np.int64)
 
 
-def find_dataset(root: str | Path, val_split: float | None = None, seed: int = 0) -> ImageFolder:
-    """Discover classes and files; one clear error for each unusable layout."""
+def _existing_folder(root: str | Path) -> Path:
     root = Path(root)
     if not root.exists():
         raise EdgevitError(f"Dataset folder {str(root)!r} does not exist.")
     if not root.is_dir():
         raise EdgevitError(f"Dataset path {str(root)!r} is not a folder.")
-    has_split = (root / "train").is_dir()
-    base = root / "train" if has_split else root
-    classes = [d.name for d in _class_dirs(base)]
-    classes = [c for c in classes if image_files(base / c)]
+    return root
+
+
+def _classes_with_images(base: Path, layout: str) -> list[str]:
+    """Class folders of ``base`` holding at least one image; an error naming
+    the expected ``layout`` when there are none."""
+    classes = [d.name for d in _class_dirs(base) if image_files(d)]
     if not classes:
-        raise EdgevitError(f"Dataset folder {str(root)!r} has no images: expected train/<class>/*.jpg "
-                           "(and val/<class>/*.jpg) or <class>/*.jpg.")
+        loose = " (its images lie directly in it: put each class in its own folder)" \
+            if any(p.parent == base for p in image_files(base)) else ""
+        raise EdgevitError(f"Dataset folder {str(base)!r} has no images in class folders{loose}: "
+                           f"expected {layout}.")
+    return classes
+
+
+def find_dataset(root: str | Path, val_split: float | None = None, seed: int = 0) -> ImageFolder:
+    """Discover classes and files; one clear error for each unusable layout."""
+    root = _existing_folder(root)
+    has_split = (root / "train").is_dir()
+    if not has_split and (root / "val").is_dir():
+        raise EdgevitError(f"Dataset folder {str(root)!r} has val/ but no train/: training reads "
+                           "train/<class>/*.jpg (and val/<class>/*.jpg), or <class>/*.jpg with --val-split.")
+    base = root / "train" if has_split else root
+    classes = _classes_with_images(base, "train/<class>/*.jpg (and val/<class>/*.jpg) or <class>/*.jpg")
     if len(classes) < 2:
         raise EdgevitError(f"Dataset folder {str(base)!r} has one class only ({classes[0]}); "
                            "classification needs at least two class folders.")
@@ -94,19 +111,44 @@ def find_dataset(root: str | Path, val_split: float | None = None, seed: int = 0
                        f"{fraction:.0%} of {base.name}/ held out (seed {seed})")
 
 
+@dataclass
+class EvaluationImages:
+    classes: list[str]      # the class folders, sorted
+    split: Split
+    source: str             # which images, in words
+
+
+def find_evaluation_images(root: str | Path) -> EvaluationImages:
+    """Every image an evaluation of ``root`` scores: ``root/val/<class>/*``
+    when there is a val/ folder, otherwise ``root/<class>/*``, all of them."""
+    root = _existing_folder(root)
+    if (root / "val").is_dir():
+        base, source = root / "val", "val/"
+    elif (root / "train").is_dir():
+        raise EdgevitError(f"Dataset folder {str(root)!r} has train/ but no val/: evaluation scores "
+                           f"val/<class>/*.jpg or <class>/*.jpg; pass {str(root / 'train')!r} to score the "
+                           "training images.")
+    else:
+        base, source = root, "every image"
+    classes = _classes_with_images(base, "val/<class>/*.jpg or <class>/*.jpg")
+    _, files, labels = _scan(base, classes)
+    return EvaluationImages(classes, Split(files, labels), source)
+
+
 def decode(files: list[Path], labels: np.ndarray, shorter_side: int, interpolation: str = "bilinear"):
     """uint8 images resized (shorter side) and center-cropped to a square of
     ``shorter_side``; unreadable files are skipped. Returns (images, labels,
-    names of skipped files)."""
-    images, kept, skipped = [], [], []
-    for path, label, pixels in zip(files, labels, read_crops(files, shorter_side, shorter_side, interpolation)):
-        if pixels is None:
-            skipped.append(str(path))
+    the skipped files)."""
+    images, kept, skipped = [], [], SkippedImages()
+    for label, pixels in zip(labels, read_crops(files, shorter_side, shorter_side, interpolation)):
+        if isinstance(pixels, UnreadableImage):
+            skipped.add(pixels)
             continue
         images.append(pixels)
         kept.append(label)
     if not images:
-        raise EdgevitError("None of the images could be read.")
+        raise EdgevitError(f"None of the {len(files)} images could be read"
+                           + (f": {skipped.summary()}." if skipped else "."))
     return np.stack(images), np.asarray(kept, np.int64), skipped
 
 
@@ -143,7 +185,7 @@ class ArrayData:
         return normalise(np.stack(out), self.pre)
 
 
-def load_split(split: Split, pre: Preprocessing, max_size: int) -> tuple[ArrayData, list[str]]:
+def load_split(split: Split, pre: Preprocessing, max_size: int) -> tuple[ArrayData, SkippedImages]:
     """Decode a split once, large enough for crops up to ``max_size``."""
     side = round(max_size * pre.resize_size / pre.input_size)
     images, labels, skipped = decode(split.files, split.labels, side, pre.interpolation)

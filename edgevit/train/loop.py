@@ -11,8 +11,10 @@
   base weights (one optimizer, one state), and its BatchNorm statistics and
   quantization ranges are copied back.
 - Checkpoints: after every epoch the weights, optimizer state and epoch go
-  to ``checkpoint_dir``; a run started with the same directory resumes after
-  the last finished epoch.
+  to ``checkpoint_dir`` with a description of the run (``TrainConfig.run``);
+  a run started with the same directory resumes after the last finished epoch
+  when it is the same run and is refused when it is not. The command removes
+  the checkpoint once the trained model is saved.
 """
 from __future__ import annotations
 
@@ -68,7 +70,54 @@ class TrainConfig:
     warmup_epochs: float = 0.0
     sizes: list[int] = field(default_factory=list)   # multi-scale resolutions; [] = base size only
     checkpoint_dir: str | None = None
+    # What this run trains (model, classes, sizes): a checkpoint is resumed
+    # only by the run that wrote it.
+    run: dict = field(default_factory=dict)
     seed: int = 0
+
+
+CHECKPOINT_FILES = ("last.weights.h5", "optimizer.npz", "state.json")
+
+
+def _describe_run(run: dict) -> str:
+    classes = run.get("classes") or []
+    return (f"{run.get('command', '?')} of {run.get('model', '?')} at {run.get('input_size', '?')} px, "
+            f"{len(classes)} classes ({', '.join(map(str, classes[:4]))}{' ...' if len(classes) > 4 else ''})")
+
+
+def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
+    """The saved state of ``checkpoint_dir`` when it holds a checkpoint of
+    ``run`` (None when it holds none); an error naming the folder and how to
+    start fresh when it holds another run's or a damaged one."""
+    folder = Path(checkpoint_dir)
+    fresh = f"delete it (rm -r {str(folder)!r}) to start fresh, or pass another --checkpoint-dir"
+    if folder.exists() and not folder.is_dir():
+        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is a file: {fresh}.")
+    state = folder / "state.json"
+    if not state.exists():
+        return None
+    try:
+        info = json.loads(state.read_text())
+        epochs_done = int(info["epochs_done"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is damaged (state.json unreadable): {fresh}.") from None
+    saved = info.get("run") or {}
+    if saved != run:
+        raise EdgevitError(f"Checkpoint folder {str(folder)!r} holds another run ({_describe_run(saved)}, "
+                           f"{epochs_done} epoch(s) done; this run: {_describe_run(run)}): {fresh}.")
+    return info
+
+
+def remove_checkpoint(checkpoint_dir: str | Path) -> None:
+    """Delete the files a Trainer wrote to ``checkpoint_dir``, and the folder
+    when nothing else is in it."""
+    folder = Path(checkpoint_dir)
+    for name in CHECKPOINT_FILES:
+        (folder / name).unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:  # absent, or holds files of the user's: left as it is
+        pass
 
 
 class Trainer:
@@ -154,16 +203,16 @@ class Trainer:
     # -- checkpoints ----------------------------------------------------------------------------
     def _ckpt_paths(self):
         d = Path(self.cfg.checkpoint_dir)
-        return d / "last.weights.h5", d / "optimizer.npz", d / "state.json"
+        return tuple(d / name for name in CHECKPOINT_FILES)
 
     def restore(self) -> int:
-        """Resume from ``checkpoint_dir`` if it holds a finished epoch."""
+        """Resume from ``checkpoint_dir`` if it holds a finished epoch of this run."""
         if not self.cfg.checkpoint_dir:
             return 0
-        weights, opt, state = self._ckpt_paths()
-        if not state.exists():
+        info = checkpoint_state(self.cfg.checkpoint_dir, self.cfg.run)
+        if info is None:
             return 0
-        info = json.loads(state.read_text())
+        weights, opt, _ = self._ckpt_paths()
         self.base.load_weights(weights)
         saved = np.load(opt)
         variables = self.optimizer.variables
@@ -174,7 +223,11 @@ class Trainer:
             var.assign(saved[f"v{i}"])
         self.start_epoch = int(info["epochs_done"])
         self.history = info.get("history", [])
-        self.log(f"Resuming from {self.cfg.checkpoint_dir}: {self.start_epoch} epoch(s) done")
+        if self.start_epoch >= self.cfg.epochs:
+            self.log(f"{self.cfg.checkpoint_dir} holds all {self.start_epoch} epoch(s) of this run "
+                     "(it stopped before saving): saving that model")
+        else:
+            self.log(f"Resuming from {self.cfg.checkpoint_dir}: {self.start_epoch} epoch(s) done")
         return self.start_epoch
 
     def save_checkpoint(self, epochs_done: int) -> None:
@@ -186,7 +239,7 @@ class Trainer:
         os.replace(str(weights) + ".tmp.weights.h5", weights)
         np.savez(str(opt) + ".tmp.npz", **{f"v{i}": np.asarray(v) for i, v in enumerate(self.optimizer.variables)})
         os.replace(str(opt) + ".tmp.npz", opt)
-        state.write_text(json.dumps({"epochs_done": epochs_done, "history": self.history}))
+        state.write_text(json.dumps({"epochs_done": epochs_done, "history": self.history, "run": self.cfg.run}))
 
     # -- the loop -------------------------------------------------------------------------------
     def _lr_at(self, progress: float) -> float:

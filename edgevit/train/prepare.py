@@ -1,6 +1,7 @@
-"""What `edgevit finetune` and `edgevit qat` do before training: find the
-dataset, build or load the model with a head for its classes, and load the
-images at the training resolution."""
+"""What `edgevit finetune` and `edgevit qat` do before training: build or load
+the model with a head for the dataset's classes, then load the images at the
+training resolution (two steps, so that a command can check its outputs in
+between, before the slow part)."""
 from __future__ import annotations
 
 import warnings
@@ -12,79 +13,90 @@ from edgevit.errors import EdgevitError
 from edgevit.train.metrics import accuracy_report
 
 
-def prepare(model_arg: str, data_dir: str, *, weights, input_size, val_split, log, sizes=()):
-    """(model, spec, dataset, train data, val data, input size, skipped count)."""
-    from edgevit.registry import check_input_size
-    from edgevit.saving import resolve_model
-    from edgevit.train.data import find_dataset, load_split
+def build_model(model_arg: str, classes: list[str], *, weights, input_size, log, sizes=()):
+    """(model, spec) for ``classes``: a registered name (optionally started
+    from ``weights``) or a ``.keras`` file, with a new head when the class
+    count differs; the model carries the class names."""
+    from edgevit.registry import check_input_size, create_model, get_spec
+    from edgevit.saving import existing_file, load_weights_into, resolve_model, set_class_names
 
-    dataset = find_dataset(data_dir, val_split=val_split)
-    classes = len(dataset.classes)
-    from_file = model_arg.endswith(".keras") or Path(model_arg).is_file()
-    if from_file:
+    if weights is not None:
+        existing_file(weights, "Weights file")
+    if model_arg.endswith(".keras") or Path(model_arg).is_file():
         model, spec = resolve_model(model_arg, input_size=input_size, weights=weights)
-        if int(model.outputs[0].shape[-1]) != classes:
-            model = with_new_head(model, spec, classes, log)
     else:
-        from edgevit.registry import create_model, get_spec
-
         spec = get_spec(model_arg)
         size = spec.default_input_size if input_size is None else input_size
         check_input_size(spec, size)
+        model = create_model(model_arg, num_classes=len(classes), input_size=size)
         if weights is not None:
-            source = create_model(model_arg, num_classes=classes_in(weights, model_arg, size),
-                                  input_size=size, weights=weights)
-            model = with_new_head(source, spec, classes, log) if int(source.outputs[0].shape[-1]) != classes \
-                else source
-        else:
-            model = create_model(model_arg, num_classes=classes, input_size=size)
-    size = int(model.inputs[0].shape[1])
+            stored = classes_in(weights, model.layers[-1].name)
+            if stored in (None, len(classes)):
+                load_weights_into(model, weights)
+            else:
+                source = create_model(model_arg, num_classes=stored, input_size=size, weights=weights)
+                copy_all_but_head(source, model)
+                log(f"New {len(classes)}-class head (the given weights have {stored} classes)")
+    if int(model.outputs[0].shape[-1]) != len(classes):
+        new = create_model(spec.name, num_classes=len(classes), input_size=int(model.inputs[0].shape[1]))
+        copy_all_but_head(model, new)
+        log(f"New {len(classes)}-class head (the given model has {model.outputs[0].shape[-1]} classes)")
+        model = new
     for s in sizes:
         check_input_size(spec, s)
+    set_class_names(model, classes)
+    return model, spec
+
+
+def load_data(dataset, spec, size: int, sizes, log):
+    """(train data, val data, skipped files) decoded for crops up to the largest size."""
+    from edgevit.train.data import load_split
+
     pre = spec.preprocessing_at(size)
-    largest = max([size, *sizes])
-    log(f"Dataset {data_dir}: {classes} classes, {len(dataset.train.files)} train / "
-         f"{len(dataset.val.files)} val images ({dataset.val_source})")
+    log(f"Dataset {dataset.root}: {len(dataset.classes)} classes, {len(dataset.train.files)} train / "
+        f"{len(dataset.val.files)} val images ({dataset.val_source})")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        train, skipped_train = load_split(dataset.train, pre, largest)
+        train, skipped_train = load_split(dataset.train, pre, max([size, *sizes]))
         val, skipped_val = load_split(dataset.val, pre, size)
-    skipped = len(skipped_train) + len(skipped_val)
+    skipped = skipped_train + skipped_val
     if skipped:
-        log(f"warning: {skipped} unreadable image(s) skipped, e.g. {(skipped_train + skipped_val)[0]}")
-    return model, spec, dataset, train, val, size, skipped
+        log(f"warning: {skipped.summary()}")
+    return train, val, skipped
 
 
-def classes_in(weights: str, name: str, size: int) -> int:
-    """Head size stored in a weights file (1000 for ImageNet checkpoints)."""
+def classes_in(weights: str, head_name: str) -> int | None:
+    """Classes of the head layer ``head_name`` stored in a weights file (None
+    when the file does not say)."""
     if weights.endswith(".keras"):
         from edgevit.saving import load_model
 
         return int(load_model(weights).outputs[0].shape[-1])
     import h5py
 
+    found = []
+
+    def visit(name, item):
+        # Keras stores each top-level layer as layers/<class name>_<n>/vars, with the layer name as attribute.
+        if name.count("/") == 2 and name.endswith("/vars") and item.attrs.get("name") == head_name and "1" in item:
+            found.append(int(item["1"].shape[0]))
+
     try:
         with h5py.File(weights, "r") as f:
-            found = []
-            f.visititems(lambda k, v: found.append(v.shape)
-                         if "head.fc" in k and len(getattr(v, "shape", ())) == 2 else None)
-        return int(found[0][1]) if found else 1000
+            f.visititems(visit)
     except OSError as err:
         raise EdgevitError(f"Weights file {weights!r} is corrupt or not HDF5.") from err
+    return found[0] if found else None
 
 
-def with_new_head(model, spec, classes: int, log):
-    """The same network with a freshly initialised ``classes``-way head."""
-    from edgevit.registry import create_model
-
-    new = create_model(spec.name, num_classes=classes, input_size=int(model.inputs[0].shape[1]))
-    by_path = {w.path: w for w in model.weights}
-    for w in new.weights:
+def copy_all_but_head(source, target) -> None:
+    """Copy every weight of ``source`` that ``target`` has with the same shape
+    (all but a classifier of another class count)."""
+    by_path = {w.path: w for w in source.weights}
+    for w in target.weights:
         src = by_path.get(w.path)
         if src is not None and tuple(src.shape) == tuple(w.shape):
             w.assign(src)
-    log(f"New {classes}-class head (the given weights have {model.outputs[0].shape[-1]} classes)")
-    return new
 
 
 def val_metrics(val, size: int):
