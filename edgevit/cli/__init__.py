@@ -1,21 +1,61 @@
 """The ``edgevit`` command line: one module per command group, assembled here.
 
-Every command reports user errors as one ``error:`` line on stderr and exits
-with status 1; results print as a table, or as JSON with ``--json``.
-TensorFlow is imported by the commands that need it, not by the group, so
-``edgevit --help`` starts without it.
+Every command reports user errors, click's own usage errors included, as one
+``error:`` line on stderr and exits with status 1; results print as a table,
+or as JSON with ``--json``. TensorFlow is imported by the commands that need
+it, not by the group, so ``edgevit --help`` starts without it.
 """
 from __future__ import annotations
+
+import sys
 
 import click
 
 from edgevit.cli import models, profile, train, weights
+from edgevit.cli.output import INTERRUPTED_EXIT, report_error
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class EdgevitGroup(click.Group):
+    """A click group whose usage errors (unknown option, missing argument,
+    value out of range) exit like every other user error: one ``error:`` line
+    and status 1, not click's usage block and status 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as err:
+            click.echo(err.ctx.get_help())
+            code = 0
+        except click.UsageError as err:
+            message = err.format_message()
+            if not message.endswith((".", "?", ")")):
+                message += "."
+            report_error(message + (f" See `{err.ctx.command_path} --help`." if err.ctx else ""))
+        except click.ClickException as err:
+            report_error(err.format_message())
+        except click.Abort:
+            click.echo("interrupted", err=True)
+            sys.exit(INTERRUPTED_EXIT)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=EdgevitGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="edgevit")
 def main():
-    """Vision transformers from Keras 3 to fully-int8 LiteRT models on phones."""
+    """Vision transformers from Keras 3 to fully-int8 LiteRT models on phones.
+
+    \b
+    Exit status:
+      0    done
+      1    a user error (a bad argument, input file or output path): one line
+           starting `error:` on stderr, and no output written
+      2-4  findings of `edgevit check` asked to fail on them, e.g. an op
+           that falls back to the CPU (see `edgevit check --help`)
+      130  interrupted (Ctrl-C), partial output removed
+      143  terminated (SIGTERM), partial output removed
+    """
 
 
 for _command in (models.list_command, models.info_command, models.convert_command, models.bundle_command,

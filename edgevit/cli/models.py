@@ -2,8 +2,11 @@
 pipeline from the command line."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
+from edgevit.cli.options import InputSize, classifier_classes, precision_options
 from edgevit.cli.output import print_json, print_table, user_errors
 from edgevit.errors import EdgevitError
 from edgevit.native_output import import_tensorflow_quietly
@@ -30,11 +33,15 @@ def list_command(pattern, as_json):
 
 @click.command("info")
 @click.argument("name")
-@click.option("--input-size", type=int, default=None, help="Count MACs at this input size.")
+@click.option("--input-size", type=InputSize(), default=None, help="Count MACs at this input size.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @user_errors
 def info_command(name, input_size, as_json):
-    """Parameters, MACs, input size and preprocessing of model NAME."""
+    """Parameters, MACs, input size and preprocessing of model NAME (a registered name, see `edgevit list`)."""
+    if Path(name).suffix in (".tflite", ".keras", ".h5") or Path(name).is_file():
+        raise EdgevitError(f"{name!r} is a file; `edgevit info` describes registered models (`edgevit list`). "
+                           "For a converted .tflite file, its NAME.json holds the metadata and "
+                           "`edgevit check FILE.tflite` lists its ops per delegate.")
     import_tensorflow_quietly()
     from edgevit.info import model_info
 
@@ -47,27 +54,14 @@ def info_command(name, input_size, as_json):
     print_table(name, ["field", "value"], rows)
 
 
-PRECISION_FLAGS = [("fp32", "float32 weights and activations"),
-                   ("fp16", "float16 weights, float32 compute"),
-                   ("dynamic", "int8 weights, float activations (dynamic range)"),
-                   ("int8", "full integer: int8 weights and activations, no float op"),
-                   ("int8-mixed", "int8 except activation matmuls and softmax (fastest on CPU/XNNPACK)"),
-                   ("int16x8", "int16 activations, int8 weights")]
-
-
-def _precision_options(fn):
-    for name, help_text in reversed(PRECISION_FLAGS):
-        fn = click.option(f"--{name}", "precision", flag_value=name.replace("-", "_"), help=help_text,
-                          default=name == "int8")(fn)
-    return fn
-
-
 @click.command("convert")
 @click.argument("model")
-@_precision_options
+@precision_options
 @click.option("--weights", type=str, default=None, help="Keras weights (.weights.h5 or .keras).")
-@click.option("--input-size", type=int, default=None, help="Square input size (multiple of the patch grid).")
-@click.option("--num-classes", type=int, default=None, help="Classifier classes (default 1000).")
+@click.option("--input-size", type=InputSize(), default=None,
+              help="Square input size (multiple of the patch grid).")
+@click.option("--num-classes", type=int, default=None, callback=classifier_classes,
+              help="Classifier classes (default 1000).")
 @click.option("--calib", "calib_dir", type=str, default=None,
               help="Folder of images for int8 calibration (default: built-in sample photos).")
 @click.option("--calib-samples", type=click.IntRange(1, 10000), default=64, show_default=True)
@@ -81,8 +75,12 @@ def _precision_options(fn):
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
                     io_dtype, output, android_demo, as_json):
     """Convert MODEL (a registered name or a .keras file) to a validated .tflite file."""
+    from edgevit.export.pipeline import ExportOptions, Progress, check_output_paths, export
+    from edgevit.export.result import ExportFiles
+
+    if output is not None:
+        check_output_paths(ExportFiles.beside(Path(output)))  # before the model is built, not after converting
     import_tensorflow_quietly()
-    from edgevit.export.pipeline import ExportOptions, Progress, export
     from edgevit.export.report import print_report
     from edgevit.saving import resolve_model
 

@@ -1,5 +1,7 @@
 """How every command talks to the user: user errors as one ``error:`` line and
-exit status 1, results as rich tables or JSON, progress and warnings on stderr.
+exit status 1, results as rich tables or JSON, progress and warnings on stderr;
+and how it stops: Ctrl-C and SIGTERM unwind the command, so temporary and
+half-written files are removed on the way out.
 
 Imports nothing from edgevit but the error class, so any module may use it.
 """
@@ -7,7 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 import click
 
@@ -15,19 +20,52 @@ from edgevit.errors import EdgevitError
 
 USER_ERROR_EXIT = 1
 INTERRUPTED_EXIT = 130
+TERMINATED_EXIT = 143  # 128 + SIGTERM, what a shell reports for a terminated process
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so that it unwinds as after
+    Ctrl-C: ``finally`` blocks run, temporary folders are removed and child
+    processes are killed."""
+
+
+@contextmanager
+def sigterm_unwinds():
+    """While the block runs, SIGTERM raises :class:`Terminated`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def report_error(message: str) -> None:
+    """One ``error:`` line on stderr and exit status 1."""
+    click.echo("error: " + " ".join(message.split()), err=True)
+    sys.exit(USER_ERROR_EXIT)
 
 
 def user_errors(fn):
-    """Turn EdgevitError into one ``error:`` line and exit status 1, and
-    Ctrl-C into ``interrupted`` and 130."""
+    """Turn EdgevitError into one ``error:`` line and exit status 1, Ctrl-C
+    into ``interrupted`` and 130, SIGTERM into ``terminated`` and 143."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with sigterm_unwinds():
+                return fn(*args, **kwargs)
         except EdgevitError as err:
-            click.echo(f"error: {err}", err=True)
-            sys.exit(USER_ERROR_EXIT)
+            report_error(str(err))
+        except Terminated:
+            click.echo("terminated", err=True)
+            sys.exit(TERMINATED_EXIT)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(INTERRUPTED_EXIT)

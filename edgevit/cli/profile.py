@@ -57,7 +57,8 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
         delegates=bench.parse_list(delegates, "delegate", DELEGATES), threads=bench.parse_threads(threads),
         host_kernels=bench.parse_list(host_kernels, "host-kernels", KERNELS), runs=runs, warmup=warmup,
         max_secs=max_secs, op_profiling=op_profiling, peak_memory=peak_memory,
-        binaries=[Path(b) for b in binaries], device=device, all_devices=all_devices, host=not no_host,
+        # absolute: `--benchmark-binary ./bm` runs that file, not a `bm` found on PATH
+        binaries=[Path(b).absolute() for b in binaries], device=device, all_devices=all_devices, host=not no_host,
         nnapi_accelerator=nnapi_accelerator, timeout=timeout)
     if no_host and not (device or all_devices):
         raise EdgevitError("--no-host leaves nothing to measure: add --device SERIAL or --all-devices.")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from edgevit.cli.options import InputSize, classifier_classes
 from edgevit.cli.output import print_json, print_table, user_errors
 from edgevit.converters.api import SOURCES
 from edgevit.native_output import import_tensorflow_quietly, native_output_captured
@@ -15,8 +16,9 @@ from edgevit.native_output import import_tensorflow_quietly, native_output_captu
               help="Output NAME.weights.h5 (default: MODEL.weights.h5 in the current folder).")
 @click.option("--source", type=click.Choice(["auto", *SOURCES]), default="auto", show_default=True,
               help="Checkpoint naming (auto: detected from the tensor names).")
-@click.option("--num-classes", type=int, default=None, help="Classifier classes (default: the checkpoint's).")
-@click.option("--input-size", type=int, default=None,
+@click.option("--num-classes", type=int, default=None, callback=classifier_classes,
+              help="Classifier classes (default: the checkpoint's).")
+@click.option("--input-size", type=InputSize(), default=None,
               help="Square input size; position embeddings are resampled to it (default: the variant's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @user_errors
@@ -24,10 +26,15 @@ def import_weights_command(checkpoint, model_name, output, source, num_classes, 
     """Import CHECKPOINT (timm / cvnets / MobileViTv3 .pth/.pt/.bin/.safetensors,
     Hugging Face CvT) into edgevit MODEL and write a .weights.h5 file for
     `edgevit convert MODEL --weights FILE`."""
+    from pathlib import Path
+
+    from edgevit.saving import check_writable
+
+    output = output or f"{model_name}.weights.h5"
+    check_writable([Path(output)])
     import_tensorflow_quietly()
     from edgevit.converters.api import import_weights
 
-    output = output or f"{model_name}.weights.h5"
     with native_output_captured():  # TensorFlow's native start-up chatter
         result = import_weights(checkpoint, model_name, output, source=source, num_classes=num_classes,
                                 input_size=input_size)
