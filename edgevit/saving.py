@@ -30,31 +30,37 @@ def existing_file(path: str | Path, what: str) -> Path:
     return path
 
 
-def check_writable(paths: list[Path]) -> None:
-    """Fail before any work when a file could not be written at one of
-    ``paths`` (siblings in one folder): a missing or read-only folder, a name
-    longer than the file system takes, a folder or a read-only file in the way."""
-    folder = paths[0].parent
-    if not folder.is_dir():
-        raise EdgevitError(f"Output folder {str(folder)!r} does not exist." if not folder.exists()
-                           else f"Output folder {str(folder)!r} is not a folder.")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise EdgevitError(f"Output folder {str(folder)!r} is not writable.")
+def check_writable(files: list[Path], folders: list[Path] = ()) -> None:
+    """Fail before any work when one of ``files`` could not be written or one
+    of ``folders`` created (siblings in one folder): a missing or read-only
+    folder, a name longer than the file system takes, a folder where a file
+    goes or the other way round, a read-only file in the way."""
+    parent = files[0].parent
+    if not parent.is_dir():
+        raise EdgevitError(f"Output folder {str(parent)!r} does not exist." if not parent.exists()
+                           else f"Output folder {str(parent)!r} is not a folder.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise EdgevitError(f"Output folder {str(parent)!r} is not writable.")
     try:
-        name_max = os.pathconf(folder, "PC_NAME_MAX")
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
     except (OSError, ValueError):  # the file system does not say
         name_max = 255
-    for path in paths:
+    for path in [*files, *folders]:
         length = len(os.fsencode(path.name))
         if length > name_max:
             shown = path.name if len(path.name) <= 40 else f"{path.name[:16]}...{path.name[-20:]}"
             raise EdgevitError(f"Output name {shown!r} is {length} bytes long; this file system takes "
                                f"{name_max}: choose a shorter -o.")
+    for path in files:
         if path.is_dir():
             raise EdgevitError(f"{str(path)!r} is a folder where a file would be written: "
                                "move it or choose another -o.")
         if path.exists() and not os.access(path, os.W_OK):
             raise EdgevitError(f"{str(path)!r} exists and is read-only; it would be replaced.")
+    for path in folders:
+        if path.exists() and not path.is_dir():
+            raise EdgevitError(f"{str(path)!r} is a file where a folder would be made: "
+                               "move it or choose another -o.")
 
 
 def class_names_of(model) -> list[str] | None:

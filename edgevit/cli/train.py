@@ -22,7 +22,7 @@ def _check_output(output: str, inputs: list[str | None]) -> Path:
     out = Path(output)
     if out.suffix != ".keras":
         raise EdgevitError(f"Output {output!r} must end in .keras.")
-    check_writable([out, out.with_name(out.name + ".ckpt")])
+    check_writable([out], folders=[out.with_name(out.name + ".ckpt")])
     for given in inputs:
         if given is not None and _same_file(Path(given), out):
             raise EdgevitError(f"-o {output} is the input {given}: the trained model would overwrite it; "
