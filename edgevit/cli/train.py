@@ -13,21 +13,23 @@ from edgevit.errors import EdgevitError
 from edgevit.native_output import import_tensorflow_quietly
 
 
-def _check_output(output: str, inputs: list[str | None]) -> Path:
-    """The output .keras path, checked before any work: it must be writable
-    (its default checkpoint folder OUTPUT.ckpt too) and must not be one of
-    the command's ``inputs``, which training would overwrite."""
+def _check_output(output: str, inputs: list[str | None], checkpoint_dir: str | None) -> tuple[Path, str]:
+    """The output .keras path and the checkpoint folder, checked before any
+    work: the output must be writable (and its default checkpoint folder
+    OUTPUT.ckpt makeable) and must not be one of the command's ``inputs``,
+    which training would overwrite."""
     from edgevit.saving import check_writable
 
     out = Path(output)
     if out.suffix != ".keras":
         raise EdgevitError(f"Output {output!r} must end in .keras.")
-    check_writable([out], folders=[out.with_name(out.name + ".ckpt")])
+    checkpoint = checkpoint_dir or str(out) + ".ckpt"
+    check_writable([out], folders=[] if checkpoint_dir else [Path(checkpoint)])
     for given in inputs:
         if given is not None and _same_file(Path(given), out):
             raise EdgevitError(f"-o {output} is the input {given}: the trained model would overwrite it; "
                                "choose another -o.")
-    return out
+    return out, checkpoint
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -75,7 +77,7 @@ def _common_options(fn):
 def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_size, val_split, checkpoint_dir,
                      as_json, multiscale, output):
     """Fine-tune MODEL (a registered name or a .keras file) on an image folder."""
-    out = _check_output(output, inputs=[model, weights])
+    out, checkpoint = _check_output(output, [model, weights], checkpoint_dir)
     import_tensorflow_quietly()
     from edgevit.registry import create_model
     from edgevit.saving import save_model
@@ -89,7 +91,6 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
                                     sizes=sizes)
     size = int(keras_model.inputs[0].shape[1])
     run = _run("finetune", spec, dataset.classes, size, sizes)
-    checkpoint = checkpoint_dir or str(out) + ".ckpt"
     checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
     train, val, skipped = load_data(dataset, spec, size, sizes, log)
     if weights is None and not (model.endswith(".keras") or Path(model).is_file()):
@@ -121,7 +122,7 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
 def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, val_split, checkpoint_dir,
                 as_json, calib_batches, export_int8, output):
     """Quantization-aware training of MODEL (a .keras file or a registered name) on an image folder."""
-    out = _check_output(output, inputs=[model, weights])
+    out, checkpoint = _check_output(output, [model, weights], checkpoint_dir)
     export_path = out.with_suffix(".tflite")
     if export_int8:
         from edgevit.export.pipeline import check_output_paths
@@ -139,7 +140,6 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
     keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log)
     size = int(keras_model.inputs[0].shape[1])
     run = _run("qat", spec, dataset.classes, size, [])
-    checkpoint = checkpoint_dir or str(out) + ".ckpt"
     checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
     train, val, skipped = load_data(dataset, spec, size, [], log)
     float_top1 = val_metrics(val, size)(keras_model)["val_top1"]

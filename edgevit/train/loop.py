@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, first_line
 
 
 def strategy_for_environment():
@@ -77,6 +77,8 @@ class TrainConfig:
 
 
 CHECKPOINT_FILES = ("last.weights.h5", "optimizer.npz", "state.json")
+# Written first, then moved over CHECKPOINT_FILES: an interrupted save leaves the last checkpoint whole.
+PARTIAL_FILES = ("last.partial.weights.h5", "optimizer.partial.npz", "state.partial.json")
 
 
 def _describe_run(run: dict) -> str:
@@ -112,7 +114,7 @@ def remove_checkpoint(checkpoint_dir: str | Path) -> None:
     """Delete the files a Trainer wrote to ``checkpoint_dir``, and the folder
     when nothing else is in it."""
     folder = Path(checkpoint_dir)
-    for name in CHECKPOINT_FILES:
+    for name in (*CHECKPOINT_FILES, *PARTIAL_FILES):
         (folder / name).unlink(missing_ok=True)
     try:
         folder.rmdir()
@@ -233,13 +235,18 @@ class Trainer:
     def save_checkpoint(self, epochs_done: int) -> None:
         if not self.cfg.checkpoint_dir:
             return
-        weights, opt, state = self._ckpt_paths()
-        weights.parent.mkdir(parents=True, exist_ok=True)
-        self.base.save_weights(str(weights) + ".tmp.weights.h5")
-        os.replace(str(weights) + ".tmp.weights.h5", weights)
-        np.savez(str(opt) + ".tmp.npz", **{f"v{i}": np.asarray(v) for i, v in enumerate(self.optimizer.variables)})
-        os.replace(str(opt) + ".tmp.npz", opt)
-        state.write_text(json.dumps({"epochs_done": epochs_done, "history": self.history, "run": self.cfg.run}))
+        folder = Path(self.cfg.checkpoint_dir)
+        weights, opt, state = (folder / name for name in PARTIAL_FILES)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.base.save_weights(weights)
+            np.savez(opt, **{f"v{i}": np.asarray(v) for i, v in enumerate(self.optimizer.variables)})
+            state.write_text(json.dumps({"epochs_done": epochs_done, "history": self.history, "run": self.cfg.run}))
+            for partial, final in zip(PARTIAL_FILES, CHECKPOINT_FILES):
+                os.replace(folder / partial, folder / final)
+        except OSError as err:
+            raise EdgevitError(f"Could not write the checkpoint in {str(folder)!r}: "
+                               f"{err.strerror or first_line(err)}.") from None
 
     # -- the loop -------------------------------------------------------------------------------
     def _lr_at(self, progress: float) -> float:
