@@ -82,6 +82,8 @@ PARTIAL_FILES = ("last.partial.weights.h5", "optimizer.partial.npz", "state.part
 
 
 def _describe_run(run: dict) -> str:
+    if not run:
+        return "a run this edgevit did not record"
     classes = run.get("classes") or []
     return (f"{run.get('command', '?')} of {run.get('model', '?')} at {run.get('input_size', '?')} px, "
             f"{len(classes)} classes ({', '.join(map(str, classes[:4]))}{' ...' if len(classes) > 4 else ''})")
@@ -92,9 +94,8 @@ def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
     ``run`` (None when it holds none); an error naming the folder and how to
     start fresh when it holds another run's or a damaged one."""
     folder = Path(checkpoint_dir)
-    fresh = f"delete it (rm -r {str(folder)!r}) to start fresh, or pass another --checkpoint-dir"
     if folder.exists() and not folder.is_dir():
-        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is a file: {fresh}.")
+        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is a file: {_start_fresh(folder)}.")
     state = folder / "state.json"
     if not state.exists():
         return None
@@ -102,12 +103,17 @@ def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
         info = json.loads(state.read_text())
         epochs_done = int(info["epochs_done"])
     except (OSError, ValueError, KeyError, TypeError):
-        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is damaged (state.json unreadable): {fresh}.") from None
+        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is damaged (state.json unreadable): "
+                           f"{_start_fresh(folder)}.") from None
     saved = info.get("run") or {}
     if saved != run:
         raise EdgevitError(f"Checkpoint folder {str(folder)!r} holds another run ({_describe_run(saved)}, "
-                           f"{epochs_done} epoch(s) done; this run: {_describe_run(run)}): {fresh}.")
+                           f"{epochs_done} epoch(s) done; this run: {_describe_run(run)}): {_start_fresh(folder)}.")
     return info
+
+
+def _start_fresh(folder: Path) -> str:
+    return f"delete it (rm -r {str(folder)!r}) to start fresh, or pass another --checkpoint-dir"
 
 
 def remove_checkpoint(checkpoint_dir: str | Path) -> None:
@@ -215,8 +221,12 @@ class Trainer:
         if info is None:
             return 0
         weights, opt, _ = self._ckpt_paths()
-        self.base.load_weights(weights)
-        saved = np.load(opt)
+        try:
+            self.base.load_weights(weights)
+            saved = np.load(opt)
+        except Exception as err:  # h5py, Keras and NumPy raise many types for missing or damaged files
+            raise EdgevitError(f"Checkpoint folder {self.cfg.checkpoint_dir!r} is damaged ({first_line(err)}): "
+                               f"{_start_fresh(Path(self.cfg.checkpoint_dir))}.") from None
         variables = self.optimizer.variables
         if len(saved.files) != len(variables):
             raise EdgevitError(f"Checkpoint in {self.cfg.checkpoint_dir} does not fit this run "
