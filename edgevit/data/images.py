@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from edgevit.errors import EdgevitError, first_line
+from edgevit.errors import EdgevitError
 from edgevit.registry import Preprocessing
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -39,18 +39,16 @@ SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 class UnreadableImage(Exception):
     """An image file that is skipped, with the reason (one of the constants above)."""
 
-    def __init__(self, path: str | Path, reason: str, detail: str = ""):
-        super().__init__(f"{path}: {reason}" + (f" ({detail})" if detail else ""))
+    def __init__(self, path: str | Path, reason: str):
+        super().__init__(f"{path}: {reason}")
         self.path, self.reason = Path(path), reason
 
 
 class SkippedImages:
     """The files left out of an image set because they could not be read, by reason."""
 
-    def __init__(self, errors=()):
+    def __init__(self):
         self.by_reason: dict[str, list[Path]] = {}
-        for err in errors:
-            self.add(err)
 
     def add(self, err: UnreadableImage) -> None:
         self.by_reason.setdefault(err.reason, []).append(err.path)
@@ -69,7 +67,7 @@ class SkippedImages:
         return {reason: len(paths) for reason, paths in self.by_reason.items()}
 
     def summary(self) -> str:
-        """E.g. ``3 unreadable image(s) skipped: 2 not an image, or damaged (a.jpg, b.jpg), 1 ...``."""
+        """E.g. ``3 unreadable image(s) skipped: 2 not an image, or damaged (a.jpg, b.jpg); 1 ...``."""
         parts = []
         for reason, paths in self.by_reason.items():
             names = ", ".join(p.name for p in paths[:3]) + (" ..." if len(paths) > 3 else "")
@@ -120,12 +118,12 @@ def open_rgb(path: str | Path) -> Image.Image:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(path) as img:
                 return _as_rgb(ImageOps.exif_transpose(img), path)
-    except Image.DecompressionBombError as err:
-        raise UnreadableImage(path, TOO_LARGE, first_line(err)) from None
+    except Image.DecompressionBombError:
+        raise UnreadableImage(path, TOO_LARGE) from None
     except UnreadableImage:
         raise
-    except Exception as err:  # Pillow's decoders raise many types for damaged or foreign files
-        raise UnreadableImage(path, NOT_AN_IMAGE, first_line(err)) from None
+    except Exception:  # Pillow's decoders raise many types for damaged or foreign files
+        raise UnreadableImage(path, NOT_AN_IMAGE) from None
 
 
 def _as_rgb(img: Image.Image, path) -> Image.Image:
@@ -139,8 +137,8 @@ def _as_rgb(img: Image.Image, path) -> Image.Image:
         img = img.convert("RGBA")  # converting such a palette straight to RGB warns
     try:
         return img.convert("RGB")
-    except ValueError as err:
-        raise UnreadableImage(path, UNCONVERTIBLE, f"{img.mode}: {first_line(err)}") from None
+    except ValueError:
+        raise UnreadableImage(path, f"{UNCONVERTIBLE} ({img.mode})") from None
 
 
 def center_crop(img: Image.Image, resize_size: int, crop_size: int, interpolation: str) -> Image.Image:
