@@ -11,7 +11,10 @@ Every setting that decides what the converter produces lives here:
   dataset before it finds the fake-quant ranges;
 - full-integer modes allow integer builtins only, so the converter fails
   rather than silently falling back to float kernels where it can (what it
-  still leaves in float is caught by the dtype audit in ``graph``).
+  still leaves in float is caught by the dtype audit in ``graph``);
+- elementwise operands the converter left at a lower rank than their output
+  get the output's rank back (``edgevit.litert.rewrite``): GPUs compute them
+  wrongly otherwise.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from edgevit.errors import EdgevitError, first_line
+from edgevit.litert.rewrite import restore_operand_ranks
 from edgevit.native_output import native_output_captured
 
 PRECISIONS = ("fp32", "fp16", "dynamic", "int8", "int8_mixed", "int16x8")
@@ -86,7 +90,7 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
     elif precision == "dynamic":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     elif precision == "int8_mixed":
-        return _convert_mixed(converter, calibration, on_calibration_step, model.name)
+        return restore_operand_ranks(_convert_mixed(converter, calibration, on_calibration_step, model.name))
     elif precision in INTEGER_PRECISIONS:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if calibration is not None:
@@ -105,12 +109,13 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         converter.inference_output_type = io
     try:
         with native_output_captured() as log:
-            return bytes(converter.convert())
+            content = bytes(converter.convert())
     except Exception as err:  # the converter raises many types, all with long texts
         first = first_line(err)
         detail = _last_error_line(log.read_text()) if log.exists() else ""
         raise EdgevitError(f"TFLite conversion ({precision}) of {model.name} failed: {first}"
                            + (f" [{detail}]" if detail and detail not in first else "")) from err
+    return restore_operand_ranks(content)
 
 
 def _check_trained_ranges(model, precision: str) -> None:

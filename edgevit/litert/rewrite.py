@@ -1,0 +1,194 @@
+"""A rewrite of converted graphs that GPUs need: every runtime operand of an
+elementwise op has the rank of the op's output, laid out with batch 1.
+
+The TFLite converter leaves elementwise operands of lower rank than their
+output: it reshapes ADD's second operand ``[1, ..., 1, C]`` to ``[C]``,
+whether a constant or not, and flattens a FULLY_CONNECTED to ``[M, C]`` rows
+that it then adds to a ``[1, M, C]`` tensor. XNNPACK broadcasts them right;
+the GPU delegates lay a tensor out by its rank (rank 1 as a batch of C,
+rank 2 as M batches of C channels: ``ExtractTensorShape`` in the GPU
+delegate's model_builder_helper.cc), and LiteRT's GPU accelerator then
+computes wrong answers (measured, tests/test_gpu_accelerator.py):
+
+- a rank-1 runtime tensor and a constant ``[1, 1, C]`` are added in the wrong
+  layout (ViT's class token before the first block: output cosine vs
+  XNNPACK 0.3-0.8);
+- in quantized files, the shader for two runtime operands of different rank
+  does not compile and the op's output is never written (every later
+  class-token residual, CrossViT's class-token adds), and a kernel that
+  broadcasts over the batch axis does not build at all (CvT's token adds).
+
+So each such operand becomes the tensor the converter reshaped it from when
+that only dropped leading ones (the RESHAPE goes when nothing else reads
+it), or a RESHAPE of a batch-1 tensor to the output's rank; a flattening
+FULLY_CONNECTED keeps its leading dimensions instead. Each computes the same
+values (leading ones broadcast back; a RESHAPE keeps its input's
+quantization).
+"""
+from __future__ import annotations
+
+import flatbuffers
+import numpy as np
+
+from edgevit.litert.flatbuffer import FILE_IDENTIFIER, read_model, schema_module
+
+ELEMENTWISE = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "SQUARED_DIFFERENCE")
+
+
+def restore_operand_ranks(model_content: bytes) -> bytes:
+    """``model_content`` with every runtime elementwise operand at its
+    output's rank (the file itself when nothing needed it)."""
+    model = read_model(model_content)
+    graphs = _Graphs(model)
+    if not any(graphs.restore(graph) for graph in model.subgraphs or []):
+        return model_content
+    builder = flatbuffers.Builder(len(model_content) + 1024)
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+class _Graphs:
+    """Edits the subgraphs of one unpacked model (schema object API)."""
+
+    def __init__(self, model):
+        self.model, self.schema = model, schema_module()
+        names = {code: name for name, code in vars(self.schema.BuiltinOperator).items() if not name.startswith("_")}
+        self.op_names = [names.get(max(int(c.builtinCode or 0), int(c.deprecatedBuiltinCode or 0)))
+                         for c in model.operatorCodes or []]
+
+    def restore(self, graph) -> bool:
+        tensors = graph.tensors or []
+        producer = {int(t): op for op in graph.operators or [] for t in op.outputs}
+        readers: dict[int, list] = {}
+        for op in graph.operators or []:
+            for t in op.inputs:
+                readers.setdefault(int(t), []).append(op)
+        operators, changed = [], False
+        for op in graph.operators or []:
+            name = self.op_names[op.opcodeIndex]
+            if name == "FULLY_CONNECTED":
+                reshape = self._keep_rows(graph, op, producer, readers)
+                if reshape is not None:
+                    operators.append(reshape)
+                    changed = True
+            elif name in ELEMENTWISE:
+                rank = len(tensors[op.outputs[0]].shape)
+                for slot, index in enumerate(op.inputs):
+                    operand, made_by = tensors[index], producer.get(int(index))
+                    if len(operand.shape) >= rank or self._is_constant(operand, made_by, tensors):
+                        continue
+                    target = [1] * (rank - len(operand.shape)) + list(operand.shape)
+                    source = self._flattened_source(made_by, tensors)
+                    origin = int(index) if source is None else source
+                    if list(tensors[origin].shape) != target:
+                        if tensors[origin].shape[0] != 1:
+                            continue  # a RESHAPE out of the GPU's batch axis: not a fix
+                        reshape = self._reshape(graph, origin, target)
+                        operators.append(reshape)
+                        origin = reshape.outputs[0]
+                    op.inputs[slot] = origin
+                    changed = True
+            operators.append(op)
+        if changed:
+            read = {int(t) for op in operators for t in op.inputs if t >= 0} | {int(t) for t in graph.outputs}
+            graph.operators = [op for op in operators if self.op_names[op.opcodeIndex] != "RESHAPE"
+                               or any(int(t) in read for t in op.outputs)]
+        return changed
+
+    def _keep_rows(self, graph, fc, producer, readers):
+        """A FULLY_CONNECTED that flattens its rows (output ``[M, C]``, which
+        the GPU lays out as a batch of M) for elementwise ops of rank r gets
+        an input of shape ``[1, .., 1, M, K]`` (a new RESHAPE, returned, from
+        a tensor whose batch is 1) and keeps that shape in its output."""
+        tensors = graph.tensors
+        output = tensors[fc.outputs[0]]
+        if fc.builtinOptions is None or fc.builtinOptions.keepNumDims or len(output.shape) != 2:
+            return None
+        users = readers.get(int(fc.outputs[0]), [])
+        if not users or any(self.op_names[u.opcodeIndex] not in ELEMENTWISE for u in users):
+            return None
+        ranks = {len(tensors[u.outputs[0]].shape) for u in users}
+        if len(ranks) != 1 or min(ranks) < 3:
+            return None
+        rows, width = list(output.shape)
+        depth = tensors[fc.inputs[0]].shape[-1]
+        source = int(fc.inputs[0])
+        flattened = self._flattened_source(producer.get(source), tensors)
+        made_by = producer.get(source)
+        if made_by is not None and self.op_names[made_by.opcodeIndex] == "RESHAPE" and \
+                len(readers.get(source, [])) == 1:
+            source = int(made_by.inputs[0]) if flattened is None else flattened
+        shape = list(tensors[source].shape)
+        if not shape or shape[0] != 1 or int(np.prod(shape)) != rows * depth:
+            return None
+        rank = ranks.pop()
+        reshape = self._reshape(graph, source, [1] * (rank - 2) + [rows, depth])
+        fc.inputs[0] = reshape.outputs[0]
+        fc.builtinOptions.keepNumDims = True
+        output.shape = [1] * (rank - 2) + [rows, width]
+        return reshape
+
+    def _is_constant(self, tensor, made_by, tensors) -> bool:
+        """A constant, or the float32 copy of float16 weights (which the GPU
+        delegates fold into a constant)."""
+        if made_by is not None and self.op_names[made_by.opcodeIndex] == "DEQUANTIZE":
+            return self._is_constant(tensors[made_by.inputs[0]], None, tensors)
+        buffer = self.model.buffers[tensor.buffer] if tensor.buffer else None
+        return buffer is not None and ((buffer.data is not None and len(buffer.data) > 0)
+                                       or (getattr(buffer, "offset", 0) or 0) > 1)
+
+    def _flattened_source(self, reshape, tensors) -> int | None:
+        """The input of ``reshape`` when it only dropped leading ones (and
+        kept the quantization), else None."""
+        if reshape is None or self.op_names[reshape.opcodeIndex] != "RESHAPE":
+            return None
+        source, flat = tensors[reshape.inputs[0]], tensors[reshape.outputs[0]]
+        shape, flat_shape = list(source.shape), list(flat.shape)
+        dropped = len(shape) - len(flat_shape)
+        if dropped <= 0 or shape[dropped:] != flat_shape or any(d != 1 for d in shape[:dropped]):
+            return None
+        return int(reshape.inputs[0]) if _quantization(source) == _quantization(flat) else None
+
+    def _reshape(self, graph, index: int, shape: list[int]):
+        """A new RESHAPE of tensor ``index`` to ``shape`` (not yet placed)."""
+        schema, model = self.schema, self.model
+        source = graph.tensors[index]
+        target = schema.TensorT()
+        target.shape, target.type, target.name = list(shape), source.type, _name(source) + "/rank"
+        target.quantization, target.buffer = source.quantization, 0
+        shape_tensor = schema.TensorT()
+        shape_tensor.shape, shape_tensor.type, shape_tensor.name = [len(shape)], schema.TensorType.INT32, \
+            _name(source) + "/rank_shape"
+        buffer = schema.BufferT()
+        buffer.data = np.asarray(shape, dtype="<i4").view(np.uint8)
+        model.buffers.append(buffer)
+        shape_tensor.buffer = len(model.buffers) - 1
+        graph.tensors.extend([target, shape_tensor])
+        options = schema.ReshapeOptionsT()
+        options.newShape = list(shape)
+        op = schema.OperatorT()
+        op.opcodeIndex = self._opcode("RESHAPE")
+        op.inputs, op.outputs = [index, len(graph.tensors) - 1], [len(graph.tensors) - 2]
+        op.builtinOptionsType, op.builtinOptions = schema.BuiltinOptions.ReshapeOptions, options
+        return op
+
+    def _opcode(self, name: str) -> int:
+        if name in self.op_names:
+            return self.op_names.index(name)
+        code = self.schema.OperatorCodeT()
+        builtin = getattr(self.schema.BuiltinOperator, name)
+        code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), 1
+        self.model.operatorCodes.append(code)
+        self.op_names.append(name)
+        return len(self.op_names) - 1
+
+
+def _name(tensor) -> str:
+    return tensor.name.decode() if isinstance(tensor.name, bytes) else (tensor.name or "")
+
+
+def _quantization(tensor) -> tuple:
+    q = tensor.quantization
+    if q is None or q.scale is None:
+        return ()
+    return (tuple(float(s) for s in q.scale), tuple(int(z) for z in (q.zeroPoint if q.zeroPoint is not None else ())))
