@@ -2,7 +2,9 @@
 deployment rules it is held to, and what the phone delegates would take.
 
 A full-integer precision that left a float op in the graph fails here, before
-anything is packaged, validated or written.
+anything is packaged, validated or written; so does any graph with an op that
+a GPU computes wrongly (gpu_rules.computed_wrongly): a file edgevit writes
+gives the same answer on every delegate that takes it.
 """
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from edgevit.export.convert import CPU_FLOAT_OPS, INTEGER_PRECISIONS
 from edgevit.export.graph import GraphSummary, describe
 from edgevit.export.result import Check
 from edgevit.litert import delegates as delegate_rules
+from edgevit.litert.delegates import fallback_summary
 from edgevit.litert.flatbuffer import read
+from edgevit.litert.gpu_rules import computed_wrongly
 
 MAX_RANK = 4
 
@@ -37,6 +41,13 @@ def audit(model_content: bytes, precision: str, io_dtype: str) -> Audit:
         Check(f"max tensor rank <= {MAX_RANK}", summary.max_rank <= MAX_RANK,
               f"max rank {summary.max_rank} ({summary.max_rank_tensor})"),
     ]
+    wrong = computed_wrongly(graph)
+    if wrong:
+        detail = "; ".join(f"{g['op']} x{g['count']}: {g['reason']}" for g in fallback_summary(wrong)[:3])
+        raise EdgevitError(f"The {precision} conversion has ops that a GPU computes wrongly ({detail}); no file "
+                           "was written (docs/profiling.md, 'Delegate compatibility without a phone', says why).")
+    checks.append(Check("no op a GPU computes wrongly (adjoint BATCH_MATMUL, operands the GPU lays out otherwise)",
+                        True, "none"))
     if precision in INTEGER_PRECISIONS:
         floats = summary.float_ops(allow_io_boundary=io_dtype == "float32")
         detail = ", ".join(f"{op.name}#{op.index}" for op in floats[:10]) + (" ..." if len(floats) > 10 else "")

@@ -9,11 +9,14 @@ tflite/tools/versioning/gpu_compatibility.cc (per-op parameter limits).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from edgevit.litert.delegates import (
     QUANT8,
     Check,
     Context,
     DelegateReport,
+    Fallback,
     delegate_report,
     first_reason,
     is_const_fp16_dequantize,
@@ -144,6 +147,8 @@ def _gpu_mul(op: Op, ctx) -> str | None:
 def _gpu_batch_matmul(op: Op, ctx) -> str | None:
     if len(op.inputs) != 2 or len(op.outputs) != 1:
         return "needs 2 inputs and 1 output"
+    if op.runtime_inputs and op.input(0).is_const:
+        return "the first operand is a constant (only the second may be)"
     if len(op.runtime_inputs) == 1 and op.const_inputs and op.const_inputs[0].rank != 2:
         return "a constant operand must be 2-D"
     if not op.runtime_inputs:
@@ -273,13 +278,87 @@ GPU_RULES: dict[str, tuple[int, Check]] = {
 GPU_CUSTOM_OPS = ("Convolution2DTransposeBias", "MaxPoolingWithArgmax2D", "MaxUnpooling2D", "Resampler")
 
 
+# Two-operand elementwise ops the GPU parses with one operand allowed to be a constant.
+ELEMENTWISE_WITH_CONSTANT = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "SQUARED_DIFFERENCE",
+                             "FLOOR_DIV", "FLOOR_MOD")
+
+
+def runtime_layout(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """The (B, H, W, C) shape the GPU gives a runtime tensor: rank 1 is a
+    batch, rank 2 batch x channels, rank 3 batch x width x channels
+    (model_builder_helper.cc, ``ExtractTensorShape``)."""
+    dims = list(shape)
+    if len(dims) <= 1:
+        return (dims[0] if dims else 1, 1, 1, 1)
+    if len(dims) == 2:
+        return (dims[0], 1, 1, dims[1])
+    if len(dims) == 3:
+        return (dims[0], 1, dims[1], dims[2])
+    return tuple(dims[:4])
+
+
+def constant_layout(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """The (B, H, W, C) shape the GPU gives the constant operand of an
+    elementwise op: a scalar, a per-channel vector when every dimension but
+    the last is 1, else an (H, W, C) tensor of its last dimensions."""
+    dims = list(shape)
+    if int(np.prod(dims)) == 1:
+        return (1, 1, 1, 1)
+    if all(d == 1 for d in dims[:-1]):
+        return (1, 1, 1, dims[-1])
+    if len(dims) == 4:
+        return tuple(dims)
+    return (1, *([1] * (3 - len(dims))), *dims)
+
+
+def _fits(layout: tuple, output: tuple) -> bool:
+    return all(a in (b, 1) for a, b in zip(layout, output))
+
+
+def constant_operand_warning(op: Op) -> str | None:
+    """An elementwise op with a constant operand whose operands the GPU lays
+    out differently from their output: it then combines the wrong elements
+    (measured on LiteRT's GPU accelerator; tests/test_gpu_accelerator.py),
+    e.g. ADD of a rank-1 runtime tensor [C] and a constant [1, 1, C]."""
+    if op.name not in ELEMENTWISE_WITH_CONSTANT or len(op.runtime_inputs) != 1 or len(op.const_inputs) != 1:
+        return None
+    runtime, constant, output = op.runtime_inputs[0], op.const_inputs[0], op.outputs[0]
+    out = runtime_layout(output.shape)
+    if _fits(runtime_layout(runtime.shape), out) and _fits(constant_layout(constant.shape), out):
+        return None
+    return (f"runtime {list(runtime.shape)} with constant {list(constant.shape)}: the GPU lays them out as "
+            f"(B, H, W, C) {runtime_layout(runtime.shape)} and {constant_layout(constant.shape)}, which do not "
+            f"broadcast to the output's {out}, and computes a wrong result")
+
+
+def quantized_rank_warning(op: Op) -> str | None:
+    """A quantized elementwise op whose two runtime operands differ in rank:
+    LiteRT's GPU accelerator generates a shader for it that does not compile
+    (it adds a float vector to an integer one), and the op's output is never
+    written (measured; the same op in float is right)."""
+    if op.name not in ELEMENTWISE_WITH_CONSTANT or len(op.runtime_inputs) != 2:
+        return None
+    a, b = op.runtime_inputs
+    if a.rank == b.rank or not {a.dtype, b.dtype} & set(QUANT8):
+        return None
+    return (f"{a.dtype} operands of rank {a.rank} and {b.rank} ({list(a.shape)}, {list(b.shape)}): the GPU "
+            "accelerator's shader for it does not compile and the output is never written")
+
+
 def gpu_warning(op: Op) -> str | None:
-    """Ops the GPU delegate takes although its kernel ignores a parameter."""
+    """Ops the GPU delegates take but compute wrongly."""
     if op.name == "BATCH_MATMUL" and (op.options.get("adjX") or op.options.get("adjY")):
         flags = "/".join(f for f, k in (("adj_x", "adjX"), ("adj_y", "adjY")) if op.options.get(k))
         return (f"{flags}=true: the GPU delegate reads no adjoint flag (model_builder.cc), so the delegated "
                 "op may compute A*B instead of A*B^T; compare GPU and CPU outputs on the phone")
-    return None
+    return constant_operand_warning(op) or quantized_rank_warning(op)
+
+
+def computed_wrongly(graph: Graph) -> list[Fallback]:
+    """Every op a GPU would compute wrongly, whether or not the classic
+    delegate's support rules let it take the op (LiteRT's GPU accelerator
+    takes more than they do)."""
+    return [Fallback(op.index, op.name, w) for op in graph.ops for w in [gpu_warning(op)] if w]
 
 
 def gpu_reason(op: Op, ctx: Context) -> str | None:
