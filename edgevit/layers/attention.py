@@ -56,9 +56,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         mark = self.quantize_point
         tokens = x.shape[1]
         qkv = ops.reshape(mark("qkv", self.qkv(x)), (-1, tokens, 3 * self.num_heads, self.head_dim))
-        qkv = ops.transpose(qkv, (0, 2, 1, 3))  # [B, 3*heads, N, head_dim]
-        q, k, v = ops.split(qkv, 3, axis=1)
-        attn = mark("scores", tf.linalg.matmul(mark("query_scaled", q * self.scale), k, transpose_b=True))
+        q, k, v = ops.split(qkv, 3, axis=2)  # [B, N, heads, head_dim]
+        q, v = ops.transpose(q, (0, 2, 1, 3)), ops.transpose(v, (0, 2, 1, 3))
+        # keys as [B, heads, head_dim, N]: a transpose inside the matmul would
+        # become BATCH_MATMUL's adj_y flag, which the classic GPU delegate ignores
+        keys_t = ops.transpose(k, (0, 2, 3, 1))
+        attn = mark("scores", tf.linalg.matmul(mark("query_scaled", q * self.scale), keys_t))
         attn = self.dropout(mark("softmax", softmax(attn)), training=training)
         out = ops.transpose(mark("context", tf.linalg.matmul(attn, v)), (0, 2, 1, 3))  # [B, N, heads, head_dim]
         return mark("output", self.proj(ops.reshape(out, (-1, tokens, self.dim))))
@@ -100,9 +103,11 @@ class SeparableSelfAttention(keras.layers.Layer):
         mark = self.quantize_point
         _, tokens, pixels, _ = x.shape
         query, key, value = ops.split(mark("qkv", self.qkv(x)), [1, 1 + self.dim], axis=-1)
-        scores = ops.transpose(ops.reshape(query, (-1, tokens, pixels)), (0, 2, 1))
-        scores = ops.transpose(mark("softmax", softmax(scores)), (0, 2, 1))
-        scores = ops.reshape(scores, (-1, tokens, pixels, 1))
+        # softmax over the patches, in rank 4: with rank-3 scores the converter
+        # folds a one-patch map's transposes into a rank-3 operand of the MUL
+        # below, which the GPU cannot multiply with a rank-4 one in int8
+        scores = ops.transpose(query, (0, 2, 3, 1))  # [B, P, 1, N]
+        scores = ops.transpose(mark("softmax", softmax(scores)), (0, 3, 1, 2))
         scores = self.dropout(scores, training=training)
         weighted = mark("weighted_keys", ops.multiply(key, scores))
         context = mark("context", mark("context_mean", ops.mean(weighted, axis=1, keepdims=True)) * float(tokens))

@@ -21,17 +21,27 @@ def split_heads(x, num_heads: int):
     return ops.transpose(x, (0, 2, 1, 3))
 
 
+def split_heads_transposed(x, num_heads: int):
+    """``[B, N, C]`` -> ``[B, heads, C / heads, N]``: keys ready for ``q @ k^T``
+    without a transpose inside the matmul, which the converter would turn
+    into BATCH_MATMUL's adj_y flag (ignored by the classic GPU delegate)."""
+    tokens, channels = x.shape[1], x.shape[2]
+    x = ops.reshape(x, (-1, tokens, num_heads, channels // num_heads))
+    return ops.transpose(x, (0, 2, 3, 1))
+
+
 def merge_heads(x):
     """``[B, heads, N, d]`` -> ``[B, N, heads * d]``."""
     heads, tokens, head_dim = x.shape[1], x.shape[2], x.shape[3]
     return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, tokens, heads * head_dim))
 
 
-def attention_scores(q, k, scale: float):
-    """Softmax(q k^T * scale) over ``[B, heads, N, d]`` heads."""
+def attention_scores(q, keys_t, scale: float):
+    """Softmax(q k^T * scale) of ``[B, heads, Nq, d]`` queries and
+    ``[B, heads, d, Nk]`` keys (:func:`split_heads_transposed`)."""
     import tensorflow as tf
 
-    return softmax(tf.linalg.matmul(q * scale, k, transpose_b=True))
+    return softmax(tf.linalg.matmul(q * scale, keys_t))
 
 
 def apply_scores(scores, v):
@@ -53,7 +63,7 @@ class HeadAttention(keras.layers.Layer):
     def call(self, inputs):
         q, k, v = inputs
         scale = self.scale if self.scale is not None else (q.shape[-1] // self.num_heads) ** -0.5
-        scores = attention_scores(split_heads(q, self.num_heads), split_heads(k, self.num_heads), scale)
+        scores = attention_scores(split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads), scale)
         return merge_heads(apply_scores(scores, split_heads(v, self.num_heads)))
 
     def compute_output_shape(self, input_shapes):

@@ -25,7 +25,7 @@ from keras import layers, ops
 from edgevit.layers import (PositionEmbedding, PrefixTokens, drop_path_rates, patch_embed,
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
-from edgevit.layers.mha import apply_scores, merge_heads, softmax, split_heads
+from edgevit.layers.mha import apply_scores, merge_heads, softmax, split_heads, split_heads_transposed
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, builder_options, register_model
 
@@ -81,10 +81,10 @@ class GatedPositionalSelfAttention(keras.layers.Layer):
         grid = int(round(tokens ** 0.5))
         qk = self.qk(x)
         q, k = ops.split(qk, 2, axis=-1)
-        q, k = split_heads(q, self.num_heads), split_heads(k, self.num_heads)
+        q, keys_t = split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads)
         import tensorflow as tf
 
-        content = softmax(tf.linalg.matmul(q * (self.dim // self.num_heads) ** -0.5, k, transpose_b=True))
+        content = softmax(tf.linalg.matmul(q * (self.dim // self.num_heads) ** -0.5, keys_t))
         rel = ops.convert_to_tensor(relative_indices(grid).reshape(1, tokens * tokens, 3))
         position = ops.reshape(self.pos_proj(rel), (1, tokens, tokens, self.num_heads))
         position = softmax(ops.transpose(position, (0, 3, 1, 2)))  # image-independent: folded
@@ -94,10 +94,27 @@ class GatedPositionalSelfAttention(keras.layers.Layer):
         # content weights (~1/N) in one int8 scale, which rounds the content
         # part away (measured: logits cosine 0.92 at 224); each product is a
         # weighted mean of v, so the two terms share a scale without loss.
-        v = split_heads(self.v(x), self.num_heads)
-        out = ops.add(ops.multiply(apply_scores(content, v), 1.0 - gate),
-                      ops.multiply(apply_scores(position, v), gate))
+        values = self.v(x)
+        out = ops.add(ops.multiply(apply_scores(content, split_heads(values, self.num_heads)), 1.0 - gate),
+                      ops.multiply(self.positional_context(position, values), gate))
         return self.proj(merge_heads(out))
+
+    def positional_context(self, position, values):
+        """``position @ v`` per head, ``[B, heads, N, d]``, written as
+        ``(v^T position^T)^T`` with one matmul per head: the positional scores
+        are a constant, and LiteRT's GPU runs no matmul whose first operand is
+        a constant ("non-constant tensor"); the GPU delegates take a constant
+        operand only as the second one, 2-D (here: FULLY_CONNECTED weights)."""
+        import tensorflow as tf
+
+        tokens, head_dim = values.shape[1], self.dim // self.num_heads
+        values_t = ops.transpose(ops.reshape(values, (-1, tokens, self.num_heads, head_dim)), (0, 2, 3, 1))
+        # rank 3 x rank 2: TensorFlow's CPU matmul broadcasting a rank-4
+        # batch against a rank-2 operand returns garbage
+        heads = [ops.reshape(tf.linalg.matmul(ops.reshape(v_t, (-1, head_dim, tokens)), ops.transpose(position[0, h])),
+                             (-1, 1, head_dim, tokens))
+                 for h, v_t in enumerate(ops.split(values_t, self.num_heads, axis=1))]
+        return ops.transpose(ops.concatenate(heads, axis=1), (0, 1, 3, 2))
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,

@@ -25,7 +25,7 @@ from keras import layers, ops
 from edgevit.layers import (DropPath, LayerNorm, PositionEmbedding, PrefixTokens, conv_norm_act, drop_path_rates,
                             mlp, to_tokens)
 from edgevit.layers.conv import BN_EPSILON, BN_MOMENTUM, DENSE_INIT
-from edgevit.layers.mha import apply_scores, attention_scores, merge_heads, split_heads
+from edgevit.layers.mha import apply_scores, attention_scores, merge_heads, split_heads, split_heads_transposed
 from edgevit.layers.transformer import join_groups, split_groups
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, builder_options, register_model
@@ -61,7 +61,8 @@ class ReAttention(keras.layers.Layer):
 
     def call(self, x, training=None):
         q, k, v = ops.split(self.qkv(x), 3, axis=-1)
-        attn = attention_scores(split_heads(q, self.num_heads), split_heads(k, self.num_heads), self.scale)
+        attn = attention_scores(split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads),
+                                self.scale)
         if self.apply_transform:
             mixed = ops.transpose(attn, (0, 2, 3, 1))          # heads as channels
             mixed = self.var_norm(self.reatten_matrix(mixed), training=training)
