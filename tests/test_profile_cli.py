@@ -45,7 +45,7 @@ def files(tmp_path_factory):
 
 
 def test_check_lists_fallbacks_and_partitions(files):
-    code, out, _ = run("check", files["rank6"])
+    code, out, _ = run("check", files["rank6"], "--no-gpu-run")
     assert code == 0
     assert "GPU delegate - rank6_fp32.tflite: 3 of 6 ops fall back to the CPU" in out
     assert "TRANSPOSE" in out and "6-D tensor" in out and "2 delegate partitions" in out
@@ -53,13 +53,13 @@ def test_check_lists_fallbacks_and_partitions(files):
 
 
 def test_check_json_gpu_only_and_fail_on_fallback(files):
-    code, out, _ = run("check", files["rank6"], "--gpu", "--json")
+    code, out, _ = run("check", files["rank6"], "--gpu", "--json", "--no-gpu-run")
     data = json.loads(out)
     assert code == 0 and set(data) == {"model", "gpu"}
     assert data["gpu"]["fallback_ops"] == 3 and data["gpu"]["partitions"] == 2
     assert {g["op"] for g in data["gpu"]["fallback_summary"]} == {"RESHAPE", "TRANSPOSE"}
-    assert run("check", files["rank6"], "--fail-on-fallback")[0] == 2
-    code, out, _ = run("check", files["plain"], "--fail-on-fallback")
+    assert run("check", files["rank6"], "--fail-on-fallback", "--no-gpu-run")[0] == 2
+    code, out, _ = run("check", files["plain"], "--fail-on-fallback", "--no-gpu-run")
     assert code == 0 and "all ops delegated" in out
 
 

@@ -6,6 +6,7 @@ import click
 
 from edgevit.cli.output import print_json, stderr_console, user_errors
 from edgevit.errors import EdgevitError
+from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
 
 
 @click.command("bench")
@@ -91,23 +92,48 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
 
 @click.command("check")
 @click.argument("model", metavar="MODEL.tflite")
-@click.option("--gpu", is_flag=True, help="Check the GPU delegate (default: both).")
+@click.option("--gpu", is_flag=True, help="Check the GPU: the delegate rule table and a run on LiteRT's GPU "
+                                           "accelerator (default: GPU and NNAPI).")
 @click.option("--nnapi", is_flag=True, help="Check the NNAPI delegate (default: both).")
 @click.option("--android-api", type=click.IntRange(27, 40), default=33, show_default=True,
               help="Android API level whose NNAPI rules apply.")
 @click.option("--nnapi-accelerator", "nnapi_accelerator", is_flag=True,
               help="NNAPI rules for a run that names its accelerator (it then takes MUL version 3 and "
                    "large quantized average pools).")
-@click.option("--fail-on-fallback", is_flag=True, help="Exit with status 2 when any op falls back to the CPU.")
+@click.option("--images", type=click.IntRange(1, 256), default=DEFAULT_GPU_IMAGES, show_default=True,
+              help="Held-out sample photos (preprocessed as the file's metadata says) the GPU run compares on.")
+@click.option("--no-gpu-run", is_flag=True, help="Apply the GPU rule table only; do not run the file.")
+@click.option("--require-gpu-run", is_flag=True,
+              help="Exit with status 4 when the GPU run could not happen (no Vulkan device).")
+@click.option("--fail-on-fallback", is_flag=True,
+              help="Exit with status 2 when an op falls back to the CPU (by the rule tables, or in the GPU run), "
+                   "and with status 3 when the GPU may give another answer than the CPU: an op GPUs compute "
+                   "wrongly (an adjoint BATCH_MATMUL, a constant operand laid out differently) or a GPU run "
+                   "that disagrees with XNNPACK.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @user_errors
-def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, fail_on_fallback, as_json):
+def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, images, no_gpu_run, require_gpu_run,
+                  fail_on_fallback, as_json):
     """Which ops of MODEL the GPU / NNAPI delegates would leave on the CPU, and
-    into how many delegate partitions the graph splits (no phone needed)."""
+    into how many delegate partitions the graph splits (no phone needed); and,
+    where this machine has a Vulkan device, whether LiteRT's GPU accelerator
+    runs every op and gives the same answer as XNNPACK on real photos.
+
+    \b
+    Exit status:
+      0  checked (whatever was found, unless a flag below says otherwise)
+      1  a user error (missing or unreadable file)
+      2  with --fail-on-fallback: an op falls back to the CPU
+      3  with --fail-on-fallback: the GPU may give another answer than the CPU
+      4  with --require-gpu-run: no GPU run happened
+    """
     import sys
     from pathlib import Path
 
+    from edgevit.litert.accelerator import run_file_on_gpu
     from edgevit.litert.delegates import check
+    from edgevit.litert.flatbuffer import read
+    from edgevit.litert.gpu_rules import computed_wrongly
     from edgevit.profile import report
 
     path = Path(model)
@@ -116,11 +142,21 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, fail_on_fal
                            else f"{model!r} is a folder, not a .tflite file.")
     if not gpu and not nnapi:
         gpu = nnapi = True
-    reports = check(path.read_bytes(), gpu=gpu, nnapi=nnapi, android_api=android_api,
+    content = path.read_bytes()
+    reports = check(content, gpu=gpu, nnapi=nnapi, android_api=android_api,
                     nnapi_accelerator_specified=nnapi_accelerator)
+    run = run_file_on_gpu(path, images) if gpu and not no_gpu_run else None
     if as_json:
-        print_json({"model": str(path), **{k: r.to_dict() for k, r in reports.items()}})
+        print_json({"model": str(path), **{k: r.to_dict() for k, r in reports.items()},
+                    **({"gpu_accelerator": run.to_dict()} if run else {})})
     else:
-        report.print_check(path.name, reports)
-    if fail_on_fallback and any(r.fallbacks for r in reports.values()):
+        report.print_check(path.name, reports, run)
+    wrong_answer = (gpu and bool(computed_wrongly(read(content)))) or (run is not None and run.ran and not run.agrees)
+    fallback = any(r.fallbacks for r in reports.values()) or (run is not None and run.ran
+                                                                and not run.fully_accelerated)
+    if fail_on_fallback and wrong_answer:
+        sys.exit(3)
+    if fail_on_fallback and fallback:
         sys.exit(2)
+    if require_gpu_run and not (run and run.ran):
+        sys.exit(4)

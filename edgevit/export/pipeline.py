@@ -1,6 +1,6 @@
 """The export pipeline behind `edgevit convert`, as named stages:
 
-prepare -> convert -> audit -> package -> validate -> (diagnose) -> write
+prepare -> convert -> audit -> package -> validate -> GPU run -> (diagnose) -> write
 
 The output paths are checked before any work; outputs are written to a
 staging folder beside them and moved into place only when every stage
@@ -27,14 +27,16 @@ from edgevit.export.agreement import agreement
 from edgevit.export.audit import Audit, audit
 from edgevit.export.convert import check_io_dtype, convert, default_io_dtype, needs_calibration
 from edgevit.export.diagnose import layerwise_comparison
-from edgevit.export.result import ExportFiles, ExportResult, ImageSources
+from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.export.run_model import run_in_child
+from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
 from edgevit.registry import ModelSpec
 from edgevit.saving import check_writable, class_names_of
 
 DEFAULT_VALIDATION_SAMPLES = 32
+DEFAULT_GPU_IMAGES = 8
 
 
 @dataclass
@@ -51,6 +53,9 @@ class ExportOptions:
     # When a quantized file agrees poorly with the Keras model, compare it
     # layer by layer with an fp32 conversion and name where it breaks first.
     diagnose_below_cosine: float | None = None
+    # Held-out images the file also runs on with LiteRT's GPU accelerator
+    # against XNNPACK, where a Vulkan device exists (0: no GPU run).
+    gpu_images: int = DEFAULT_GPU_IMAGES
 
 
 class Progress:
@@ -194,6 +199,14 @@ def validate(model, staged_model: Path, images: np.ndarray, threads: int, progre
     return agreement(expected, actual), time.perf_counter() - start
 
 
+def gpu_run(staged_model: Path, images: np.ndarray, precision: str, progress: Progress) -> GpuRun:
+    """The staged file on LiteRT's GPU accelerator against XNNPACK (a
+    not-run record, saying why, when this machine has no Vulkan device)."""
+    if missing_vulkan() is None:
+        progress.step(f"Running on {len(images)} held-out images with LiteRT's GPU accelerator")
+    return run_on_gpu(staged_model, images, precision, images=f"{len(images)} held-out validation images")
+
+
 # What to try when a quantized file departs from the Keras model.
 BREAKING_LAYER_HINTS = {
     "int16x8": "int16x8 already keeps activations in 16 bits: the int8 weights are the loss; "
@@ -273,6 +286,12 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             op_histogram=summary.op_histogram, macs=summary.macs, max_rank=summary.max_rank,
             checks=checked.checks, delegates=checked.delegates, images=job.images, agreement=agreement_stats,
             convert_seconds=convert_seconds, validate_seconds=validate_seconds)
+        if opts.gpu_images:
+            result.gpu_run = gpu_run(staged, job.validation[:opts.gpu_images], opts.precision, progress)
+            if result.gpu_run.ran:
+                result.checks.append(Check("GPU accelerator: every op on the GPU, same answer as XNNPACK",
+                                           result.gpu_run.fully_accelerated and result.gpu_run.agrees,
+                                           result.gpu_run.summary()))
         threshold = opts.diagnose_below_cosine
         if (threshold is not None and needs_calibration(opts.precision)
                 and result.agreement["cosine_mean"] < threshold):

@@ -65,6 +65,8 @@ def print_report(result: ExportResult, stream=None) -> None:
     for name, d in (result.delegates or {}).items():
         label = "GPU delegate" if name == "gpu" else f"NNAPI delegate (Android API {d.get('android_api')})"
         rows.append((label, _fmt_delegate(d)))
+    if result.gpu_run is not None:
+        rows.append(("GPU accelerator run", result.gpu_run.summary()))
     for key, value in rows:
         summary.add_row(key, str(value))
     console.print(summary)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgevit.litert.accelerator import GpuRun
+
 
 @dataclass
 class Check:
@@ -74,6 +76,7 @@ class ExportResult:
     # may still be None when no single layer falls below the threshold.
     diagnosed: bool = False
     first_breaking_layer: dict | None = None
+    gpu_run: GpuRun | None = None   # None: not asked for (ExportOptions.gpu_images = 0)
 
     @property
     def ops(self) -> int:
@@ -101,4 +104,6 @@ class ExportResult:
         }
         if self.diagnosed:
             report["first_breaking_layer"] = self.first_breaking_layer
+        if self.gpu_run is not None:
+            report["gpu_accelerator"] = self.gpu_run.to_dict()
         return report

@@ -221,8 +221,11 @@ def _sizes(sizes: list[int], shown: int = 6) -> str:
     return ", ".join(map(str, top[:shown])) + (" ..." if len(top) > shown else "")
 
 
-def print_check(model: str, reports: dict, stream=None) -> None:
+def print_check(model: str, reports: dict, gpu_run=None, stream=None) -> None:
+    """The rule tables' findings per delegate and, after the GPU's, the GPU
+    accelerator run (``edgevit.litert.accelerator.GpuRun``) when one was asked for."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(file=stream or sys.stdout, width=140)
@@ -242,7 +245,7 @@ def print_check(model: str, reports: dict, stream=None) -> None:
                 table.add_column(col, overflow="fold")
             for g in fallback_summary(r.fallbacks):
                 idx = ", ".join(map(str, g["op_indices"][:8])) + (" ..." if len(g["op_indices"]) > 8 else "")
-                table.add_row(g["op"], str(g["count"]), g["reason"], idx)
+                table.add_row(g["op"], str(g["count"]), escape(g["reason"]), idx)
             console.print(table)
         if r.warnings:
             from edgevit.litert.delegates import fallback_summary
@@ -250,6 +253,11 @@ def print_check(model: str, reports: dict, stream=None) -> None:
             for g in fallback_summary(r.warnings):
                 console.print(f"  [yellow]warning[/yellow]: {g['op']} x{g['count']} (ops "
                               f"{', '.join(map(str, g['op_indices'][:6]))}{' ...' if g['count'] > 6 else ''}): "
-                              f"{g['reason']}")
+                              f"{escape(g['reason'])}")
         if r.note:
             console.print(f"  note: {r.note}")
+        if name == "gpu" and gpu_run is not None:
+            colour = "green" if gpu_run.ran and gpu_run.fully_accelerated and gpu_run.agrees else \
+                "yellow" if not gpu_run.ran else "red"
+            console.print(f"[bold]LiteRT GPU accelerator run[/bold] - {model}: [{colour}]{escape(gpu_run.summary())}"
+                          f"[/{colour}]" + (f"; inputs: {gpu_run.images}" if gpu_run.ran else ""))

@@ -1,0 +1,313 @@
+"""Runs a .tflite file on LiteRT's GPU accelerator and compares its outputs
+with XNNPACK's on the same inputs: whether the GPU takes every op, which ops
+it leaves on the CPU, and whether it computes the same answer.
+
+The rule tables (gpu_rules.py) say what a GPU delegate should accept; only a
+run shows what it computes. ai-edge-litert ships a GPU accelerator built on
+WebGPU over Vulkan, so any machine with a Vulkan driver can run it: a phone
+GPU's, or the software SwiftShader driver in Debian's chromium package on a
+machine without a GPU. Both models run in a child process, because a GPU
+driver can abort the process it runs in.
+
+Child usage: ``python -m edgevit.litert.accelerator MODEL INPUTS.npy OUTPUTS.npz
+REFERENCE(0|1)`` (float inputs, already preprocessed; writes the dequantized
+outputs of both runs, of TFLite's reference kernels when asked, and whether
+the GPU took every op).
+"""
+from __future__ import annotations
+
+import ctypes.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SWIFTSHADER_ICD = Path("/usr/lib/chromium/vk_swiftshader_icd.json")
+ICD_FOLDERS = (Path("/usr/share/vulkan/icd.d"), Path("/etc/vulkan/icd.d"), Path("/usr/local/share/vulkan/icd.d"))
+HOW_TO_GET_A_DEVICE = ("for a software Vulkan device: apt-get install chromium libvulkan1, then "
+                       f"export VK_ICD_FILENAMES={SWIFTSHADER_ICD} (or run scripts/install-test-tools.sh)")
+# Mean output cosine GPU vs XNNPACK below which a file is reported as
+# computing another answer on the GPU. Float math differs only in rounding.
+# Integer kernels may round a value one step differently, and a network whose
+# logits lie close together (random weights) amplifies such steps: there the
+# floor is how closely TFLite's own two CPU kernel sets (XNNPACK, reference)
+# agree on the same file, when that is lower.
+AGREEMENT_FLOOR = {"fp32": 0.999, "fp16": 0.999}
+INTEGER_AGREEMENT_FLOOR = 0.995
+DEFAULT_IMAGES = 8
+
+_UNSUPPORTED_HEADER = "Following operations are not supported by GPU delegate"
+_PLACEMENT = re.compile(r"(\d+) operations will run on the GPU, and the remaining (\d+) operations? "
+                        r"will run on the CPU")
+_ADAPTER = re.compile(r"Selected adapter: ([^,\n]+)")
+_CHILD_ERROR = "edgevit-accelerator-error: "
+_NO_DEVICE = ("No adapters found", "Couldn't load Vulkan", "Failed to load Vulkan")
+# errors LiteRT logs on every run (vendor plugins this install does not have)
+_LOG_NOISE = ("compiler_plugin", "npu_registry", "litert_compiled_model.h", "compiled_model.cc", "Could not load")
+
+
+@dataclass
+class GpuRun:
+    """One run of a file on the GPU accelerator against XNNPACK; ``ran`` is
+    False (with ``reason``) when no GPU run happened."""
+    ran: bool
+    reason: str = ""
+    device: str = ""
+    fully_accelerated: bool | None = None
+    ops_on_gpu: int | None = None
+    ops_on_cpu: int | None = None
+    # ops the accelerator named as left on the CPU: {"op", "reason"}
+    cpu_ops: list[dict] = field(default_factory=list)
+    agreement: dict | None = None       # GPU vs XNNPACK (edgevit.export.agreement)
+    floor: float | None = None          # the mean cosine the GPU output must reach
+    # integer files: mean cosine of XNNPACK vs TFLite's reference kernels
+    cpu_kernels_cosine: float | None = None
+    images: str = ""
+    # errors the GPU logged while it ran (a shader that failed to compile
+    # leaves its output unwritten)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def agrees(self) -> bool | None:
+        if not self.ran:
+            return None
+        return self.agreement["cosine_mean"] >= self.floor
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "agrees": self.agrees}
+
+    def summary(self) -> str:
+        """One line for reports."""
+        if not self.ran:
+            return f"not run: {self.reason}"
+        a = self.agreement
+        placement = "fully accelerated" if self.fully_accelerated else \
+            f"NOT fully accelerated ({self._cpu_side()})"
+        verdict = "agrees with" if self.agrees else f"DISAGREES (mean cosine below {self.floor:.4g}) with"
+        if self.cpu_kernels_cosine is not None and self.cpu_kernels_cosine < INTEGER_AGREEMENT_FLOOR:
+            verdict += f" (XNNPACK and the reference kernels agree to {self.cpu_kernels_cosine:.4f} on this file)"
+        return (f"{placement}; {verdict} XNNPACK on {a['samples']} images: cosine mean {a['cosine_mean']:.5f}, "
+                f"min {a['cosine_min']:.5f}, max abs error {a['max_abs_logit_error']:.3g}, "
+                f"top-1 agreement {a['top1_agreement'] * 100:.0f}% ({self.device})"
+                + (f"; the GPU logged {len(self.errors)} error(s), first: {self.errors[0]}" if self.errors else ""))
+
+    def _cpu_side(self) -> str:
+        counted = f"{self.ops_on_cpu} ops on the CPU" if self.ops_on_cpu is not None else "ops on the CPU"
+        named = ", ".join(f"{g['op']}: {g['reason']}" for g in self.cpu_ops[:4])
+        return counted + (f": {named}" if named else "; the accelerator did not name them")
+
+
+
+
+def vulkan_environment() -> dict:
+    """The environment for a child that runs the GPU accelerator: the
+    SwiftShader driver is used when it is installed and no driver is chosen."""
+    env = dict(os.environ)
+    if not env.get("VK_ICD_FILENAMES") and SWIFTSHADER_ICD.is_file():
+        env["VK_ICD_FILENAMES"] = str(SWIFTSHADER_ICD)
+    return env
+
+
+def missing_vulkan() -> str | None:
+    """Why no Vulkan device can exist here (None: a loader and a driver are
+    installed; the accelerator may still find no usable adapter)."""
+    if ctypes.util.find_library("vulkan") is None:
+        return "no Vulkan loader (libvulkan.so.1) is installed"
+    chosen = [p for p in vulkan_environment().get("VK_ICD_FILENAMES", "").split(os.pathsep) if p]
+    if chosen:
+        return None if any(Path(p).is_file() for p in chosen) else \
+            f"VK_ICD_FILENAMES names no existing file ({':'.join(chosen)})"
+    if any(folder.is_dir() and any(folder.glob("*.json")) for folder in ICD_FOLDERS):
+        return None
+    return "no Vulkan driver (ICD) is installed"
+
+
+def run_on_gpu(model_path: str | Path, inputs: np.ndarray, precision: str, images: str = "",
+               timeout: float = 900) -> GpuRun:
+    """Run ``model_path`` on ``inputs`` (float, preprocessed) with XNNPACK and
+    with the GPU accelerator, in a child process, and compare the outputs."""
+    missing = missing_vulkan()
+    if missing:
+        return GpuRun(False, f"no Vulkan device ({missing}); {HOW_TO_GET_A_DEVICE}")
+    name = Path(model_path).name
+    with tempfile.TemporaryDirectory(prefix="edgevit-gpu-") as tmp:
+        in_path, out_path = Path(tmp) / "inputs.npy", Path(tmp) / "outputs.npz"
+        np.save(in_path, inputs.astype(np.float32))
+        integer = precision not in AGREEMENT_FLOOR
+        cmd = [sys.executable, "-m", "edgevit.litert.accelerator", str(model_path), str(in_path), str(out_path),
+               "1" if integer else "0"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=vulkan_environment())
+        except subprocess.TimeoutExpired:
+            return GpuRun(False, f"the GPU accelerator did not finish running {name} within {timeout:.0f} s")
+        log = proc.stderr
+        if proc.returncode != 0:
+            return GpuRun(False, _failure(proc.returncode, log))
+        outputs = np.load(out_path)
+        from edgevit.export.agreement import agreement
+
+        placement = _PLACEMENT.search(log)
+        adapter = _ADAPTER.search(log)
+        cpu, gpu = (outputs[k].reshape(len(inputs), -1) for k in ("cpu", "gpu"))
+        kernels_cosine = agreement(cpu, outputs["reference"].reshape(len(inputs), -1))["cosine_mean"] \
+            if integer else None
+        floor = min(INTEGER_AGREEMENT_FLOOR, kernels_cosine) if integer else AGREEMENT_FLOOR[precision]
+        ops_on_cpu, cpu_ops = int(placement.group(2)) if placement else None, unsupported_ops(log)
+        # with the CPU allowed as a fallback, is_fully_accelerated() can say
+        # True while the log lists ops it left on the CPU
+        fully = bool(outputs["fully_accelerated"]) and not ops_on_cpu and not cpu_ops
+        return GpuRun(True, device=adapter.group(1).strip() if adapter else "GPU", fully_accelerated=fully,
+                      ops_on_gpu=int(placement.group(1)) if placement else None, ops_on_cpu=ops_on_cpu,
+                      cpu_ops=cpu_ops,
+                      agreement=agreement(cpu, gpu), floor=floor, cpu_kernels_cosine=kernels_cosine, images=images,
+                      errors=_run_errors(log))
+
+
+def run_file_on_gpu(path: Path, count: int = DEFAULT_IMAGES) -> GpuRun:
+    """``path`` on the GPU accelerator against XNNPACK, on ``count`` held-out
+    sample photos preprocessed as the file's embedded metadata says."""
+    missing = missing_vulkan()
+    if missing:
+        return GpuRun(False, f"no Vulkan device ({missing}); {HOW_TO_GET_A_DEVICE}")
+    from edgevit.litert.metadata import read_embedded
+
+    content = path.read_bytes()
+    metadata = read_embedded(content) or {}
+    inputs, described = _sample_inputs(content, metadata.get("preprocessing"), count)
+    return run_on_gpu(path, inputs, metadata.get("precision") or _precision_of(content), images=described)
+
+
+def _sample_inputs(content: bytes, preprocessing: dict | None, count: int) -> tuple[np.ndarray, str]:
+    from edgevit.data import sample_photos
+    from edgevit.registry import Preprocessing
+
+    input_tensor, _ = _io_tensors(content)
+    if preprocessing:
+        pre = Preprocessing(preprocessing["input_size"], preprocessing["resize_size"],
+                            preprocessing["interpolation"], tuple(preprocessing["mean"]), tuple(preprocessing["std"]))
+        return (sample_photos.sample_batch(pre, count, held_out=True),
+                f"{count} held-out sample photos, preprocessed as the file's metadata says")
+    shape = input_tensor.shape
+    if len(shape) == 4 and shape[0] == 1 and shape[1] == shape[2] and shape[3] == 3:
+        pre = Preprocessing(shape[1], shape[1])
+        return (sample_photos.sample_batch(pre, count, held_out=True),
+                f"{count} held-out sample photos in [0, 1] (the file has no edgevit metadata)")
+    inputs = np.random.default_rng(0).normal(size=(count, *shape[1:])).astype(np.float32)
+    return inputs, f"{count} random inputs (the input {list(shape)} is not an image)"
+
+
+def _precision_of(content: bytes) -> str:
+    """"int8" when any runtime tensor is integer-quantized, else "fp32"."""
+    from edgevit.litert.flatbuffer import read
+
+    graph = read(content)
+    quantized = any(t.dtype in ("int8", "uint8", "int16") for op in graph.ops for t in op.outputs)
+    return "int8" if quantized else "fp32"
+
+
+def unsupported_ops(log: str) -> list[dict]:
+    """The ops the accelerator's log names as left on the CPU, with its reasons."""
+    found, listing = [], False
+    for line in log.splitlines():
+        text = line.strip()
+        if _UNSUPPORTED_HEADER in text:
+            listing = True
+        elif listing and _PLACEMENT.search(text):
+            listing = False
+        elif listing and ":" in text:
+            op, _, reason = text.partition(":")
+            if op.isupper() or op.replace("_", "").isalnum():
+                entry = {"op": op.strip(), "reason": reason.strip()}
+                if entry not in found:
+                    found.append(entry)
+    return found
+
+
+def _run_errors(log: str) -> list[str]:
+    """The GPU's validation errors, one line each (Dawn logs a block per error)."""
+    return list(dict.fromkeys(line.split("Validation error:", 1)[1].strip() for line in log.splitlines()
+                              if "Validation error:" in line and "due to a previous error" not in line))
+
+
+def _failure(returncode: int, log: str) -> str:
+    from edgevit.litert.interpreter import describe_child_failure
+
+    if not any(line.startswith(_CHILD_ERROR) for line in log.splitlines()):
+        return f"the GPU accelerator process failed: {describe_child_failure(returncode, log)}"
+    for cause in _NO_DEVICE:
+        if cause in log:
+            return f"the GPU accelerator found no usable Vulkan device ({cause}); {HOW_TO_GET_A_DEVICE}"
+    # the exception names only source lines; the log says what went wrong
+    errors = [line.strip() for line in log.splitlines()
+              if "ERROR" in line and not any(noise in line for noise in _LOG_NOISE)]
+    return f"the GPU accelerator failed: {errors[-1] if errors else 'no reason logged'}"
+
+
+# ---------------------------------------------------------------- child process
+def _io_tensors(model_content: bytes):
+    from edgevit.litert.flatbuffer import read
+
+    graph = read(model_content)
+    return graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+
+
+def _to_input(x: np.ndarray, tensor) -> np.ndarray:
+    dtype = np.dtype(tensor.dtype)
+    if dtype.kind == "f":
+        return x.astype(dtype)
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x / tensor.scale) + tensor.zero_point, info.min, info.max).astype(dtype)
+
+
+def _from_output(y: np.ndarray, tensor) -> np.ndarray:
+    if np.dtype(tensor.dtype).kind == "f" or tensor.scale is None:
+        return y.astype(np.float32)
+    return ((y.astype(np.float32) - tensor.zero_point) * tensor.scale).astype(np.float32)
+
+
+def _run(model_path: str, inputs: np.ndarray, accelerator) -> tuple[np.ndarray, bool]:
+    from ai_edge_litert.compiled_model import CompiledModel
+
+    input_tensor, output_tensor = _io_tensors(Path(model_path).read_bytes())
+    model = CompiledModel.from_file(model_path, hardware_accel=accelerator)
+    in_buffers, out_buffers = model.create_input_buffers(0), model.create_output_buffers(0)
+    out_dtype = np.dtype(output_tensor.dtype)
+    count = model.get_output_buffer_requirements(0, 0)["buffer_size"] // out_dtype.itemsize
+    results = []
+    for sample in inputs:
+        in_buffers[0].write(_to_input(sample[None], input_tensor))
+        model.run_by_index(0, in_buffers, out_buffers)
+        raw = np.asarray(out_buffers[0].read(count, out_dtype))[:int(np.prod(output_tensor.shape))]
+        results.append(_from_output(raw, output_tensor).reshape(output_tensor.shape)[0])
+    return np.stack(results), bool(model.is_fully_accelerated())
+
+
+def _child_main(argv: list[str]) -> int:
+    from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+
+    model_path, in_path, out_path, with_reference = argv
+    inputs = np.load(in_path)
+    outputs = {}
+    if with_reference == "1":
+        from edgevit.export.run_model import run_in_process
+
+        outputs["reference"] = run_in_process(Path(model_path).read_bytes(), inputs, reference_kernels=True)
+    try:
+        cpu, _ = _run(model_path, inputs, HardwareAccelerator.CPU)
+        # with the CPU allowed too, ops the GPU refuses run there instead of failing the compilation
+        gpu, fully = _run(model_path, inputs, HardwareAccelerator.GPU | HardwareAccelerator.CPU)
+    except RuntimeError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        print(_CHILD_ERROR + (lines[-1] if lines else type(err).__name__), file=sys.stderr)
+        return 3
+    np.savez(out_path, cpu=cpu, gpu=gpu, fully_accelerated=fully, **outputs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child_main(sys.argv[1:]))
