@@ -10,6 +10,12 @@ set -uo pipefail
 #   framework    Debian package android-framework-res (API 29 framework-res.apk)
 #   JUnit 4      Debian package junit4 (+ hamcrest)
 #   JDK          javac/java 17+ (Debian openjdk-17-jdk-headless) when missing
+# GPU accelerator runs (tests/test_gpu_accelerator.py, every family export):
+#   a software Vulkan device: SwiftShader, shipped in Debian's chromium
+#   package, and the Vulkan loader (libvulkan1; chromium alone is not
+#   enough). edgevit points VK_ICD_FILENAMES at
+#   /usr/lib/chromium/vk_swiftshader_icd.json when it is unset. (Mesa's
+#   lavapipe is refused by LiteRT's accelerator: "No adapters found".)
 # Idempotent: installs only what is missing; never fails the caller (it warns,
 # and the tests that need a missing tool skip, naming it).
 
@@ -32,16 +38,18 @@ command -v aapt2 >/dev/null 2>&1 || apt_missing+=(aapt)
 [ -f /usr/share/android-framework-res/framework-res.apk ] || apt_missing+=(android-framework-res)
 [ -f /usr/share/java/junit4.jar ] && [ -f /usr/share/java/hamcrest-core.jar ] || apt_missing+=(junit4)
 command -v javac >/dev/null 2>&1 || apt_missing+=(openjdk-17-jdk-headless)
+[ -f /usr/lib/chromium/vk_swiftshader_icd.json ] || apt_missing+=(chromium)
+{ ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1'; } || apt_missing+=(libvulkan1)
 if [ ${#apt_missing[@]} -eq 0 ]; then
-    say "aapt2, android-framework-res, junit4 and a JDK already present"
+    say "aapt2, android-framework-res, junit4, a JDK and a software Vulkan device already present"
 elif ! command -v apt-get >/dev/null 2>&1; then
-    warn "apt-get not available: not installing ${apt_missing[*]} (Android demo checks will skip)"
+    warn "apt-get not available: not installing ${apt_missing[*]} (Android demo checks and GPU runs will skip)"
 else
     say "apt-get install ${apt_missing[*]}"
     if ! { as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
            && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
                   "${apt_missing[@]}" >/dev/null; }; then
-        warn "could not install ${apt_missing[*]} (not root, no sudo, or no package index): Android demo checks will skip"
+        warn "could not install ${apt_missing[*]} (not root, no sudo, or no package index): Android demo checks and GPU runs will skip"
     fi
 fi
 

@@ -1,5 +1,6 @@
 """Test helpers shared by the family tests: fast parameter counting, export
-with the validation report, the deployment rules, and the per-layer
+with the validation report (and a run on LiteRT's GPU accelerator where a
+Vulkan device exists), the deployment rules, and the per-layer
 float-vs-int8 comparison that names the first layer where int8 breaks."""
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import contextlib
 import numpy as np
 
 import edgevit
-from edgevit.export.pipeline import ExportOptions, export
+from edgevit.export.pipeline import GPU_PRECISIONS, ExportOptions, export
 from edgevit.registry import get_spec
 
 FORBIDDEN_OPS = {"SHAPE", "GATHER", "GATHER_ND", "PACK", "REDUCE_PROD", "SQUARED_DIFFERENCE", "NEG", "ERF"}
@@ -48,6 +49,7 @@ def export_variant(tmp_path, name, precision, size, *, num_classes=10, calib_sam
     model = model or edgevit.create_model(name, num_classes=num_classes, input_size=size)
     opts = ExportOptions(precision=precision, output=str(tmp_path / f"{name}_{precision}.tflite"),
                          calib_samples=calib_samples, validation_samples=validation_samples,
+                         gpu_images=validation_samples if precision in GPU_PRECISIONS else 0,
                          recalibrate_batchnorm=any(layer.__class__.__name__ == "BatchNormalization"
                                                    for layer in model.layers))
     return export(model, spec, opts).to_dict()
@@ -59,6 +61,9 @@ def assert_deployable(report):
     assert report["max_rank"] <= 4
     assert not FORBIDDEN_OPS & set(report["op_histogram"]), report["op_histogram"]
     assert report["io"]["input"]["shape"] == [1, report["input_size"], report["input_size"], 3]
+    gpu = report.get("gpu_accelerator")
+    if gpu and gpu["ran"] and report["precision"] in GPU_PRECISIONS:
+        assert gpu["fully_accelerated"] and gpu["agrees"] and not gpu["errors"], gpu
 
 
 

@@ -17,6 +17,7 @@ from edgevit.export.convert import convert
 from edgevit.export.graph import describe
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.export.run_model import run_in_child
+from edgevit.layers import HeadAttention
 from edgevit.litert.metadata import read_embedded
 from edgevit.models.batchnorm import recalibrate_batchnorm
 from edgevit.registry import ModelSpec, Preprocessing
@@ -75,7 +76,7 @@ def test_int8_graph_is_all_integer_and_carries_metadata(tmp_path):
     assert report["precision"] == "int8"
     assert list(report) == ["model", "precision", "input_size", "weights", "file", "size_bytes", "io", "ops", "macs",
                             "op_histogram", "max_rank", "checks", "delegates", "images", "agreement", "seconds",
-                            "files"]
+                            "files", "gpu_accelerator"]
     assert report == result.to_dict() and report["ops"] == len(summary.ops)
 
 
@@ -222,18 +223,12 @@ def test_batchnorm_recalibration_matches_input_statistics():
 
 
 @keras.saving.register_keras_serializable(package="edgevit_tests")
-class _Attention(keras.layers.Layer):
-    def call(self, q, k, v):
-        scores = keras.ops.matmul(q, keras.ops.transpose(k, (0, 2, 1)))
-        return keras.ops.matmul(keras.ops.softmax(scores, axis=-1), v)
-
-
 def tiny_attention_model():
     inputs = keras.Input((SIZE, SIZE, 3))
     x = keras.layers.Conv2D(16, 4, strides=4)(inputs)
     tokens = keras.layers.Reshape((64, 16))(x)
     q, k, v = (keras.layers.Dense(16)(tokens) for _ in range(3))
-    x = keras.layers.GlobalAveragePooling1D()(_Attention()(q, k, v))
+    x = keras.layers.GlobalAveragePooling1D()(HeadAttention(num_heads=1)([q, k, v]))
     return keras.Model(inputs, keras.layers.Dense(10)(x), name="tiny_convnet")
 
 

@@ -37,6 +37,9 @@ from edgevit.saving import check_writable, class_names_of
 
 DEFAULT_VALIDATION_SAMPLES = 32
 DEFAULT_GPU_IMAGES = 8
+# Precisions whose files GPU delegates run entirely (dynamic-range and int16
+# kernels stay on the CPU): the export holds only these to the GPU run.
+GPU_PRECISIONS = ("fp32", "fp16", "int8", "int8_mixed")
 
 
 @dataclass
@@ -288,10 +291,13 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             convert_seconds=convert_seconds, validate_seconds=validate_seconds)
         if opts.gpu_images:
             result.gpu_run = gpu_run(staged, job.validation[:opts.gpu_images], opts.precision, progress)
-            if result.gpu_run.ran:
-                result.checks.append(Check("GPU accelerator: every op on the GPU, same answer as XNNPACK",
-                                           result.gpu_run.fully_accelerated and result.gpu_run.agrees,
-                                           result.gpu_run.summary()))
+            run = result.gpu_run
+            if run.ran and opts.precision in GPU_PRECISIONS:
+                result.checks.append(Check(
+                    "GPU accelerator: every op on the GPU, same answer as XNNPACK",
+                    run.fully_accelerated and run.agrees,
+                    f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
+                    f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})"))
         threshold = opts.diagnose_below_cosine
         if (threshold is not None and needs_calibration(opts.precision)
                 and result.agreement["cosine_mean"] < threshold):

@@ -88,20 +88,22 @@ class GpuRun:
         a = self.agreement
         placement = "fully accelerated" if self.fully_accelerated else \
             f"NOT fully accelerated ({self._cpu_side()})"
-        verdict = "agrees with" if self.agrees else f"DISAGREES (mean cosine below {self.floor:.4g}) with"
+        line = (f"{placement}; {'agrees with' if self.agrees else 'DISAGREES with'} XNNPACK on {a['samples']} "
+                f"images: cosine mean {a['cosine_mean']:.5f}, min {a['cosine_min']:.5f}, max abs error "
+                f"{a['max_abs_logit_error']:.3g}, top-1 agreement {a['top1_agreement'] * 100:.0f}% ({self.device})")
+        if not self.agrees:
+            line += f"; the mean cosine must reach {self.floor:.4g}"
         if self.cpu_kernels_cosine is not None and self.cpu_kernels_cosine < INTEGER_AGREEMENT_FLOOR:
-            verdict += f" (XNNPACK and the reference kernels agree to {self.cpu_kernels_cosine:.4f} on this file)"
-        return (f"{placement}; {verdict} XNNPACK on {a['samples']} images: cosine mean {a['cosine_mean']:.5f}, "
-                f"min {a['cosine_min']:.5f}, max abs error {a['max_abs_logit_error']:.3g}, "
-                f"top-1 agreement {a['top1_agreement'] * 100:.0f}% ({self.device})"
-                + (f"; the GPU logged {len(self.errors)} error(s), first: {self.errors[0]}" if self.errors else ""))
+            line += (f"; XNNPACK and TFLite's reference kernels agree to {self.cpu_kernels_cosine:.4f} on this "
+                     "file (integer rounding), which is the floor")
+        if self.errors:
+            line += f"; the GPU logged {len(self.errors)} error(s), first: {self.errors[0]}"
+        return line
 
     def _cpu_side(self) -> str:
         counted = f"{self.ops_on_cpu} ops on the CPU" if self.ops_on_cpu is not None else "ops on the CPU"
         named = ", ".join(f"{g['op']}: {g['reason']}" for g in self.cpu_ops[:4])
         return counted + (f": {named}" if named else "; the accelerator did not name them")
-
-
 
 
 def vulkan_environment() -> dict:

@@ -72,16 +72,16 @@ class _Graphs:
                     operators.append(reshape)
                     changed = True
             elif name in ELEMENTWISE:
-                rank = len(tensors[op.outputs[0]].shape)
+                rank = len(_shape(tensors[op.outputs[0]]))
                 for slot, index in enumerate(op.inputs):
                     operand, made_by = tensors[index], producer.get(int(index))
-                    if len(operand.shape) >= rank or self._is_constant(operand, made_by, tensors):
+                    if len(_shape(operand)) >= rank or self._is_constant(operand, made_by, tensors):
                         continue
-                    target = [1] * (rank - len(operand.shape)) + list(operand.shape)
+                    target = [1] * (rank - len(_shape(operand))) + _shape(operand)
                     source = self._flattened_source(made_by, tensors)
                     origin = int(index) if source is None else source
-                    if list(tensors[origin].shape) != target:
-                        if tensors[origin].shape[0] != 1:
+                    if _shape(tensors[origin]) != target:
+                        if _shape(tensors[origin])[:1] != [1]:
                             continue  # a RESHAPE out of the GPU's batch axis: not a fix
                         reshape = self._reshape(graph, origin, target)
                         operators.append(reshape)
@@ -102,23 +102,23 @@ class _Graphs:
         a tensor whose batch is 1) and keeps that shape in its output."""
         tensors = graph.tensors
         output = tensors[fc.outputs[0]]
-        if fc.builtinOptions is None or fc.builtinOptions.keepNumDims or len(output.shape) != 2:
+        if fc.builtinOptions is None or fc.builtinOptions.keepNumDims or len(_shape(output)) != 2:
             return None
         users = readers.get(int(fc.outputs[0]), [])
         if not users or any(self.op_names[u.opcodeIndex] not in ELEMENTWISE for u in users):
             return None
-        ranks = {len(tensors[u.outputs[0]].shape) for u in users}
+        ranks = {len(_shape(tensors[u.outputs[0]])) for u in users}
         if len(ranks) != 1 or min(ranks) < 3:
             return None
-        rows, width = list(output.shape)
-        depth = tensors[fc.inputs[0]].shape[-1]
+        rows, width = _shape(output)
+        depth = _shape(tensors[fc.inputs[0]])[-1]
         source = int(fc.inputs[0])
         flattened = self._flattened_source(producer.get(source), tensors)
         made_by = producer.get(source)
         if made_by is not None and self.op_names[made_by.opcodeIndex] == "RESHAPE" and \
                 len(readers.get(source, [])) == 1:
             source = int(made_by.inputs[0]) if flattened is None else flattened
-        shape = list(tensors[source].shape)
+        shape = _shape(tensors[source])
         if not shape or shape[0] != 1 or int(np.prod(shape)) != rows * depth:
             return None
         rank = ranks.pop()
@@ -143,7 +143,7 @@ class _Graphs:
         if reshape is None or self.op_names[reshape.opcodeIndex] != "RESHAPE":
             return None
         source, flat = tensors[reshape.inputs[0]], tensors[reshape.outputs[0]]
-        shape, flat_shape = list(source.shape), list(flat.shape)
+        shape, flat_shape = _shape(source), _shape(flat)
         dropped = len(shape) - len(flat_shape)
         if dropped <= 0 or shape[dropped:] != flat_shape or any(d != 1 for d in shape[:dropped]):
             return None
@@ -181,6 +181,10 @@ class _Graphs:
         self.model.operatorCodes.append(code)
         self.op_names.append(name)
         return len(self.op_names) - 1
+
+
+def _shape(tensor) -> list[int]:
+    return [int(d) for d in tensor.shape] if tensor.shape is not None else []
 
 
 def _name(tensor) -> str:
