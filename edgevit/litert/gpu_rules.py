@@ -334,15 +334,17 @@ def constant_operand_warning(op: Op) -> str | None:
 def quantized_rank_warning(op: Op) -> str | None:
     """A quantized elementwise op whose two runtime operands differ in rank:
     LiteRT's GPU accelerator generates a shader for it that does not compile
-    (it adds a float vector to an integer one), and the op's output is never
-    written (measured; the same op in float is right)."""
+    (it adds a float vector to an integer one) or a kernel that does not
+    build (it cannot broadcast over the batch axis), and the op's output is
+    never written (measured; the same op in float is right)."""
     if op.name not in ELEMENTWISE_WITH_CONSTANT or len(op.runtime_inputs) != 2:
         return None
     a, b = op.runtime_inputs
     if a.rank == b.rank or not {a.dtype, b.dtype} & set(QUANT8):
         return None
     return (f"{a.dtype} operands of rank {a.rank} and {b.rank} ({list(a.shape)}, {list(b.shape)}): the GPU "
-            "accelerator's shader for it does not compile and the output is never written")
+            "accelerator's shader for it does not compile (or its kernel does not build), and the output is "
+            "never written")
 
 
 def gpu_warning(op: Op) -> str | None:
