@@ -23,7 +23,7 @@ from edgevit.export import convert as convert_module
 from edgevit.export.audit import audit
 from edgevit.export.convert import convert
 from edgevit.layers import PrefixTokens
-from edgevit.litert.accelerator import missing_vulkan, run_on_gpu
+from edgevit.litert.accelerator import missing_vulkan, run_on_gpu, unsupported_ops
 from edgevit.litert.flatbuffer import Op, Tensor, read
 from edgevit.litert.gpu_rules import check_gpu, computed_wrongly, constant_operand_warning, quantized_rank_warning
 from tests.helpers import assert_deployable, export_variant
@@ -172,6 +172,16 @@ def test_quantized_operands_of_different_rank_are_flagged_only_in_integer_files(
     assert "shader" in quantized_rank_warning(op("int8", (8,)))
     assert quantized_rank_warning(op("int8", (1, 1, 8))) is None
     assert quantized_rank_warning(op("float32", (8,))) is None
+
+
+def test_ops_left_on_the_cpu_are_read_from_the_accelerator_log():
+    log = """ERROR: Following operations are not supported by GPU delegate:
+BATCH_MATMUL: Not supported batched mat mul case: non-constant tensor
+I0000 00:00:1795456667.398668    5291 delegate_kernel.cc:984] Initializing WebGPU-based API from graph.
+125 operations will run on the GPU, and the remaining 376 operations will run on the CPU.
+RESHAPE: after the list"""
+    assert unsupported_ops(log) == [{"op": "BATCH_MATMUL",
+                                     "reason": "Not supported batched mat mul case: non-constant tensor"}]
 
 
 def run_cli(*args):

@@ -45,6 +45,7 @@ _UNSUPPORTED_HEADER = "Following operations are not supported by GPU delegate"
 _PLACEMENT = re.compile(r"(\d+) operations will run on the GPU, and the remaining (\d+) operations? "
                         r"will run on the CPU")
 _ADAPTER = re.compile(r"Selected adapter: ([^,\n]+)")
+_OP_LINE = re.compile(r"[A-Z][A-Z0-9_]*: ")  # "BATCH_MATMUL: Not supported batched mat mul case: ..."
 _CHILD_ERROR = "edgevit-accelerator-error: "
 _NO_DEVICE = ("No adapters found", "Couldn't load Vulkan", "Failed to load Vulkan")
 # errors LiteRT logs on every run (vendor plugins this install does not have)
@@ -221,12 +222,11 @@ def unsupported_ops(log: str) -> list[dict]:
             listing = True
         elif listing and _PLACEMENT.search(text):
             listing = False
-        elif listing and ":" in text:
+        elif listing and _OP_LINE.match(text):
             op, _, reason = text.partition(":")
-            if op.isupper() or op.replace("_", "").isalnum():
-                entry = {"op": op.strip(), "reason": reason.strip()}
-                if entry not in found:
-                    found.append(entry)
+            entry = {"op": op, "reason": reason.strip()}
+            if entry not in found:
+                found.append(entry)
     return found
 
 
