@@ -66,7 +66,10 @@ def batch1_function(model):
     def forward(images):
         return model(images, training=False)
 
-    return forward.get_concrete_function(tf.TensorSpec(shape, tf.float32, name="images"))
+    from edgevit.quantize.layers import exporting
+
+    with exporting():  # a QAT model traces to the fake-quant ops the converter reads
+        return forward.get_concrete_function(tf.TensorSpec(shape, tf.float32, name="images"))
 
 
 def convert(model, precision: str, calibration: np.ndarray | None = None,

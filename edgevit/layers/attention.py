@@ -11,6 +11,7 @@ import keras
 from keras import layers, ops
 
 from edgevit.layers.conv import DENSE_INIT
+from edgevit.layers.quantize_points import QuantizePoints
 
 
 def softmax(x):
@@ -22,16 +23,12 @@ def softmax(x):
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
-class MultiHeadSelfAttention(keras.layers.Layer):
+class MultiHeadSelfAttention(QuantizePoints, keras.layers.Layer):
     """Multi-head self-attention over ``[B, N, C]`` tokens.
 
     One ``qkv`` projection whose output channels are ordered (q|k|v, head,
     head_dim), as in timm and ml-cvnets, then an output projection.
     """
-
-    # Quantization-aware subclasses (edgevit.quantize.layers) swap in a Dense
-    # that fake-quantizes its kernel and override ``quantize_point``.
-    dense_class = layers.Dense
 
     def __init__(self, dim: int, num_heads: int, attn_dropout: float = 0.0, qkv_bias: bool = True,
                  **kwargs):
@@ -64,11 +61,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attn = mark("scores", tf.linalg.matmul(mark("query_scaled", q * self.scale), keys_t))
         attn = self.dropout(mark("softmax", softmax(attn)), training=training)
         out = ops.transpose(mark("context", tf.linalg.matmul(attn, v)), (0, 2, 1, 3))  # [B, N, heads, head_dim]
-        return mark("output", self.proj(ops.reshape(out, (-1, tokens, self.dim))))
-
-    def quantize_point(self, tag: str, x):
-        """Hook at each op output that changes values (identity here)."""
-        return x
+        return self.proj(ops.reshape(out, (-1, tokens, self.dim)))
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
@@ -76,7 +69,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
-class SeparableSelfAttention(keras.layers.Layer):
+class SeparableSelfAttention(QuantizePoints, keras.layers.Layer):
     """MobileViT v2's linear-cost attention over ``[B, N, P, C]`` patches.
 
     A single query channel scores the N patches (softmax over N, per pixel
@@ -85,8 +78,6 @@ class SeparableSelfAttention(keras.layers.Layer):
     The weighted sum is written as a MEAN times N: MEAN has a fast int8
     kernel and no activation-by-activation matmul is needed.
     """
-
-    dense_class = layers.Dense  # see MultiHeadSelfAttention
 
     def __init__(self, dim: int, attn_dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
@@ -112,11 +103,7 @@ class SeparableSelfAttention(keras.layers.Layer):
         weighted = mark("weighted_keys", ops.multiply(key, scores))
         context = mark("context", mark("context_mean", ops.mean(weighted, axis=1, keepdims=True)) * float(tokens))
         gated = mark("gated", ops.multiply(mark("values", ops.relu(value)), context))
-        return mark("output", self.proj(gated))
-
-    def quantize_point(self, tag: str, x):
-        """Hook at each op output that changes values (identity here)."""
-        return x
+        return self.proj(gated)
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "attn_dropout": self.attn_dropout}

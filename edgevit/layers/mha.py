@@ -12,6 +12,7 @@ import keras
 from keras import ops
 
 from edgevit.layers.attention import softmax
+from edgevit.layers.quantize_points import QuantizePoints
 
 
 def split_heads(x, num_heads: int):
@@ -36,12 +37,14 @@ def merge_heads(x):
     return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, tokens, heads * head_dim))
 
 
-def attention_scores(q, keys_t, scale: float):
+def attention_scores(q, keys_t, scale: float, mark):
     """Softmax(q k^T * scale) of ``[B, heads, Nq, d]`` queries and
-    ``[B, heads, d, Nk]`` keys (:func:`split_heads_transposed`)."""
+    ``[B, heads, d, Nk]`` keys (:func:`split_heads_transposed`); ``mark`` is
+    the calling layer's ``quantize_point``."""
     import tensorflow as tf
 
-    return softmax(tf.linalg.matmul(q * scale, keys_t))
+    scores = mark("scores", tf.linalg.matmul(mark("query_scaled", q * scale), keys_t))
+    return mark("softmax", softmax(scores))
 
 
 def apply_scores(scores, v):
@@ -51,7 +54,7 @@ def apply_scores(scores, v):
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
-class HeadAttention(keras.layers.Layer):
+class HeadAttention(QuantizePoints, keras.layers.Layer):
     """Multi-head attention of projected ``[q, k, v]`` token tensors
     (``[B, Nq, C]``, ``[B, Nk, C]``, ``[B, Nk, C]``) -> ``[B, Nq, C]``;
     no weights of its own. ``scale`` defaults to head_dim ** -0.5."""
@@ -63,7 +66,8 @@ class HeadAttention(keras.layers.Layer):
     def call(self, inputs):
         q, k, v = inputs
         scale = self.scale if self.scale is not None else (q.shape[-1] // self.num_heads) ** -0.5
-        scores = attention_scores(split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads), scale)
+        scores = attention_scores(split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads), scale,
+                                  self.quantize_point)
         return merge_heads(apply_scores(scores, split_heads(v, self.num_heads)))
 
     def compute_output_shape(self, input_shapes):

@@ -10,9 +10,11 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from edgevit.layers.quantize_points import QuantizePoints
+
 
 @keras.saving.register_keras_serializable(package="edgevit")
-class LayerNorm(keras.layers.Layer):
+class LayerNorm(QuantizePoints, keras.layers.Layer):
     """Normalise over ``axes`` with a per-channel scale and shift.
 
     ``axes=(-1,)`` is the transformer LayerNorm; ``axes=(1, 2, 3)`` is
@@ -36,18 +38,15 @@ class LayerNorm(keras.layers.Layer):
     def normalise(self, x, q):
         """The LayerNorm with ``q(tag, tensor)`` applied at each op output.
 
-        Every op here becomes one TFLite op; ``q`` is :meth:`quantize_point`
-        (identity here; edgevit.quantize.layers fake-quantizes there)."""
+        Every op here becomes one TFLite op and gamma and beta its constant
+        operands; ``q`` is :meth:`quantize_point`."""
         centred = q("centred", ops.subtract(x, q("mean", ops.mean(x, axis=self.axes, keepdims=True))))
         variance = q("variance", ops.mean(q("square", ops.multiply(centred, centred)),
                                           axis=self.axes, keepdims=True))
         inv_std = q("rsqrt", ops.rsqrt(q("variance_eps", ops.add(variance, self.epsilon))))
         normalised = q("normalised", ops.multiply(centred, inv_std))
-        return q("output", ops.add(q("scaled", ops.multiply(normalised, self.gamma)), self.beta))
-
-    def quantize_point(self, tag: str, x):
-        """Hook at each op output; quantization-aware subclasses override it."""
-        return x
+        scaled = q("scaled", ops.multiply(normalised, q("gamma", self.gamma)))
+        return ops.add(scaled, q("beta", self.beta))
 
     def get_config(self):
         return {**super().get_config(), "axes": list(self.axes), "epsilon": self.epsilon}

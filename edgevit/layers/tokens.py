@@ -12,6 +12,7 @@ import numpy as np
 from keras import layers, ops
 
 from edgevit.layers.conv import DENSE_INIT
+from edgevit.layers.quantize_points import QuantizePoints
 from edgevit.resample import bicubic_matrix, resample_grid
 
 
@@ -20,7 +21,7 @@ from edgevit.resample import bicubic_matrix, resample_grid
 # --------------------------------------------------------------------------
 
 @keras.saving.register_keras_serializable(package="edgevit")
-class BicubicResize(keras.layers.Layer):
+class BicubicResize(QuantizePoints, keras.layers.Layer):
     """Resize ``[B, H, W, C]`` maps to ``size`` with PyTorch's bicubic
     interpolation, as two constant matrix products (along H, then W).
 
@@ -40,11 +41,12 @@ class BicubicResize(keras.layers.Layer):
     def call(self, x):
         import tensorflow as tf
 
-        x = ops.transpose(x, (0, 3, 2, 1))                       # [B, C, W, H]
-        x = tf.linalg.matmul(x, tf.constant(self._mh_t))          # [B, C, W, H']
-        x = ops.transpose(x, (0, 1, 3, 2))                       # [B, C, H', W]
-        x = tf.linalg.matmul(x, tf.constant(self._mw_t))          # [B, C, H', W']
-        return ops.transpose(x, (0, 2, 3, 1))                    # [B, H', W', C]
+        mark = self.quantize_point
+        x = ops.transpose(x, (0, 3, 2, 1))                                            # [B, C, W, H]
+        x = mark("rows", tf.linalg.matmul(x, mark("matrix_h", tf.constant(self._mh_t))))  # [B, C, W, H']
+        x = ops.transpose(x, (0, 1, 3, 2))                                            # [B, C, H', W]
+        x = tf.linalg.matmul(x, mark("matrix_w", tf.constant(self._mw_t)))               # [B, C, H', W']
+        return ops.transpose(x, (0, 2, 3, 1))                                         # [B, H', W', C]
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], *self.size, input_shape[-1])
@@ -124,7 +126,7 @@ class PrefixTokens(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
-class PositionEmbedding(keras.layers.Layer):
+class PositionEmbedding(QuantizePoints, keras.layers.Layer):
     """Adds a learned absolute position embedding named ``pos_embed``.
 
     ``layout="tokens"``: ``[1, num_prefix + h*w, C]`` added to ``[B, N, C]``
@@ -156,11 +158,13 @@ class PositionEmbedding(keras.layers.Layer):
                                          initializer=keras.initializers.TruncatedNormal(stddev=self.std))
 
     def call(self, x):
+        q = self.quantize_point
         if isinstance(x, (list, tuple)):
             prefix, grid = x
             pos = ops.convert_to_tensor(self.pos_embed, grid.dtype)
-            return [ops.add(prefix, pos[:, :self.num_prefix]), ops.add(grid, pos[:, self.num_prefix:])]
-        return ops.add(x, ops.convert_to_tensor(self.pos_embed, x.dtype))
+            return [ops.add(prefix, q("prefix_embedding", pos[:, :self.num_prefix])),
+                    ops.add(grid, q("embedding", pos[:, self.num_prefix:]))]
+        return ops.add(x, q("embedding", ops.convert_to_tensor(self.pos_embed, x.dtype)))
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -25,7 +25,9 @@ from keras import layers, ops
 from edgevit.layers import (PositionEmbedding, PrefixTokens, drop_path_rates, patch_embed,
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
-from edgevit.layers.mha import apply_scores, merge_heads, softmax, split_heads, split_heads_transposed
+from edgevit.layers.mha import (apply_scores, attention_scores, merge_heads, softmax, split_heads,
+                                split_heads_transposed)
+from edgevit.layers.quantize_points import QuantizePoints
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, builder_options, register_model
 
@@ -44,15 +46,17 @@ def relative_indices(grid: int) -> np.ndarray:
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
-class GatedPositionalSelfAttention(keras.layers.Layer):
+class GatedPositionalSelfAttention(QuantizePoints, keras.layers.Layer):
+    # pos_proj stays a float Dense under QAT: it acts on constant offsets, so
+    # the converter folds it into the (then quantized) positional scores.
     def __init__(self, dim: int, num_heads: int, locality_strength: float = 1.0, qkv_bias: bool = False,
                  **kwargs):
         super().__init__(**kwargs)
         self.dim, self.num_heads = dim, num_heads
         self.locality_strength, self.qkv_bias = locality_strength, qkv_bias
-        self.qk = layers.Dense(2 * dim, use_bias=qkv_bias, kernel_initializer=DENSE_INIT, name="qk")
-        self.v = layers.Dense(dim, use_bias=qkv_bias, kernel_initializer=DENSE_INIT, name="v")
-        self.proj = layers.Dense(dim, kernel_initializer=DENSE_INIT, name="proj")
+        self.qk = self.dense_class(2 * dim, use_bias=qkv_bias, kernel_initializer=DENSE_INIT, name="qk")
+        self.v = self.dense_class(dim, use_bias=qkv_bias, kernel_initializer=DENSE_INIT, name="v")
+        self.proj = self.dense_class(dim, kernel_initializer=DENSE_INIT, name="proj")
         self.pos_proj = layers.Dense(num_heads, kernel_initializer=DENSE_INIT, name="pos_proj")
 
     def build(self, input_shape):
@@ -77,27 +81,29 @@ class GatedPositionalSelfAttention(keras.layers.Layer):
         self.pos_proj.kernel.assign(kernel * self.locality_strength)
 
     def call(self, x):
+        mark = self.quantize_point
         tokens = x.shape[1]
         grid = int(round(tokens ** 0.5))
-        qk = self.qk(x)
-        q, k = ops.split(qk, 2, axis=-1)
-        q, keys_t = split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads)
-        import tensorflow as tf
-
-        content = softmax(tf.linalg.matmul(q * (self.dim // self.num_heads) ** -0.5, keys_t))
+        q, k = ops.split(mark("qk", self.qk(x)), 2, axis=-1)
+        content = attention_scores(split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads),
+                                   (self.dim // self.num_heads) ** -0.5, mark)
         rel = ops.convert_to_tensor(relative_indices(grid).reshape(1, tokens * tokens, 3))
         position = ops.reshape(self.pos_proj(rel), (1, tokens, tokens, self.num_heads))
-        position = softmax(ops.transpose(position, (0, 3, 1, 2)))  # image-independent: folded
+        # image-independent, so the converter folds it into a constant operand
+        position = mark("position", softmax(ops.transpose(position, (0, 3, 1, 2))))
         gate = ops.reshape(ops.sigmoid(self.gating_param), (1, self.num_heads, 1, 1))
         # (1 - g) content + g position, applied to v term by term: the mixed
         # map would hold the peaked positional weights (~1) and the diffuse
         # content weights (~1/N) in one int8 scale, which rounds the content
         # part away (measured: logits cosine 0.92 at 224); each product is a
         # weighted mean of v, so the two terms share a scale without loss.
-        values = self.v(x)
-        out = ops.add(ops.multiply(apply_scores(content, split_heads(values, self.num_heads)), 1.0 - gate),
-                      ops.multiply(self.positional_context(position, values), gate))
-        return self.proj(merge_heads(out))
+        values = mark("v", self.v(x))
+        v = split_heads(values, self.num_heads)
+        content = mark("content_gated", ops.multiply(mark("content_context", apply_scores(content, v)),
+                                                     mark("content_gate", 1.0 - gate)))
+        position = mark("position_context", self.positional_context(position, values))
+        position = mark("position_gated", ops.multiply(position, mark("position_gate", gate)))
+        return self.proj(merge_heads(mark("mixed", ops.add(content, position))))
 
     def positional_context(self, position, values):
         """``position @ v`` per head, ``[B, heads, N, d]``, written as

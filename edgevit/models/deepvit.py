@@ -26,6 +26,7 @@ from edgevit.layers import (DropPath, LayerNorm, PositionEmbedding, PrefixTokens
                             mlp, to_tokens)
 from edgevit.layers.conv import BN_EPSILON, BN_MOMENTUM, DENSE_INIT
 from edgevit.layers.mha import apply_scores, attention_scores, merge_heads, split_heads, split_heads_transposed
+from edgevit.layers.quantize_points import QuantizePoints
 from edgevit.layers.transformer import join_groups, split_groups
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, builder_options, register_model
@@ -37,7 +38,7 @@ DIM, HEADS, DEPTH, RE_ATTENTION_BLOCKS, MLP_RATIO, PATCH_SIZE = 396, 12, 16, 5, 
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
-class ReAttention(keras.layers.Layer):
+class ReAttention(QuantizePoints, keras.layers.Layer):
     """Multi-head self-attention (timm ``qkv`` layout) whose softmax maps
     are mixed across heads by ``reatten_matrix`` and normalised by
     ``var_norm`` when ``apply_transform``."""
@@ -46,28 +47,40 @@ class ReAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         self.dim, self.num_heads, self.apply_transform = dim, num_heads, apply_transform
         self.scale = (dim // num_heads) ** -0.5
-        self.qkv = layers.Dense(3 * dim, kernel_initializer=DENSE_INIT, name="qkv")
-        self.proj = layers.Dense(dim, kernel_initializer=DENSE_INIT, name="proj")
+        self.qkv = self.dense_class(3 * dim, kernel_initializer=DENSE_INIT, name="qkv")
+        self.proj = self.dense_class(dim, kernel_initializer=DENSE_INIT, name="proj")
         if apply_transform:
-            self.reatten_matrix = layers.Dense(num_heads, name="reatten_matrix")
-            self.var_norm = layers.BatchNormalization(epsilon=BN_EPSILON, momentum=BN_MOMENTUM, name="var_norm")
+            self.reatten_matrix = self.dense_class(num_heads, name="reatten_matrix")
+            self.var_norm = self.head_norm()
 
     def build(self, input_shape):
         self.qkv.build(input_shape)
         self.proj.build((*input_shape[:-1], self.dim))
         if self.apply_transform:
             self.reatten_matrix.build((None, None, None, self.num_heads))
-            self.var_norm.build((None, None, None, self.num_heads))
+            if self.var_norm is not None:
+                self.var_norm.build((None, None, None, self.num_heads))
 
     def call(self, x, training=None):
-        q, k, v = ops.split(self.qkv(x), 3, axis=-1)
+        mark = self.quantize_point
+        q, k, v = ops.split(mark("qkv", self.qkv(x)), 3, axis=-1)
         attn = attention_scores(split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads),
-                                self.scale)
+                                self.scale, mark)
         if self.apply_transform:
             mixed = ops.transpose(attn, (0, 2, 3, 1))          # heads as channels
-            mixed = self.var_norm(self.reatten_matrix(mixed), training=training)
-            attn = ops.transpose(mixed, (0, 3, 1, 2)) * self.scale
-        return self.proj(merge_heads(apply_scores(attn, split_heads(v, self.num_heads))))
+            mixed = mark("mixed", self.mix_heads(mixed, training))
+            attn = mark("mixed_scaled", ops.transpose(mixed, (0, 3, 1, 2)) * self.scale)
+        context = mark("context", apply_scores(attn, split_heads(v, self.num_heads)))
+        return self.proj(merge_heads(context))
+
+    def head_norm(self):
+        """The BatchNorm after the head mixing (quantization-aware training
+        folds it into ``reatten_matrix`` and has none)."""
+        return layers.BatchNormalization(epsilon=BN_EPSILON, momentum=BN_MOMENTUM, name="var_norm")
+
+    def mix_heads(self, attn, training=None):
+        mixed = self.reatten_matrix(attn)
+        return mixed if self.var_norm is None else self.var_norm(mixed, training=training)
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,

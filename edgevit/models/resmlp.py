@@ -17,6 +17,7 @@ from keras import layers, ops
 
 from edgevit.layers import drop_path_rates, mlp, patch_embed
 from edgevit.layers.conv import DENSE_INIT
+from edgevit.layers.quantize_points import QuantizePoints
 from edgevit.layers.tokens import DropPath
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, image_input, mean_pool_head, transpose_tokens
 from edgevit.registry import Preprocessing, builder_options, register_model
@@ -27,7 +28,7 @@ DIM, PATCH_SIZE, MLP_RATIO = 384, 16, 4
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
-class Affine(keras.layers.Layer):
+class Affine(QuantizePoints, keras.layers.Layer):
     """ResMLP's normalisation: ``alpha * x + beta`` per channel."""
 
     def build(self, input_shape):
@@ -35,11 +36,12 @@ class Affine(keras.layers.Layer):
         self.beta = self.add_weight(name="beta", shape=(input_shape[-1],), initializer="zeros")
 
     def call(self, x):
-        return ops.add(ops.multiply(x, self.alpha), self.beta)
+        q = self.quantize_point
+        return ops.add(q("scaled", ops.multiply(x, q("alpha", self.alpha))), q("beta", self.beta))
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
-class LayerScale(keras.layers.Layer):
+class LayerScale(QuantizePoints, keras.layers.Layer):
     """Per-channel learned scale of a residual branch (``ls1``/``ls2``)."""
 
     def __init__(self, init_value: float = 1e-4, **kwargs):
@@ -51,7 +53,7 @@ class LayerScale(keras.layers.Layer):
                                      initializer=keras.initializers.Constant(self.init_value))
 
     def call(self, x):
-        return ops.multiply(x, self.gamma)
+        return ops.multiply(x, self.quantize_point("gamma", self.gamma))
 
     def get_config(self):
         return {**super().get_config(), "init_value": self.init_value}

@@ -23,40 +23,90 @@ computes in training what the int8 file computes on the phone.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+import inspect
+
 import keras
+import numpy as np
 from keras import ops
 
+from edgevit.errors import EdgevitError
 from edgevit.layers.attention import MultiHeadSelfAttention, SeparableSelfAttention
+from edgevit.layers.mha import HeadAttention
 from edgevit.layers.norm import LayerNorm
+from edgevit.layers.tokens import BicubicResize, PositionEmbedding
+from edgevit.models.convit import GatedPositionalSelfAttention
+from edgevit.models.deepvit import ReAttention
+from edgevit.models.resmlp import Affine, LayerScale
 
 PACKAGE = "edgevit.qat"
 # TFLite fixes the int8 output of LOGISTIC and SOFTMAX to scale 1/256,
 # zero point -128: the range [0, 255/256].
 UNIT_RANGE = (0.0, 255.0 / 256.0)
+# TANH: scale 1/128, zero point 0.
+FIXED_OUTPUT_RANGES = {"sigmoid": UNIT_RANGE, "softmax": UNIT_RANGE, "tanh": (-1.0, 127.0 / 128.0)}
 DEFAULT_MOMENTUM = 0.99
 # A range narrower than this is widened (a constant-zero tensor still gets
 # a valid scale).
 MIN_RANGE_WIDTH = 1e-6
 
 
+_EXPORTING = contextvars.ContextVar("edgevit_qat_exporting", default=False)
+
+
+@contextlib.contextmanager
+def exporting():
+    """While a QAT model is traced for the TFLite converter: quantizers emit
+    only the fake-quant ops the converter reads ranges from, without the
+    emulation of LiteRT's kernel arithmetic (which would convert to ops)."""
+    token = _EXPORTING.set(True)
+    try:
+        yield
+    finally:
+        _EXPORTING.reset(token)
+
+
 def _fake_quant(x, lo, hi, **kwargs):
     return keras.quantizers.fake_quant_with_min_max_vars(x, lo, hi, num_bits=8, **kwargs)
 
 
-def fake_quant_kernel(kernel, channel_axis: int):
-    """Per-output-channel symmetric int8 (narrow range) fake quantization."""
-    axes = [a for a in range(len(kernel.shape)) if a != channel_axis % len(kernel.shape)]
-    bound = ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel), axis=axes), 1e-8))
-    return _fake_quant(kernel, -bound, bound, narrow_range=True, axis=channel_axis)
+def scale_and_zero_point(lo, hi):
+    """The int8 scale and zero point of the range [lo, hi], nudged as the
+    fake-quant op and the converter do (zero exactly representable)."""
+    scale = (hi - lo) / 255.0
+    return scale, ops.clip(ops.round(-128.0 - lo / scale), -128.0, 127.0)
 
 
-def round_kernel_to_grid(kernel):
-    """The per-output-channel (last axis) symmetric int8 grid, with a
-    straight-through gradient; for Dense kernels (see the module docstring)."""
-    axes = list(range(len(kernel.shape) - 1))
-    scale = ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel), axis=axes, keepdims=True), 1e-8) / 127.0)
-    rounded = ops.clip(ops.round(kernel / scale), -127.0, 127.0) * scale
-    return kernel + ops.stop_gradient(rounded - kernel)
+def batch_matmul_requantized(x, lhs, rhs, lo, hi):
+    """What LiteRT writes for ``x``, the float product of int8 operands with
+    quantization ``lhs`` and ``rhs`` ([scale, zero point] each), into a
+    tensor with range [lo, hi].
+
+    With XNNPACK (LiteRT's default CPU kernels), an int8 BATCH_MATMUL whose
+    second operand has zero point 0 runs in XNNPACK, which rounds once, as a
+    fake-quant does. Any other runs in LiteRT's builtin kernel, which
+    rescales the int32 accumulator by M = lhs * rhs / out in two rounding
+    steps: a fixed-point multiply that rounds to 2^-shift of an output step
+    (M = m * 2^-shift, m in [0.5, 1)), then a shift that rounds half away
+    from zero. A value up to 2^-(shift+1) steps below a rounding midpoint
+    thus rounds up where a fake-quant rounds down (about 0.4% of an
+    attention layer's scores). The arithmetic runs in float64: accumulator
+    times 2^shift exceeds float32's integers."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    once = _fake_quant(x, lo, hi)
+    product_scale = lhs[0] * rhs[0]
+    multiplier = product_scale / scale
+    steps = ops.cast(ops.exp2(-ops.floor(ops.log2(multiplier)) - 1.0), "float64")  # 2^shift
+    multiplier = ops.cast(multiplier, "float64")
+    accumulator = ops.round(ops.cast(x, "float64") / ops.cast(product_scale, "float64"))
+    fine = ops.floor(accumulator * multiplier * steps + 0.5)
+    rounded = ops.sign(fine) * ops.floor(ops.abs(fine) / steps + 0.5)
+    zero_point = ops.cast(zero_point, "float64")
+    twice = ops.cast((ops.clip(rounded + zero_point, -128.0, 127.0) - zero_point) * ops.cast(scale, "float64"),
+                     x.dtype)
+    return ops.where(ops.equal(rhs[1], 0.0), once, twice)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -68,162 +118,375 @@ class ActivationQuantizer(keras.layers.Layer):
     updated while training and while ``observing`` (calibration, where the
     input passes through unquantized); at inference the stored range is used.
     ``fixed_range`` pins the range (TFLite's fixed output ranges).
+
+    One quantizer can serve several tensors that LiteRT keeps at one scale
+    (the inputs of a CONCATENATION): each is a call with its own ``slot``,
+    tracked separately, and all are quantized to the union of the slots'
+    ranges.
     """
 
     observing = False  # set on instances by edgevit.quantize.qat.calibrate
 
-    def __init__(self, momentum: float = DEFAULT_MOMENTUM, fixed_range=None, **kwargs):
+    def __init__(self, momentum: float = DEFAULT_MOMENTUM, fixed_range=None, slots: int = 1, **kwargs):
         super().__init__(**kwargs)
         self.momentum = float(momentum)
         self.fixed_range = None if fixed_range is None else (float(fixed_range[0]), float(fixed_range[1]))
+        self.slots = int(slots)
         if self.fixed_range is None:
-            self.range_min = self.add_weight(name="range_min", shape=(), initializer="zeros",
+            self.range_min = self.add_weight(name="range_min", shape=(self.slots,), initializer="zeros",
                                              trainable=False, aggregation="mean")
-            self.range_max = self.add_weight(name="range_max", shape=(), initializer="zeros",
+            self.range_max = self.add_weight(name="range_max", shape=(self.slots,), initializer="zeros",
                                              trainable=False, aggregation="mean")
-            self.batches_seen = self.add_weight(name="batches_seen", shape=(), initializer="zeros",
+            self.batches_seen = self.add_weight(name="batches_seen", shape=(self.slots,), initializer="zeros",
                                                 trainable=False, aggregation="only_first_replica")
         self.built = True
 
     def build(self, input_shape):
         self.built = True
 
-    def call(self, x, training=None):
-        if self.fixed_range is not None:
-            return _fake_quant(x, *self.fixed_range)
-        if training or self.observing:
-            self._track(x)
+    def call(self, x, training=None, slot: int = 0, lhs=None, rhs=None, with_params: bool = False):
+        """``lhs``, ``rhs``: the operands' [scale, zero point] when ``x`` is
+        the output of a BATCH_MATMUL, whose kernel may round differently (see
+        :func:`batch_matmul_requantized`). ``with_params``: also return
+        [scale, zero point], for the layers that read ``x`` (their int32
+        bias, their BATCH_MATMUL)."""
+        if self.fixed_range is None and (training or self.observing):
+            self._track(x, slot)
         if self.observing:
-            return x
-        lo, hi = self.quantization_range()
-        return _fake_quant(x, lo, hi)
+            quantized = x
+        else:
+            lo, hi = self.quantization_range()
+            quantized = _fake_quant(x, lo, hi)
+            if lhs is not None and not _EXPORTING.get():
+                exact = batch_matmul_requantized(x, lhs, rhs, lo, hi)
+                quantized = quantized + ops.stop_gradient(exact - quantized)
+        return (quantized, self.params()) if with_params else quantized
 
     def quantization_range(self):
-        lo = ops.minimum(self.range_min, 0.0)
-        hi = ops.maximum(ops.maximum(self.range_max, 0.0), lo + MIN_RANGE_WIDTH)
+        if self.fixed_range is not None:
+            return self.fixed_range
+        lo = ops.minimum(ops.min(self.range_min), 0.0)
+        hi = ops.maximum(ops.maximum(ops.max(self.range_max), 0.0), lo + MIN_RANGE_WIDTH)
         return lo, hi
 
-    def _track(self, x):
+    def params(self):
+        """[scale, zero point] of the int8 tensor."""
+        return ops.stack(scale_and_zero_point(*(ops.convert_to_tensor(v, "float32")
+                                                for v in self.quantization_range())))
+
+    def _track(self, x, slot: int):
         x = ops.stop_gradient(ops.cast(x, "float32"))
         finite = ops.isfinite(x)
         values = ops.where(finite, x, ops.zeros_like(x))
         batch_min, batch_max = ops.min(values), ops.max(values)
+        this_slot = ops.logical_and(ops.arange(self.slots) == slot, ops.any(finite))
         seen = self.batches_seen
         rate = ops.minimum(self.momentum, seen / (seen + 1.0))
-        usable = ops.any(finite)
-        new_min = ops.where(usable, rate * self.range_min + (1.0 - rate) * batch_min, self.range_min)
-        new_max = ops.where(usable, rate * self.range_max + (1.0 - rate) * batch_max, self.range_max)
-        self.range_min.assign(new_min)
-        self.range_max.assign(new_max)
-        self.batches_seen.assign(seen + ops.cast(usable, "float32"))
+        self.range_min.assign(ops.where(this_slot, rate * self.range_min + (1.0 - rate) * batch_min, self.range_min))
+        self.range_max.assign(ops.where(this_slot, rate * self.range_max + (1.0 - rate) * batch_max, self.range_max))
+        self.batches_seen.assign(seen + ops.cast(this_slot, "float32"))
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_spec(self, x, with_params: bool = False, **kwargs):
+        spec = keras.KerasTensor(x.shape, x.dtype)
+        return (spec, keras.KerasTensor((2,), "float32")) if with_params else spec
 
     def get_config(self):
-        return {**super().get_config(), "momentum": self.momentum,
+        return {**super().get_config(), "momentum": self.momentum, "slots": self.slots,
                 "fixed_range": None if self.fixed_range is None else list(self.fixed_range)}
 
 
+class IntegerAccumulation:
+    """Mixin for the layers with an int8 kernel: their output as the int8
+    kernel accumulates it, a whole number of steps of input scale x channel
+    weight scale, with the bias rounded to such steps (int32, as the
+    converter rounds it). A float32 sum of on-grid products misses that grid
+    by a few ulps, enough to round the other way at the next fake-quant now
+    and then; on the grid, the QAT model and the int8 file agree.
+
+    The input's [scale, zero point] come with the call (``input_params``)
+    or, inside a quantization-aware layer, from ``input_params_source``,
+    which that layer sets."""
+
+    input_params_source = None
+
+    def accumulated(self, products, kernel_bound, input_params):
+        """``products``: the layer's output before the bias."""
+        if input_params is None and self.input_params_source is not None:
+            input_params = self.input_params_source()
+        outputs = ops.add(products, self.bias) if self.use_bias else products
+        if input_params is None or _EXPORTING.get():
+            return outputs
+        step = input_params[0] * kernel_bound / 127.0
+        exact = ops.round(products / step) * step
+        if self.use_bias:
+            exact = exact + ops.round(self.bias / step) * step
+        return outputs + ops.stop_gradient(exact - outputs)
+
+
+def kernel_bound(kernel, channel_axis: int):
+    """The per-output-channel max |kernel|: the narrow int8 range of each channel is [-bound, bound]."""
+    axes = [a for a in range(len(kernel.shape)) if a != channel_axis % len(kernel.shape)]
+    return ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel), axis=axes), 1e-8))
+
+
+def fake_quant_kernel(kernel, channel_axis: int):
+    """Per-output-channel symmetric int8 (narrow range) fake quantization."""
+    bound = kernel_bound(kernel, channel_axis)
+    return _fake_quant(kernel, -bound, bound, narrow_range=True, axis=channel_axis)
+
+
+def round_kernel_to_grid(kernel, reduced_axes=None):
+    """The per-output-channel symmetric int8 grid (channels: every axis but
+    ``reduced_axes``, by default the last axis of a Dense kernel), with a
+    straight-through gradient (see the module docstring)."""
+    axes = list(range(len(kernel.shape) - 1)) if reduced_axes is None else list(reduced_axes)
+    scale = ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel), axis=axes, keepdims=True), 1e-8)) / 127.0
+    rounded = ops.clip(ops.round(kernel / scale), -127.0, 127.0) * scale
+    return kernel + ops.stop_gradient(rounded - kernel)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class QuantConv2D(keras.layers.Conv2D):
+class QuantConv2D(IntegerAccumulation, keras.layers.Conv2D):
     """Conv2D with a per-output-channel fake-quantized kernel (BatchNorm
     already folded into kernel and bias)."""
 
-    def convolution_op(self, inputs, kernel):
-        return super().convolution_op(inputs, fake_quant_kernel(kernel, -1))
+    def call(self, inputs, input_params=None):
+        products = self.convolution_op(inputs, fake_quant_kernel(self.kernel, -1))
+        return self.accumulated(products, kernel_bound(self.kernel, -1), input_params)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class QuantDepthwiseConv2D(keras.layers.DepthwiseConv2D):
+class QuantDepthwiseConv2D(IntegerAccumulation, keras.layers.DepthwiseConv2D):
     """DepthwiseConv2D with a per-channel fake-quantized kernel. TFLite keeps
     a depthwise kernel as [1, kh, kw, C * multiplier], quantized along the
-    last axis; here that is axis 2 (input channels) for multiplier 1."""
+    last axis: here the kernel's last two axes, flattened."""
 
-    def call(self, inputs):
-        kernel = self.kernel
-        if self.depth_multiplier == 1:
-            kernel = fake_quant_kernel(kernel, 2)
-        else:
-            shape = kernel.shape
-            flat = ops.reshape(kernel, (shape[0], shape[1], 1, shape[2] * shape[3]))
-            kernel = ops.reshape(fake_quant_kernel(flat, -1), shape)
-        outputs = ops.depthwise_conv(inputs, kernel, strides=self.strides, padding=self.padding,
-                                     dilation_rate=self.dilation_rate, data_format=self.data_format)
-        if self.use_bias:
-            outputs = ops.add(outputs, ops.reshape(self.bias, (1,) * (len(outputs.shape) - 1) + (-1,)))
-        if self.activation is not None:
-            outputs = self.activation(outputs)
-        return outputs
+    def call(self, inputs, input_params=None):
+        shape = self.kernel.shape
+        flat = ops.reshape(self.kernel, (shape[0], shape[1], 1, shape[2] * shape[3]))
+        kernel = ops.reshape(fake_quant_kernel(flat, -1), shape)
+        products = ops.depthwise_conv(inputs, kernel, strides=self.strides, padding=self.padding,
+                                      dilation_rate=self.dilation_rate, data_format=self.data_format)
+        return self.accumulated(products, kernel_bound(flat, -1), input_params)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class QuantDense(keras.layers.Dense):
+class QuantDense(IntegerAccumulation, keras.layers.Dense):
     """Dense with its kernel on the per-output-channel int8 grid."""
 
-    def call(self, inputs, training=None):
-        outputs = ops.matmul(inputs, round_kernel_to_grid(self.kernel))
-        if self.use_bias:
-            outputs = ops.add(outputs, self.bias)
-        if self.activation is not None:
-            outputs = self.activation(outputs)
-        return outputs
+    def call(self, inputs, training=None, input_params=None):
+        products = ops.matmul(inputs, round_kernel_to_grid(self.kernel))
+        return self.accumulated(products, kernel_bound(self.kernel, -1), input_params)
+
+
+class QuantizedPoints:
+    """Mixin for the quantization-aware form of a layer with
+    ``quantize_point`` hooks (see ``edgevit.layers.quantize_points``).
+
+    Every tag is one of:
+
+    - an op output (``TAGS``): a tracked range, or the fixed range LiteRT
+      gives that op (``FIXED``: LOGISTIC, SOFTMAX);
+    - a constant operand (``CONSTANTS``: a LayerNorm's gamma, a position
+      embedding): per-tensor int8 with the range of its own values and zero,
+      which is how the converter quantizes a constant operand of MUL or ADD;
+    - a constant matrix that the converter turns into FULLY_CONNECTED
+      weights (``KERNELS``, with the axes its output channels do not run
+      along): the per-output-channel grid of a Dense kernel.
+
+    ``MATMULS`` names, for each op output that is a BATCH_MATMUL of two
+    activations, where its operands' scales come from (a tag, or the index
+    of a layer input), so that its quantizer rounds as that kernel does;
+    ``OUTPUT_MATMUL`` the same for a layer output. The layer's own outputs
+    are not among the tags: the QAT rewrite gives every layer output its
+    range.
+
+    A layer called at several places of a model (one LayerNorm over a class
+    token group and a patch group) produces separate int8 tensors at each
+    call, so each call site ``site`` has its own ranges; weights are shared.
+    """
+
+    TAGS: tuple[str, ...] = ()
+    FIXED: dict[str, tuple[float, float]] = {}
+    CONSTANTS: tuple[str, ...] = ()
+    KERNELS: dict[str, tuple[int, ...]] = {}
+    MATMULS: dict[str, tuple[str | int, str | int]] = {}
+    # The layer's last ops, in order, as (op output tag they read, constant
+    # weight operand, the value that makes the op an identity: 1 for MUL, 0
+    # for ADD). Where every op after a tag is an identity (untrained weights
+    # quantize to exactly 1 or 0), the converter folds them away, and the
+    # tag's own range would meet the layer's output range: the tag has none.
+    IDENTITY_TAIL: tuple[tuple[str, str, float], ...] = ()
+    OUTPUT_MATMUL: tuple[str | int, str | int] | None = None
+    # internal Dense -> what it reads: the layer's input i, or the tag of an internal op output
+    DENSE_INPUTS: dict[str, int | str] = {}
+
+    def __init__(self, *args, momentum: float = DEFAULT_MOMENTUM, sites: int = 1, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.momentum, self.sites = momentum, int(sites)
+        self.site, self.input_params = 0, None
+        for site in range(self.sites):
+            for tag in self.point_tags():
+                name = self.quantizer_name(tag, site)
+                setattr(self, name, ActivationQuantizer(momentum, fixed_range=self.fixed_range(tag), name=name))
+        for dense, source in self.DENSE_INPUTS.items():
+            if hasattr(self, dense):
+                getattr(self, dense).input_params_source = functools.partial(self.params_of, source)
+
+    def params_of(self, source):
+        """[scale, zero point] of the layer's input ``source`` (an index) or
+        of its internal op output ``source`` (a tag); None if unknown."""
+        if isinstance(source, str):
+            return self.quantizer(source).params()
+        return self.input_params[source] if self.input_params else None
+
+    def point_tags(self) -> tuple[str, ...]:
+        """The op-output tags this configuration of the layer reaches."""
+        return self.TAGS
+
+    def fixed_range(self, tag: str):
+        return self.FIXED.get(tag)
+
+    def output_range(self):
+        """The range LiteRT fixes for the layer's output (None: tracked)."""
+        return None
+
+    @staticmethod
+    def quantizer_name(tag: str, site: int) -> str:
+        return f"q_{tag}" if site == 0 else f"q{site}_{tag}"
+
+    @classmethod
+    def from_float(cls, layer, momentum: float, sites: int):
+        """The quantization-aware twin of float ``layer`` with its weights."""
+        new = cls.from_config({**layer.get_config(), "momentum": momentum, "sites": sites})
+        new.build_like(layer)
+        copy_weights(layer.weights, own_weights(new), layer.name)
+        return new
+
+    def build_like(self, layer):
+        self.build(layer._build_shapes_dict and next(iter(layer._build_shapes_dict.values())))
+
+    def call(self, inputs, training=None, site: int = 0, input_params=None):
+        """``input_params``: [scale, zero point] of each (flattened) input,
+        for the int32 biases of the Dense layers that read them
+        (``DENSE_INPUTS``) and the BATCH_MATMULs (``MATMULS``)."""
+        self.site, self.input_params = site, input_params
+        return self.float_call(inputs, training)
+
+    def float_call(self, inputs, training):
+        float_call = super().call
+        if "training" in inspect.signature(float_call).parameters:
+            return float_call(inputs, training=training)
+        return float_call(inputs)
+
+    def quantize_point(self, tag: str, x):
+        if tag in self.CONSTANTS:
+            return fake_quant_constant(x)
+        if tag in self.KERNELS:
+            return round_kernel_to_grid(x, self.KERNELS[tag])
+        operands = self.MATMULS.get(tag)
+        if operands is not None:
+            return self.quantizer(tag)(x, lhs=self.params_of(operands[0]), rhs=self.params_of(operands[1]))
+        tail_tags = [t for t, _, _ in self.IDENTITY_TAIL]
+        if tag in tail_tags:
+            return self.unless_identity_follows(self.IDENTITY_TAIL[tail_tags.index(tag):], x)
+        return self.quantizer(tag)(x)
+
+    def unless_identity_follows(self, tail, x):
+        """``x`` quantized at the first tag of ``tail``, or as it is where
+        every op of ``tail`` is an identity (see ``IDENTITY_TAIL``)."""
+        def identity(weight, value):
+            return ops.all(ops.equal(fake_quant_constant(getattr(self, weight)), value))
+
+        quantized = self.quantizer(tail[0][0])(x)
+        if _EXPORTING.get():  # the converter sees the weights as constants: decide while tracing
+            import tensorflow as tf
+
+            with tf.init_scope():
+                return x if all(bool(identity(w, v)) for _, w, v in tail) else quantized
+        folded = identity(*tail[0][1:])
+        for _, weight, value in tail[1:]:
+            folded = ops.logical_and(folded, identity(weight, value))
+        return ops.where(folded, x, quantized)
+
+    def quantizer(self, tag: str):
+        return getattr(self, self.quantizer_name(tag, self.site))
+
+    def get_config(self):
+        return {**super().get_config(), "momentum": self.momentum, "sites": self.sites}
+
+
+def fake_quant_constant(value):
+    """Per-tensor int8 over the value's own range (with zero), as the
+    converter quantizes a constant operand; straight-through gradient."""
+    lo = ops.stop_gradient(ops.minimum(ops.min(value), 0.0))
+    hi = ops.stop_gradient(ops.maximum(ops.maximum(ops.max(value), 0.0), lo + MIN_RANGE_WIDTH))
+    return _fake_quant(value, lo, hi)
+
+
+def own_weights(layer) -> list:
+    """``layer``'s weights without those of its quantizers."""
+    quantizer_weights = {id(w) for sub in layer._flatten_layers() if isinstance(sub, ActivationQuantizer)
+                         for w in sub.weights}
+    return [w for w in layer.weights if id(w) not in quantizer_weights]
+
+
+def copy_weights(source: list, target: list, name: str) -> None:
+    if [tuple(w.shape) for w in source] != [tuple(w.shape) for w in target]:
+        raise EdgevitError(f"The quantization-aware form of layer {name!r} does not hold its weights.")
+    for src, dst in zip(source, target):
+        dst.assign(src)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class QuantActivation(keras.layers.Layer):
+class QuantActivation(QuantizedPoints, keras.layers.Layer):
     """An activation as TFLite computes it in int8.
 
-    SiLU is LOGISTIC (fixed output range) then MUL; sigmoid and softmax have
-    fixed output ranges; any other activation is one op with a tracked
-    output range."""
+    SiLU is LOGISTIC (fixed output range) then MUL; sigmoid, softmax and
+    tanh have LiteRT's fixed output ranges; any other activation is one op
+    with a tracked output range."""
 
-    def __init__(self, activation: str, momentum: float = DEFAULT_MOMENTUM, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, activation: str, **kwargs):
         self.activation = str(activation)
-        self.momentum = momentum
-        fixed = UNIT_RANGE if self.activation in ("sigmoid", "softmax") else None
-        if self.activation in ("silu", "swish"):
-            self.sigmoid_quantizer = ActivationQuantizer(fixed_range=UNIT_RANGE, name="sigmoid")
-        self.output_quantizer = ActivationQuantizer(momentum, fixed_range=fixed, name="output")
+        super().__init__(**kwargs)
 
-    def call(self, x, training=None):
+    @classmethod
+    def from_float(cls, layer, momentum: float, sites: int):
+        return cls(activation_name(layer.get_config()["activation"]), momentum=momentum, sites=sites,
+                   name=layer.name)
+
+    def point_tags(self):
+        return ("sigmoid",) if self.activation in ("silu", "swish") else ()
+
+    def fixed_range(self, tag):
+        return UNIT_RANGE
+
+    def output_range(self):
+        return FIXED_OUTPUT_RANGES.get(self.activation)
+
+    def float_call(self, x, training):
         if self.activation in ("silu", "swish"):
-            y = ops.multiply(x, self.sigmoid_quantizer(ops.sigmoid(x)))
-        else:
-            y = keras.activations.get(self.activation)(x)
-        return self.output_quantizer(y, training=training)
+            return ops.multiply(x, self.quantize_point("sigmoid", ops.sigmoid(x)))
+        return keras.activations.get(self.activation)(x)
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "activation": self.activation, "momentum": self.momentum}
+        return {**super().get_config(), "activation": self.activation}
 
 
-class _QuantizePoints:
-    """Mixin for the edgevit layers with ``quantize_point`` hooks: one
-    ActivationQuantizer per hook (fixed ranges for ``FIXED`` tags)."""
-
-    TAGS: tuple[str, ...] = ()
-    FIXED: dict[str, tuple[float, float]] = {}
-
-    def __init__(self, *args, momentum: float = DEFAULT_MOMENTUM, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.momentum = momentum
-        for tag in self.TAGS:
-            setattr(self, f"q_{tag}", ActivationQuantizer(momentum, fixed_range=self.FIXED.get(tag),
-                                                          name=f"q_{tag}"))
-
-    def quantize_point(self, tag: str, x):
-        return getattr(self, f"q_{tag}")(x)
-
-    def get_config(self):
-        return {**super().get_config(), "momentum": self.momentum}
+def activation_name(activation) -> str:
+    """The name of a Keras activation as a layer config holds it."""
+    if isinstance(activation, str):
+        return activation
+    if isinstance(activation, dict):
+        return activation.get("config", activation.get("class_name", "linear"))
+    return getattr(activation, "__name__", str(activation))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class QuantLayerNorm(_QuantizePoints, LayerNorm):
+class QuantLayerNorm(QuantizedPoints, LayerNorm):
     """LayerNorm with every one of its nine int8 ops fake-quantized.
 
     In int8 the variance (+ epsilon) can round to zero, and TFLite's RSQRT
@@ -236,10 +499,11 @@ class QuantLayerNorm(_QuantizePoints, LayerNorm):
     through RSQRT at rounded, near-zero variances and explodes (seen as NaN
     in the first QAT epoch of MobileViT-v3-XXS at 160 px)."""
 
-    TAGS = ("mean", "centred", "square", "variance", "variance_eps", "rsqrt", "normalised", "scaled",
-            "output")
+    TAGS = ("mean", "centred", "square", "variance", "variance_eps", "rsqrt", "normalised", "scaled")
+    CONSTANTS = ("gamma", "beta")
+    IDENTITY_TAIL = (("normalised", "gamma", 1.0), ("scaled", "beta", 0.0))
 
-    def call(self, x, training=None):
+    def float_call(self, x, training):
         quantized = self.normalise(x, self.quantize_point)
         if not training:
             return quantized
@@ -248,18 +512,126 @@ class QuantLayerNorm(_QuantizePoints, LayerNorm):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class QuantMultiHeadSelfAttention(_QuantizePoints, MultiHeadSelfAttention):
+class QuantMultiHeadSelfAttention(QuantizedPoints, MultiHeadSelfAttention):
     dense_class = QuantDense
-    TAGS = ("qkv", "query_scaled", "scores", "softmax", "context", "output")
+    TAGS = ("qkv", "query_scaled", "scores", "softmax", "context")
     FIXED = {"softmax": UNIT_RANGE}
+    MATMULS = {"scores": ("query_scaled", "qkv"), "context": ("softmax", "qkv")}
+    DENSE_INPUTS = {"qkv": 0, "proj": "context"}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class QuantSeparableSelfAttention(_QuantizePoints, SeparableSelfAttention):
+class QuantSeparableSelfAttention(QuantizedPoints, SeparableSelfAttention):
     dense_class = QuantDense
-    TAGS = ("qkv", "softmax", "weighted_keys", "context_mean", "context", "values", "gated", "output")
+    TAGS = ("qkv", "softmax", "weighted_keys", "context_mean", "context", "values", "gated")
     FIXED = {"softmax": UNIT_RANGE}
+    DENSE_INPUTS = {"qkv": 0, "proj": "gated"}
 
 
-QUANTIZED_CUSTOM = {LayerNorm: QuantLayerNorm, MultiHeadSelfAttention: QuantMultiHeadSelfAttention,
-                    SeparableSelfAttention: QuantSeparableSelfAttention}
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantHeadAttention(QuantizedPoints, HeadAttention):
+    TAGS = ("query_scaled", "scores", "softmax")
+    FIXED = {"softmax": UNIT_RANGE}
+    MATMULS = {"scores": ("query_scaled", 1)}
+    OUTPUT_MATMUL = ("softmax", 2)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantGatedPositionalSelfAttention(QuantizedPoints, GatedPositionalSelfAttention):
+    dense_class = QuantDense
+    TAGS = ("qk", "query_scaled", "scores", "softmax", "v", "content_context", "position_context",
+            "content_gated", "position_gated", "mixed")
+    FIXED = {"softmax": UNIT_RANGE}
+    MATMULS = {"scores": ("query_scaled", "qk"), "content_context": ("softmax", "v")}
+    DENSE_INPUTS = {"qk": 0, "v": 0, "proj": "mixed"}
+    CONSTANTS = ("content_gate", "position_gate")
+    # each head's positional scores are FULLY_CONNECTED weights with the query positions as output channels
+    KERNELS = {"position": (-1,)}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantReAttention(QuantizedPoints, ReAttention):
+    """ReAttention with the head-mixing BatchNorm folded into the head-mixing
+    matrix (one FULLY_CONNECTED in the int8 file)."""
+
+    dense_class = QuantDense
+    TAGS = ("qkv", "query_scaled", "scores", "softmax", "mixed", "mixed_scaled", "context")
+    FIXED = {"softmax": UNIT_RANGE}
+    DENSE_INPUTS = {"qkv": 0, "proj": "context", "reatten_matrix": "softmax"}
+
+    @property
+    def MATMULS(self):  # noqa: N802  (the class attribute of the other quantized layers)
+        return {"scores": ("query_scaled", "qkv"),
+                "context": ("mixed_scaled" if self.apply_transform else "softmax", "qkv")}
+
+    @classmethod
+    def from_float(cls, layer, momentum: float, sites: int):
+        new = cls.from_config({**layer.get_config(), "momentum": momentum, "sites": sites})
+        new.build_like(layer)
+        source = [layer.qkv.kernel, layer.qkv.bias, layer.proj.kernel, layer.proj.bias]
+        target = [new.qkv.kernel, new.qkv.bias, new.proj.kernel, new.proj.bias]
+        if layer.apply_transform:
+            kernel, bias = fold_batchnorm(np.asarray(layer.reatten_matrix.kernel),
+                                          np.asarray(layer.reatten_matrix.bias), layer.var_norm)
+            source += [kernel, bias]
+            target += [new.reatten_matrix.kernel, new.reatten_matrix.bias]
+        copy_weights(source, target, layer.name)
+        return new
+
+    def head_norm(self):
+        return None
+
+    def point_tags(self):
+        return self.TAGS if self.apply_transform else tuple(t for t in self.TAGS if not t.startswith("mixed"))
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantPositionEmbedding(QuantizedPoints, PositionEmbedding):
+    CONSTANTS = ("prefix_embedding", "embedding")
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantBicubicResize(QuantizedPoints, BicubicResize):
+    """The two resampling matrices become FULLY_CONNECTED weights."""
+
+    TAGS = ("rows",)
+    KERNELS = {"matrix_h": (0,), "matrix_w": (0,)}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantAffine(QuantizedPoints, Affine):
+    TAGS = ("scaled",)
+    CONSTANTS = ("alpha", "beta")
+    IDENTITY_TAIL = (("scaled", "beta", 0.0),)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantLayerScale(QuantizedPoints, LayerScale):
+    CONSTANTS = ("gamma",)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantAverage(QuantizedPoints, keras.layers.Average):
+    """The mean of two tensors: ADD, then MUL by 1/2."""
+
+    TAGS = ("sum",)
+
+    def _merge_function(self, inputs):
+        if len(inputs) != 2:
+            raise EdgevitError(f"Layer {self.name!r} averages {len(inputs)} tensors; QAT takes an Average of two.")
+        return ops.multiply(self.quantize_point("sum", ops.add(*inputs)), 0.5)
+
+    def compute_output_spec(self, inputs, **call_options):
+        return super().compute_output_spec(inputs)
+
+
+def fold_batchnorm(kernel: np.ndarray, bias: np.ndarray | None, bn) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel and bias of a layer followed by inference-mode BatchNorm
+    ``bn``, with the BatchNorm folded in (output channels on the last axis)."""
+    channels = bn.moving_mean.shape[0]
+    gamma = np.asarray(bn.gamma, np.float64) if bn.scale else np.ones(channels)
+    beta = np.asarray(bn.beta, np.float64) if bn.center else np.zeros(channels)
+    factor = gamma / np.sqrt(np.asarray(bn.moving_variance, np.float64) + bn.epsilon)
+    shift = beta - np.asarray(bn.moving_mean, np.float64) * factor
+    folded_bias = shift + (np.asarray(bias, np.float64) * factor if bias is not None else 0.0)
+    return (np.asarray(kernel, np.float64) * factor).astype(np.float32), folded_bias.astype(np.float32)

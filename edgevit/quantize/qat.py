@@ -1,35 +1,37 @@
 """Quantization-aware training models, built by rewriting a functional graph.
 
 :func:`quantize_model` walks an edgevit (or any functional Keras) model and
-rebuilds it with fake quantization wherever the int8 TFLite graph has a
-quantized tensor:
+rebuilds it with fake quantization wherever the int8 LiteRT graph has a
+quantized tensor, layer by layer as ``edgevit.quantize.registry`` says:
 
 - model input: the preprocessing's value range (fixed);
 - Conv2D / DepthwiseConv2D (+ the BatchNormalization that follows, folded in)
   and Dense: per-channel int8 kernels, tracked output range;
-- activations (SiLU as LOGISTIC + MUL, fixed 1/256 sigmoid/softmax ranges),
-  residual adds, concatenations, pooling: tracked output ranges;
-- edgevit's LayerNorm and attention layers: their quantization-aware
-  subclasses, with a range at every internal op;
+- activations (SiLU as LOGISTIC + MUL, LiteRT's fixed LOGISTIC, SOFTMAX and
+  TANH output ranges), residual adds, concatenations, pooling: tracked
+  output ranges;
+- edgevit's LayerNorm, attention, token and resampling layers: their
+  quantization-aware subclasses, with a range at every internal op and every
+  constant operand on the int8 grid the converter puts it on;
 - reshapes, splits, padding, dropout, unfold/fold and resizes keep the
-  scale of their input (TFLite requires it), so nothing is inserted.
+  scale of their input (LiteRT requires it), so nothing is inserted.
 
-Layers it does not know are taken as one op with a tracked output range.
-The QAT model keeps the original model's name, so it is still recognised as
-its registered variant, and saves/loads as ``.keras``.
+A layer called at several places (one LayerNorm for a class-token group and
+a patch group) keeps one set of weights and gets ranges per call. A layer
+class the registry does not know is an error naming it. The QAT model keeps
+the original model's name, so it is still recognised as its registered
+variant, and saves/loads as ``.keras``.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
 
 from edgevit.errors import EdgevitError, first_line
+from edgevit.quantize.registry import rule_for, rule_of_quantized
 
-# Layers whose output takes the scale of their input in TFLite (no new range).
-SCALE_PRESERVING = {"InputLayer", "ZeroPadding2D", "Cropping2D", "Dropout", "SpatialDropout2D", "DropPath",
-                    "Reshape", "Flatten", "Permute", "Identity", "Unfold", "Fold", "ResizeBilinear",
-                    "MaxPooling2D", "UpSampling2D", "TokenSlice", "ActivityRegularization"}
 CONV_TYPES = ("Conv2D", "DepthwiseConv2D")
 
 
@@ -46,71 +48,38 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
     initialised from them (see :func:`calibrate`)."""
     import keras
 
-    from edgevit.quantize import layers as q
-
     if is_qat_model(model):
         raise EdgevitError(f"{model.name} is already a quantization-aware model.")
-    if not isinstance(model, keras.Model) or not hasattr(model, "_run_through_graph") \
+    if not isinstance(model, keras.Model) or not hasattr(model, "_nodes_by_depth") \
             or type(model).__name__ not in ("Functional", "Model"):
         raise EdgevitError(f"QAT needs a functional Keras model; {model.name} is a {type(model).__name__}.")
-    if input_range is None:
-        input_range = _preprocessing_range(model)
-    folded_bn = _conv_batchnorm_pairs(model)
-    conv_of_bn = {id(bn): conv for conv, bn in folded_bn}
-    bn_of_conv = {id(conv): bn for conv, bn in folded_bn}
-    input_quantizers: dict[int, object] = {}
-
-    def quantize_inputs(args):
-        def visit(t):
-            if isinstance(t, keras.KerasTensor) and id(t) in new_inputs:
-                if id(t) not in input_quantizers:
-                    input_quantizers[id(t)] = q.ActivationQuantizer(
-                        fixed_range=input_range, name=f"{t.name or 'input'}.quant")(t)
-                return input_quantizers[id(t)]
-            return t
-
-        return keras.tree.map_structure(visit, args)
-
-    def call(layer, *args, **kwargs):
-        args = quantize_inputs(args)
-        kwargs = quantize_inputs(kwargs)
-        kind = type(layer).__name__
-        aq = lambda name: q.ActivationQuantizer(momentum, name=name)  # noqa: E731
-
-        if isinstance(layer, tuple(q.QUANTIZED_CUSTOM)):
-            return _quantized_custom(layer, momentum)(*args, **kwargs)
-        if kind in CONV_TYPES:
-            out = _quantized_conv(layer, bn_of_conv.get(id(layer)))(*args, **kwargs)
-            if id(layer) in bn_of_conv:  # the folded BatchNorm puts the range
-                return out
-            out = aq(f"{layer.name}.quant")(out)
-            return _activation(layer, out, momentum)
-        if kind == "BatchNormalization" and id(layer) in conv_of_bn:
-            return aq(f"{layer.name}.quant")(args[0])
-        if kind == "Dense":
-            out = aq(f"{layer.name}.quant")(_quantized_dense(layer)(*args, **kwargs))
-            return _activation(layer, out, momentum)
-        if kind == "Activation":
-            name = _activation_name(layer.get_config()["activation"])
-            if name == "linear":
-                return args[0]
-            return q.QuantActivation(name, momentum, name=layer.name)(*args, **kwargs)
-        if kind == "Softmax":
-            return q.ActivationQuantizer(fixed_range=q.UNIT_RANGE, name=f"{layer.name}.quant")(
-                _clone(layer)(*args, **kwargs))
-        out = _clone(layer)(*args, **kwargs)
-        if kind in SCALE_PRESERVING:
-            return out
-        return aq(f"{layer.name}.quant")(out)
-
-    new_inputs: dict[int, object] = {}
-    input_tensors = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name) for t in model.inputs]
-    for t in input_tensors:
-        new_inputs[id(t)] = t
+    rules = {id(op): rule_for(op) for op in model.operations}
+    bn_of_conv = {id(conv): bn for conv, bn in _conv_batchnorm_pairs(model)}
+    folded = {id(bn) for bn in bn_of_conv.values()}
+    for layer in model.operations:
+        if rules[id(layer)].ranges == "folded" and id(layer) not in folded:
+            raise EdgevitError(f"BatchNormalization {layer.name!r} does not directly follow a convolution "
+                               "that feeds only it; QAT folds BatchNorm into that convolution.")
+    ranges = _RangePlan(model, rules, bn_of_conv, momentum,
+                        _preprocessing_range(model) if input_range is None else input_range)
+    rewrite = _Rewrite(model, rules, bn_of_conv, momentum)
     try:
-        qat = keras.models.clone_model(model, input_tensors=input_tensors if len(input_tensors) > 1
-                                       else input_tensors[0], clone_function=lambda layer: layer,
-                                       call_function=call)
+        tensors, inputs = {}, []
+        for t in model.inputs:
+            inputs.append(keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name))
+            tensors[id(t)] = ranges.quantize(t, inputs[-1])
+        for depth in sorted(model._nodes_by_depth, reverse=True):
+            for node in model._nodes_by_depth[depth]:
+                if node.is_input:
+                    continue
+                args, kwargs = node.arguments.fill_in(tensors)
+                input_params = [ranges.params.get(id(t)) for t in keras.tree.flatten((args, kwargs))]
+                outputs = keras.tree.flatten(rewrite(node.operation, args, kwargs, input_params))
+                matmul = rewrite.output_matmul(node.operation, input_params)
+                for old, new in zip(node.outputs, outputs):
+                    tensors[id(old)] = ranges.quantize(old, new, input_params[0], matmul)
+        outputs = keras.tree.pack_sequence_as(model._outputs_struct, [tensors[id(t)] for t in model.outputs])
+        qat = keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=model.name)
     except EdgevitError:
         raise
     except Exception as err:
@@ -118,6 +87,186 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
     if calibration is not None:
         calibrate(qat, calibration, batch_size=batch_size)
     return qat
+
+
+class _Rewrite:
+    """Calls the quantization-aware form of each layer (one per float layer,
+    shared by all its call sites); the outputs are quantized by _RangePlan."""
+
+    def __init__(self, model, rules, bn_of_conv, momentum: float):
+        self.rules, self.bn_of_conv, self.momentum = rules, bn_of_conv, momentum
+        self.sites = Counter(id(node.operation) for nodes in model._nodes_by_depth.values() for node in nodes
+                             if not node.is_input)
+        self.calls: Counter = Counter()
+        self.replacements: dict = {}
+
+    def output_matmul(self, layer, input_params):
+        """[scale, zero point] of the operands of the BATCH_MATMUL that
+        writes the output of ``layer``'s quantization-aware form, if one
+        does: (lhs, rhs)."""
+        new = self.replacements.get(id(layer))
+        operands = getattr(new, "OUTPUT_MATMUL", None)
+        if operands is None:
+            return None
+        return tuple(input_params[source] if isinstance(source, int) else _range_params(new.fixed_range(source))
+                     for source in operands)
+
+    def replacement(self, key, build):
+        if key not in self.replacements:
+            self.replacements[key] = build()
+        return self.replacements[key]
+
+    def __call__(self, layer, args, kwargs, input_params: list):
+        """``input_params``: [scale, zero point] of each (flattened) input, or None."""
+
+        from edgevit.quantize import layers as q
+
+        rule = self.rules[id(layer)]
+        site = self.calls[id(layer)]
+        self.calls[id(layer)] += 1
+        sites = self.sites[id(layer)]
+        if rule.ranges == "folded":
+            return args[0]
+        if rule.ranges == "points":
+            new = self.replacement(id(layer), lambda: rule.quantized_class.from_float(layer, self.momentum, sites))
+            return new(*args, site=site, input_params=input_params, **kwargs)
+        kind = type(layer).__name__
+        if kind in CONV_TYPES:
+            new = self.replacement(id(layer), lambda: _quantized_conv(layer, self.bn_of_conv.get(id(layer))))
+            out = new(*args, input_params=input_params[0], **kwargs)
+        elif kind == "Dense":
+            new = self.replacement(id(layer), lambda: _quantized_dense(layer))
+            out = new(*args, input_params=input_params[0], **kwargs)
+        else:
+            out = self.replacement(id(layer), lambda: _clone(layer))(*args, **kwargs)
+        activation = _activation(layer)
+        if activation in (None, "linear"):
+            return out
+        out = q.ActivationQuantizer(self.momentum, name=f"{layer.name}.quant" + (f".{site}" if site else ""))(out)
+        act = self.replacement((id(layer), "act"), lambda: q.QuantActivation(
+            activation, momentum=self.momentum, sites=sites, name=f"{layer.name}.act"))
+        return act(out, site=site)
+
+
+class _RangePlan:
+    """Where the rewritten graph gets an activation range, and which.
+
+    Every tensor an op writes gets one (the model input the preprocessing's,
+    fixed, and LiteRT's fixed output ranges stay fixed), except outputs that
+    keep their input's scale ("input" rules) and a convolution output whose
+    BatchNorm is folded in (the BatchNorm output has it). The tensors that
+    LiteRT keeps at one scale (the inputs and output of a CONCATENATION,
+    traced back through scale-keeping ops) share one quantizer, a slot each:
+    with ranges of their own, the converter would requantize some of them
+    with a kernel of its choice, and the int8 file would no longer compute
+    what the QAT model computes.
+    """
+
+    def __init__(self, model, rules, bn_of_conv, momentum: float, input_range):
+        self.momentum = momentum
+        self.needs_range: dict[int, tuple] = {}   # tensor id -> (name, fixed range or None)
+        for t in model.inputs:
+            self.needs_range[id(t)] = (f"{t.name or 'input'}.quant", tuple(input_range))
+        node_counts: Counter = Counter()
+        shared = []
+        for depth in sorted(model._nodes_by_depth, reverse=True):
+            for node in model._nodes_by_depth[depth]:
+                layer = node.operation
+                if node.is_input:
+                    continue
+                rule = rules[id(layer)]
+                site = node_counts[id(layer)]
+                node_counts[id(layer)] += 1
+                if rule.ranges == "shared":
+                    shared.append(node)
+                if rule.ranges == "input" or id(layer) in bn_of_conv:
+                    continue
+                fixed = _output_fixed_range(layer, rule)
+                # a Dense or Conv2D with an activation: its own output range is "NAME.quant"
+                base = f"{layer.name}.act" if _activation(layer) not in (None, "linear") else layer.name
+                for index, t in enumerate(node.outputs):
+                    name = f"{base}.quant" + (str(index) if len(node.outputs) > 1 else "") + \
+                           (f".{site}" if site else "")
+                    self.needs_range[id(t)] = (name, fixed)
+        self.group_of: dict[int, int] = {}
+        self.members: dict[int, list] = {}
+        for node in shared:
+            self._join([*(_scale_source(t, rules) for t in node.input_tensors), *node.outputs])
+        self.quantizers: dict[int, object] = {}
+        self.params: dict[int, object] = {}   # id(rewritten tensor) -> its [scale, zero point]
+
+    def _join(self, tensors):
+        roots = {self._root(id(t)) for t in tensors}
+        root = min(roots)
+        for other in roots - {root}:
+            self.group_of[other] = root
+
+    def _root(self, key: int) -> int:
+        while self.group_of.get(key, key) != key:
+            key = self.group_of[key]
+        return key
+
+    def quantize(self, old, new, input_params=None, matmul=None):
+        """``new`` (the rewritten ``old``) with its range applied, if it has
+        one; its [scale, zero point] go to ``params`` (those of the op's
+        input, ``input_params``, where the op keeps them). ``matmul``: the
+        operands' when a BATCH_MATMUL writes ``old``."""
+        from edgevit.quantize.layers import ActivationQuantizer
+
+        if id(old) not in self.needs_range:
+            if input_params is not None:
+                self.params[id(new)] = input_params
+            return new
+        root = self._root(id(old))
+        if root not in self.quantizers:
+            members = [k for k in self.needs_range if self._root(k) == root]
+            name = self.needs_range[members[0]][0]
+            fixed = next((self.needs_range[k][1] for k in members if self.needs_range[k][1] is not None), None)
+            self.quantizers[root] = ActivationQuantizer(self.momentum, fixed_range=fixed, slots=len(members),
+                                                        name=name)
+            self.members[root] = members
+        lhs, rhs = matmul or (None, None)
+        quantized, params = self.quantizers[root](new, slot=self.members[root].index(id(old)), with_params=True,
+                                                  lhs=lhs, rhs=rhs)
+        self.params[id(quantized)] = params
+        return quantized
+
+
+def _scale_source(tensor, rules):
+    """The tensor whose scale ``tensor`` has in LiteRT: back through ops
+    that keep their input's scale."""
+    while True:
+        history = getattr(tensor, "_keras_history", None)
+        if history is None:
+            return tensor
+        layer = history.operation
+        node = layer._inbound_nodes[history.node_index]
+        if rules.get(id(layer)) is None or rules[id(layer)].ranges not in ("input", "shared") \
+                or len(node.input_tensors) != 1:
+            return tensor
+        tensor = node.input_tensors[0]
+
+
+def _range_params(fixed_range) -> list[float]:
+    """[scale, zero point] of a fixed range."""
+    lo, hi = fixed_range
+    scale = (hi - lo) / 255.0
+    return [scale, float(round(-128.0 - lo / scale))]
+
+
+def _activation(layer) -> str | None:
+    """The name of the activation in ``layer``'s config, if it has one."""
+    from edgevit.quantize.layers import activation_name
+
+    activation = layer.get_config().get("activation")
+    return None if activation is None else activation_name(activation)
+
+
+def _output_fixed_range(layer, rule):
+    from edgevit.quantize.layers import FIXED_OUTPUT_RANGES
+
+    activation = _activation(layer)
+    return rule.fixed_range if activation is None else FIXED_OUTPUT_RANGES.get(activation)
 
 
 def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, max_batches: int | None = None) -> int:
@@ -155,31 +304,48 @@ def quantization_ranges(qat_model) -> dict[str, tuple[float, float]]:
     from edgevit.quantize.layers import ActivationQuantizer
 
     ranges = {}
-    for layer in _all_layers(qat_model):
+    for path, layer in _layer_paths(qat_model):
         if isinstance(layer, ActivationQuantizer):
             if layer.fixed_range is not None:
-                ranges[layer.path] = layer.fixed_range
+                ranges[path] = layer.fixed_range
             else:
                 lo, hi = layer.quantization_range()
-                ranges[layer.path] = (float(lo), float(hi))
+                ranges[path] = (float(lo), float(hi))
     return ranges
+
+
+def per_channel_weights(qat_model) -> list[str]:
+    """Paths of the weights that are int8 per output channel (every other
+    weight is a per-tensor int8 constant)."""
+    paths = {}
+    for path, layer in _layer_paths(qat_model):
+        rule = rule_of_quantized(layer)
+        for attribute in rule.per_channel if rule else ():
+            paths[f"{path}/{attribute.replace('.', '/')}"] = True
+    return list(paths)
 
 
 # --- graph helpers -----------------------------------------------------------------------------
 
-def _all_layers(model):
+def _layer_paths(model):
+    """(path, layer) of every layer and nested layer of ``model``, once each;
+    a path joins the layer names from the model down (``blocks.0.norm1/q_mean``)."""
     seen = set()
 
-    def walk(layer):
+    def walk(layer, path):
         if id(layer) in seen:
             return
         seen.add(id(layer))
-        yield layer
+        yield path, layer
         for sub in getattr(layer, "_layers", []) or []:
-            yield from walk(sub)
+            yield from walk(sub, f"{path}/{sub.name}")
 
     for layer in model.layers:
-        yield from walk(layer)
+        yield from walk(layer, layer.name)
+
+
+def _all_layers(model):
+    return (layer for _, layer in _layer_paths(model))
 
 
 def _producer(tensor):
@@ -209,21 +375,8 @@ def _conv_batchnorm_pairs(model) -> list:
     return pairs
 
 
-def _activation_name(activation) -> str:
-    if isinstance(activation, str):
-        return activation
-    if isinstance(activation, dict):
-        return activation.get("config", activation.get("class_name", "linear"))
-    return getattr(activation, "__name__", str(activation))
-
-
-def _activation(layer, out, momentum):
-    from edgevit.quantize.layers import QuantActivation
-
-    name = _activation_name(layer.get_config().get("activation", "linear"))
-    if name in (None, "linear"):
-        return out
-    return QuantActivation(name, momentum, name=f"{layer.name}.act")(out)
+def _input_shape(layer):
+    return layer._inbound_nodes[0].input_tensors[0].shape
 
 
 def _clone(layer):
@@ -231,35 +384,24 @@ def _clone(layer):
 
 
 def _quantized_conv(conv, bn):
-    from edgevit.quantize.layers import QuantConv2D, QuantDepthwiseConv2D
+    from edgevit.quantize.layers import QuantConv2D, QuantDepthwiseConv2D, fold_batchnorm
 
     config = conv.get_config()
     config["activation"] = None
     depthwise = type(conv).__name__ == "DepthwiseConv2D"
-    kernel = np.asarray(conv.get_weights()[0], np.float64)
-    bias = np.asarray(conv.get_weights()[1], np.float64) if conv.use_bias else None
+    kernel = np.asarray(conv.kernel)
+    bias = np.asarray(conv.bias) if conv.use_bias else None
     if bn is not None:
-        gamma, beta, mean, var = _batchnorm_params(bn)
-        factor = gamma / np.sqrt(var + bn.epsilon)
-        if depthwise:
-            kernel = kernel * factor.reshape(kernel.shape[2], kernel.shape[3])
-        else:
-            kernel = kernel * factor
-        bias = (beta - mean * factor) + (bias * factor if bias is not None else 0.0)
+        shape = kernel.shape
+        # a depthwise kernel's output channels are its last two axes (channel, multiplier)
+        flat = kernel.reshape(*shape[:2], 1, shape[2] * shape[3]) if depthwise else kernel
+        flat, bias = fold_batchnorm(flat, bias, bn)
+        kernel = flat.reshape(shape)
         config["use_bias"] = True
-    cls = QuantDepthwiseConv2D if depthwise else QuantConv2D
-    new = cls.from_config(config)
-    new.build(conv.input.shape)
-    weights = [kernel.astype(np.float32)] + ([bias.astype(np.float32)] if config["use_bias"] else [])
-    new.set_weights(weights)
+    new = (QuantDepthwiseConv2D if depthwise else QuantConv2D).from_config(config)
+    new.build(_input_shape(conv))
+    new.set_weights([kernel] + ([bias] if config["use_bias"] else []))
     return new
-
-
-def _batchnorm_params(bn):
-    channels = bn.moving_mean.shape[0]
-    gamma = np.asarray(bn.gamma, np.float64) if bn.scale else np.ones(channels)
-    beta = np.asarray(bn.beta, np.float64) if bn.center else np.zeros(channels)
-    return gamma, beta, np.asarray(bn.moving_mean, np.float64), np.asarray(bn.moving_variance, np.float64)
 
 
 def _quantized_dense(dense):
@@ -268,31 +410,9 @@ def _quantized_dense(dense):
     config = dense.get_config()
     config["activation"] = None
     new = QuantDense.from_config(config)
-    new.build(dense.input.shape)
+    new.build(_input_shape(dense))
     new.set_weights(dense.get_weights())
     return new
-
-
-def _quantized_custom(layer, momentum):
-    from edgevit.quantize.layers import QUANTIZED_CUSTOM
-
-    cls = next(c for base, c in QUANTIZED_CUSTOM.items() if type(layer) is base)
-    new = cls.from_config({**layer.get_config(), "momentum": momentum})
-    new.build(layer.input.shape)
-    for src, dst in zip(_own_weights(layer), _own_weights(new)):
-        dst.assign(src)
-    return new
-
-
-def _own_weights(layer):
-    """Trainable parameters and non-quantizer state, in a stable order."""
-    out = []
-    for w in layer.weights:
-        owner = w.path.split("/")[-2] if "/" in w.path else ""
-        if owner.startswith("q_") or "range_" in w.name or w.name == "batches_seen":
-            continue
-        out.append(w)
-    return out
 
 
 def _preprocessing_range(model) -> tuple[float, float]:

@@ -1,0 +1,24 @@
+"""The hooks through which quantization-aware training reaches inside a layer.
+
+A layer whose ``call`` runs several ops that each become an op of their own
+in a LiteRT file marks every such op output with ``quantize_point(tag, x)``
+and every weight that enters an op as a constant operand (a LayerNorm's
+gamma, a position embedding) with ``quantize_point(tag, weight)`` too. Here
+both are the identity, so float models are unchanged; the quantization-aware
+subclasses in ``edgevit.quantize.layers`` fake-quantize at each tag, which is
+what an int8 file computes there. Internal projections are built with
+``dense_class``, which those subclasses replace by a Dense with an int8
+kernel.
+"""
+from __future__ import annotations
+
+from keras import layers
+
+
+class QuantizePoints:
+    """Mixin for layers with internal ops (see the module docstring)."""
+
+    dense_class = layers.Dense
+
+    def quantize_point(self, tag: str, x):
+        return x
