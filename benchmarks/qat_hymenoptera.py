@@ -1,13 +1,21 @@
-"""Float vs post-training int8 vs QAT int8 on hymenoptera (ants/bees).
+"""Float vs post-training int8 vs QAT int8 on hymenoptera (ants/bees), and
+how exactly a QAT model predicts its int8 file.
 
-Usage: python benchmarks/qat_hymenoptera.py [--data ../shared/data/hymenoptera]
-       [--model mobilevit_v3_xxs] [--size 160] [--epochs 30] [--qat-epochs 10] [--out DIR]
+Usage:
+  python benchmarks/qat_hymenoptera.py [--data ../shared/data/hymenoptera]
+      [--model mobilevit_v3_xxs] [--size 160] [--epochs 30] [--qat-epochs 10] [--out DIR]
+  python benchmarks/qat_hymenoptera.py --families [--size 64] [--epochs 6] [--qat-epochs 2]
 
 Runs the same steps as the CLI (`edgevit finetune`, `edgevit convert --int8`,
-`edgevit qat`, `edgevit eval`) in one process and prints one Markdown table:
-top-1 on the val split of the float model, the post-training int8 file
-(calibrated on train images) and the QAT int8 file (trained ranges), plus
-the QAT Keras-vs-int8 agreement on the val images (LiteRT XNNPACK).
+`edgevit qat`, `edgevit eval`) in one process, from random initialisation:
+float training, post-training int8 (64 train images calibrate), QAT (ranges
+calibrated on the same images, then trained), the QAT model's int8 file
+(its trained ranges, no calibration images). Every file runs on LiteRT's
+XNNPACK kernels, as phones run it. Reported on the val split: top-1 of each,
+and QAT Keras vs its int8 file: images whose top-1 differs, mean logit
+cosine. ``--families`` does this for the smallest variant of every family at
+a small input size (each at least its patch grid) and prints one Markdown
+row per family; without it, one model in detail.
 """
 from __future__ import annotations
 
@@ -22,25 +30,23 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
+# The smallest registered variant of every family.
+FAMILIES = ("mobilevit_v1_xxs", "mobilevit_v2_050", "mobilevit_v3_xxs", "vit_tiny16", "deit_tiny", "deepvit_s",
+            "convit_tiny", "crossvit_tiny", "pit_ti", "cvt_13", "mixer_s16", "resmlp_12")
 
-def main(argv=None) -> int:
-    root = Path(__file__).resolve().parents[1]
-    p = argparse.ArgumentParser()
-    p.add_argument("--data", default=str(root.parent / "shared" / "data" / "hymenoptera"))
-    p.add_argument("--model", default="mobilevit_v3_xxs")
-    p.add_argument("--size", type=int, default=160)
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--qat-epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--qat-lr", type=float, default=2e-4)
-    p.add_argument("--multiscale", default="")
-    p.add_argument("--out", default="/tmp/edgevit-qat-hymenoptera")
-    args = p.parse_args(argv)
 
+def smallest_size(name: str, size: int) -> int:
+    """``size`` rounded up to an input size ``name`` takes."""
+    from edgevit.registry import get_spec
+
+    multiple = get_spec(name).input_size_multiple
+    return -(-size // multiple) * multiple
+
+
+def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, batch_size: int, lr: float,
+        qat_lr: float) -> dict:
     import keras
 
-    from edgevit.train.metrics import accuracy_report
     from edgevit.export.agreement import agreement
     from edgevit.export.convert import convert
     from edgevit.export.graph import describe
@@ -48,76 +54,112 @@ def main(argv=None) -> int:
     from edgevit.models.batchnorm import recalibrate_batchnorm
     from edgevit.quantize.qat import calibrate, quantize_model
     from edgevit.registry import create_model, get_spec
-    from edgevit.train.data import find_dataset, load_split
+    from edgevit.train.data import load_split
     from edgevit.train.loop import TrainConfig, Trainer
+    from edgevit.train.metrics import accuracy_report
 
     keras.utils.set_random_seed(0)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    spec = get_spec(args.model)
-    pre = spec.preprocessing_at(args.size)
-    ds = find_dataset(args.data)
-    sizes = [int(s) for s in args.multiscale.split(",") if s]
-    train, _ = load_split(ds.train, pre, max([args.size, *sizes]))
-    val, _ = load_split(ds.val, pre, args.size)
-    classes = len(ds.classes)
-    x_val = val.eval_batch(np.arange(len(val)), args.size)
-    x_cal = train.eval_batch(np.random.default_rng(0).permutation(len(train))[:64], args.size)
-    print(f"{len(train)} train / {len(val)} val images, {classes} classes", flush=True)
+    started = time.perf_counter()
+    pre = get_spec(name).preprocessing_at(size)
+    train, _ = load_split(data.train, pre, size)
+    val, _ = load_split(data.val, pre, size)
+    x_val = val.eval_batch(np.arange(len(val)), size)
+    x_cal = train.eval_batch(np.random.default_rng(0).permutation(len(train))[:64], size)
+    classes = len(data.classes)
 
     def top1(logits):
-        return accuracy_report(np.asarray(logits), val.labels, ds.classes)["top1"]
+        return accuracy_report(np.asarray(logits), val.labels, data.classes)["top1"]
 
     def val_metric(model):
         return {"val_top1": top1(model.predict(x_val, batch_size=32, verbose=0))}
 
-    model = create_model(args.model, num_classes=classes, input_size=args.size)
-    recalibrate_batchnorm(model, x_cal)
-    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, sizes=sizes,
-                      warmup_epochs=min(2.0, args.epochs / 10), checkpoint_dir=str(out / "float.ckpt"))
-    Trainer(model, lambda s: create_model(args.model, num_classes=classes, input_size=s), args.size, cfg).fit(
-        train, val_metric)
+    def run_file(content: bytes, stem: str):
+        path = out / f"{stem}.tflite"
+        path.write_bytes(content)
+        return run_in_child(path, x_val, num_threads=2)
+
+    model = create_model(name, num_classes=classes, input_size=size)
+    if any(type(layer).__name__ == "BatchNormalization" for layer in model.layers):
+        recalibrate_batchnorm(model, x_cal)
+    cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, warmup_epochs=min(2.0, epochs / 10),
+                      checkpoint_dir=str(out / "float.ckpt"))
+    Trainer(model, lambda s: create_model(name, num_classes=classes, input_size=s), size, cfg).fit(train, val_metric)
     model.save(out / "float.keras")
     float_logits = model.predict(x_val, batch_size=32, verbose=0)
-    t_float = time.perf_counter()
-
-    ptq = convert(model, "int8", x_cal, "int8")
-    (out / "ptq_int8.tflite").write_bytes(ptq)
-    ptq_logits = run_in_child(out / "ptq_int8.tflite", x_val, num_threads=2)
+    ptq_logits = run_file(convert(model, "int8", x_cal, "int8"), "ptq_int8")
 
     qat = quantize_model(model, input_range=pre.value_range)
     calibrate(qat, x_cal)
     calibrated_top1 = top1(qat.predict(x_val, batch_size=32, verbose=0))
-    qcfg = TrainConfig(epochs=args.qat_epochs, batch_size=args.batch_size, lr=args.qat_lr,
-                       checkpoint_dir=str(out / "qat.ckpt"))
-    Trainer(qat, None, args.size, qcfg).fit(train, val_metric)
+    qcfg = TrainConfig(epochs=qat_epochs, batch_size=batch_size, lr=qat_lr, checkpoint_dir=str(out / "qat.ckpt"))
+    Trainer(qat, None, size, qcfg).fit(train, val_metric)
     qat.save(out / "qat.keras")
     qat_logits = qat.predict(x_val, batch_size=32, verbose=0)
     content = convert(qat, "int8", None, "int8")
-    floats = describe(content).float_ops()
-    (out / "qat_int8.tflite").write_bytes(content)
-    qat_int8_logits = run_in_child(out / "qat_int8.tflite", x_val, num_threads=2)
+    qat_int8_logits = run_file(content, "qat_int8")
     agree = agreement(qat_logits, qat_int8_logits)
-
-    rows = {
-        "float (Keras)": top1(float_logits),
-        "post-training int8 (64 train images)": top1(ptq_logits),
-        "QAT Keras (fake-quant)": top1(qat_logits),
-        "QAT int8 (trained ranges)": top1(qat_int8_logits),
+    result = {
+        "model": name, "input_size": size, "epochs": epochs, "qat_epochs": qat_epochs, "val_images": len(val),
+        "top1": {"float": top1(float_logits), "ptq_int8": top1(ptq_logits), "qat_keras": top1(qat_logits),
+                 "qat_int8": top1(qat_int8_logits)},
+        "qat_after_calibration_top1": calibrated_top1,
+        "qat_vs_int8": {"images_disagreeing": int((qat_logits.argmax(1) != qat_int8_logits.argmax(1)).sum()),
+                        "top1_agreement": agree["top1_agreement"], "cosine_mean": agree["cosine_mean"],
+                        "cosine_min": agree["cosine_min"], "max_abs_logit_error": agree["max_abs_logit_error"]},
+        "qat_int8_float_ops": len(describe(content).float_ops()),
+        "minutes": round((time.perf_counter() - started) / 60, 1),
     }
-    result = {"model": args.model, "input_size": args.size, "epochs": args.epochs, "qat_epochs": args.qat_epochs,
-              "multiscale": sizes, "val_images": len(val), "top1": rows,
-              "qat_after_calibration_top1": calibrated_top1,
-              "qat_vs_int8_agreement": agree, "qat_int8_float_ops": len(floats),
-              "minutes": {"float_training": round((t_float - t0) / 60, 1),
-                          "total": round((time.perf_counter() - t0) / 60, 1)}}
     (out / "result.json").write_text(json.dumps(result, indent=2))
-    print(f"\n| {args.model} @ {args.size}px, hymenoptera val ({len(val)} images) | top-1 |\n|---|---|")
-    for k, v in rows.items():
-        print(f"| {k} | {v:.1%} |")
-    print(f"\nQAT Keras vs QAT int8 (XNNPACK): top-1 agreement {agree['top1_agreement']:.1%}, "
-          f"logit cosine mean {agree['cosine_mean']:.5f}")
+    return result
+
+
+def table_row(r: dict) -> str:
+    t, a = r["top1"], r["qat_vs_int8"]
+    return (f"| `{r['model']}` | {r['input_size']} | {r['epochs']} + {r['qat_epochs']} | {t['float']:.1%} | "
+            f"{t['ptq_int8']:.1%} | {t['qat_int8']:.1%} | {a['images_disagreeing']} of {r['val_images']} | "
+            f"{a['cosine_mean']:.4f} | {r['minutes']} |")
+
+
+TABLE_HEADER = ("| model | input | epochs (float + QAT) | float top-1 | post-training `--int8` top-1 | "
+                "QAT int8 top-1 | QAT Keras vs int8: top-1 differs | mean logit cosine | minutes |\n"
+                "|---|---|---|---|---|---|---|---|---|")
+
+
+def main(argv=None) -> int:
+    root = Path(__file__).resolve().parents[1]
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", default=str(root.parent / "shared" / "data" / "hymenoptera"))
+    p.add_argument("--families", action="store_true", help="The smallest variant of every family, one row each.")
+    p.add_argument("--model", default="mobilevit_v3_xxs")
+    p.add_argument("--size", type=int, default=None, help="Input size (default: 160; 64 with --families).")
+    p.add_argument("--epochs", type=int, default=None, help="Float epochs (default: 30; 6 with --families).")
+    p.add_argument("--qat-epochs", type=int, default=None, help="QAT epochs (default: 10; 2 with --families).")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=2e-3, help="Float training peak learning rate.")
+    p.add_argument("--qat-lr", type=float, default=2e-4)
+    p.add_argument("--out", default="/tmp/edgevit-qat-hymenoptera")
+    args = p.parse_args(argv)
+
+    from edgevit.train.data import find_dataset
+
+    data = find_dataset(args.data)
+    out = Path(args.out)
+    if args.families:
+        size, epochs, qat_epochs = args.size or 64, args.epochs or 6, args.qat_epochs or 2
+        rows = []
+        print(TABLE_HEADER, flush=True)
+        for name in FAMILIES:
+            result = run(name, smallest_size(name, size), epochs, qat_epochs, data, out / name,
+                         batch_size=args.batch_size, lr=args.lr, qat_lr=args.qat_lr)
+            rows.append(result)
+            print(table_row(result), flush=True)
+        (out / "families.json").write_text(json.dumps(rows, indent=2))
+        print(f"\n{TABLE_HEADER}\n" + "\n".join(table_row(r) for r in rows))
+        return 0
+    result = run(args.model, args.size or 160, args.epochs or 30, args.qat_epochs or 10, data, out / args.model,
+                 batch_size=args.batch_size, lr=args.lr, qat_lr=args.qat_lr)
+    print(f"\n{TABLE_HEADER}\n{table_row(result)}")
     print(json.dumps(result, indent=2))
     return 0
 

@@ -330,6 +330,16 @@ def test_every_family_trains_saves_and_converts_with_trained_ranges(name, photos
     qat.save(tmp_path / f"{name}_qat.keras")
     reloaded = load_model(tmp_path / f"{name}_qat.keras")
     np.testing.assert_array_equal(predict(reloaded, x[:2]), predict(qat, x[:2]))
-    summary = describe(convert(reloaded, "int8", None, "int8"))
+    content = convert(reloaded, "int8", None, "int8")
+    summary = describe(content)
     assert not summary.float_ops(), [op.name for op in summary.float_ops()]
     assert summary.input["dtype"] == "int8" and "QUANTIZE" not in summary.op_histogram
+    # what the class tokens compute before meeting the image is folded into constants
+    assert not [op.name for op in read(content).ops if all(t is None or t.is_const for t in op.inputs)]
+
+
+def test_int8_mixed_conversion_of_a_qat_model_keeps_attention_matmuls_and_softmax_in_float(trained):
+    _, qat, _ = trained
+    summary = describe(convert(qat, "int8_mixed", None))
+    float_ops = {op.name for op in summary.float_ops(allow_io_boundary=True)}
+    assert {"BATCH_MATMUL", "SOFTMAX"} <= float_ops <= {"BATCH_MATMUL", "SOFTMAX", "QUANTIZE", "DEQUANTIZE"}

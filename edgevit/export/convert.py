@@ -54,7 +54,9 @@ def check_io_dtype(precision: str, io_dtype: str) -> None:
                        f"or use --io float32 with --{precision}.")
 
 
-def batch1_function(model):
+def batch1_function(model, float_ops: tuple[str, ...] = ()):
+    """The model as a batch-1 concrete function; a QAT model's quantizers
+    leave the outputs of ``float_ops`` (op kinds) unquantized."""
     import tensorflow as tf
 
     shape = [1, *model.inputs[0].shape[1:]]
@@ -68,7 +70,7 @@ def batch1_function(model):
 
     from edgevit.quantize.layers import exporting
 
-    with exporting():  # a QAT model traces to the fake-quant ops the converter reads
+    with exporting(float_ops):  # a QAT model traces to the fake-quant ops the converter reads
         return forward.get_concrete_function(tf.TensorSpec(shape, tf.float32, name="images"))
 
 
@@ -85,12 +87,19 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
     io_dtype = io_dtype or default_io_dtype(precision)
     check_io_dtype(precision, io_dtype)
 
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([batch1_function(model)], model)
+    from edgevit.quantize.qat import is_qat_model
+
+    qat = is_qat_model(model)
+    float_ops = CPU_FLOAT_OPS if precision == "int8_mixed" else ()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([batch1_function(model, float_ops)], model)
     converter.experimental_lower_to_saved_model = False
     if precision == "fp16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
     elif precision == "dynamic":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif precision == "int8_mixed" and qat:
+        # the trained ranges quantize every op but the CPU_FLOAT_OPS, whose outputs have none
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     elif precision == "int8_mixed":
         return restore_operand_ranks(_convert_mixed(converter, calibration, on_calibration_step, model.name))

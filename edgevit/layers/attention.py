@@ -63,6 +63,9 @@ class MultiHeadSelfAttention(QuantizePoints, keras.layers.Layer):
         out = ops.transpose(mark("context", tf.linalg.matmul(attn, v)), (0, 2, 1, 3))  # [B, N, heads, head_dim]
         return self.proj(ops.reshape(out, (-1, tokens, self.dim)))
 
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
                 "attn_dropout": self.attn_dropout, "qkv_bias": self.qkv_bias}
@@ -104,6 +107,9 @@ class SeparableSelfAttention(QuantizePoints, keras.layers.Layer):
         context = mark("context", mark("context_mean", ops.mean(weighted, axis=1, keepdims=True)) * float(tokens))
         gated = mark("gated", ops.multiply(mark("values", ops.relu(value)), context))
         return self.proj(gated)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "attn_dropout": self.attn_dropout}

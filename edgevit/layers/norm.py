@@ -48,5 +48,8 @@ class LayerNorm(QuantizePoints, keras.layers.Layer):
         scaled = q("scaled", ops.multiply(normalised, q("gamma", self.gamma)))
         return ops.add(scaled, q("beta", self.beta))
 
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
     def get_config(self):
         return {**super().get_config(), "axes": list(self.axes), "epsilon": self.epsilon}

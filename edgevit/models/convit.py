@@ -122,6 +122,9 @@ class GatedPositionalSelfAttention(QuantizePoints, keras.layers.Layer):
                  for h, v_t in enumerate(ops.split(values_t, self.num_heads, axis=1))]
         return ops.transpose(ops.concatenate(heads, axis=1), (0, 1, 3, 2))
 
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
                 "locality_strength": self.locality_strength, "qkv_bias": self.qkv_bias}

@@ -82,6 +82,9 @@ class ReAttention(QuantizePoints, keras.layers.Layer):
         mixed = self.reatten_matrix(attn)
         return mixed if self.var_norm is None else self.var_norm(mixed, training=training)
 
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
                 "apply_transform": self.apply_transform}

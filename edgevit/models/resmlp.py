@@ -39,6 +39,9 @@ class Affine(QuantizePoints, keras.layers.Layer):
         q = self.quantize_point
         return ops.add(q("scaled", ops.multiply(x, q("alpha", self.alpha))), q("beta", self.beta))
 
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
 
 @keras.saving.register_keras_serializable(package="edgevit")
 class LayerScale(QuantizePoints, keras.layers.Layer):
@@ -54,6 +57,9 @@ class LayerScale(QuantizePoints, keras.layers.Layer):
 
     def call(self, x):
         return ops.multiply(x, self.quantize_point("gamma", self.gamma))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
     def get_config(self):
         return {**super().get_config(), "init_value": self.init_value}

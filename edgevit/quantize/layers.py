@@ -53,19 +53,29 @@ DEFAULT_MOMENTUM = 0.99
 MIN_RANGE_WIDTH = 1e-6
 
 
-_EXPORTING = contextvars.ContextVar("edgevit_qat_exporting", default=False)
+_EXPORTING = contextvars.ContextVar("edgevit_qat_exporting", default=None)
 
 
 @contextlib.contextmanager
-def exporting():
+def exporting(float_ops: tuple[str, ...] = ()):
     """While a QAT model is traced for the TFLite converter: quantizers emit
     only the fake-quant ops the converter reads ranges from, without the
-    emulation of LiteRT's kernel arithmetic (which would convert to ops)."""
-    token = _EXPORTING.set(True)
+    emulation of LiteRT's kernel arithmetic (which would convert to ops).
+    The outputs of ``float_ops`` ("BATCH_MATMUL", "SOFTMAX") get no range:
+    the converter leaves those ops in float (``--int8-mixed``)."""
+    token = _EXPORTING.set(frozenset(float_ops))
     try:
         yield
     finally:
         _EXPORTING.reset(token)
+
+
+def _exporting() -> bool:
+    return _EXPORTING.get() is not None
+
+
+def _float_while_exporting(op: str) -> bool:
+    return _exporting() and op in _EXPORTING.get()
 
 
 def _fake_quant(x, lo, hi, **kwargs):
@@ -157,7 +167,7 @@ class ActivationQuantizer(keras.layers.Layer):
         else:
             lo, hi = self.quantization_range()
             quantized = _fake_quant(x, lo, hi)
-            if lhs is not None and not _EXPORTING.get():
+            if lhs is not None and not _exporting():
                 exact = batch_matmul_requantized(x, lhs, rhs, lo, hi)
                 quantized = quantized + ops.stop_gradient(exact - quantized)
         return (quantized, self.params()) if with_params else quantized
@@ -214,7 +224,7 @@ class IntegerAccumulation:
         if input_params is None and self.input_params_source is not None:
             input_params = self.input_params_source()
         outputs = ops.add(products, self.bias) if self.use_bias else products
-        if input_params is None or _EXPORTING.get():
+        if input_params is None or _exporting():
             return outputs
         step = input_params[0] * kernel_bound / 127.0
         exact = ops.round(products / step) * step
@@ -311,6 +321,10 @@ class QuantizedPoints:
     CONSTANTS: tuple[str, ...] = ()
     KERNELS: dict[str, tuple[int, ...]] = {}
     MATMULS: dict[str, tuple[str | int, str | int]] = {}
+    # tag -> the op that writes it, where both that op and the op reading the
+    # tag can stay in float (``--int8-mixed``: BATCH_MATMUL, SOFTMAX): then
+    # the tag has no range, and the converter leaves both ops in float.
+    FLOAT_WHEN_MIXED: dict[str, str] = {}
     # The layer's last ops, in order, as (op output tag they read, constant
     # weight operand, the value that makes the op an identity: 1 for MUL, 0
     # for ADD). Where every op after a tag is an identity (untrained weights
@@ -324,7 +338,7 @@ class QuantizedPoints:
     def __init__(self, *args, momentum: float = DEFAULT_MOMENTUM, sites: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
         self.momentum, self.sites = momentum, int(sites)
-        self.site, self.input_params = 0, None
+        self.site, self.input_params, self.constant = 0, None, False
         for site in range(self.sites):
             for tag in self.point_tags():
                 name = self.quantizer_name(tag, site)
@@ -369,9 +383,17 @@ class QuantizedPoints:
     def call(self, inputs, training=None, site: int = 0, input_params=None):
         """``input_params``: [scale, zero point] of each (flattened) input,
         for the int32 biases of the Dense layers that read them
-        (``DENSE_INPUTS``) and the BATCH_MATMULs (``MATMULS``)."""
+        (``DENSE_INPUTS``) and the BATCH_MATMULs (``MATMULS``); None for an
+        input that is a constant of the graph (see :meth:`constant_outputs`).
+        A call on constants only computes in float: the converter folds it."""
         self.site, self.input_params = site, input_params
+        self.constant = bool(input_params) and all(p is None for p in input_params)
         return self.float_call(inputs, training)
+
+    @classmethod
+    def constant_outputs(cls, constant_inputs: list[bool], outputs: int) -> list[bool]:
+        """Which outputs are constants of the graph, given which inputs are."""
+        return [bool(constant_inputs) and all(constant_inputs)] * outputs
 
     def float_call(self, inputs, training):
         float_call = super().call
@@ -380,6 +402,8 @@ class QuantizedPoints:
         return float_call(inputs)
 
     def quantize_point(self, tag: str, x):
+        if self.constant or (tag in self.FLOAT_WHEN_MIXED and _float_while_exporting(self.FLOAT_WHEN_MIXED[tag])):
+            return x
         if tag in self.CONSTANTS:
             return fake_quant_constant(x)
         if tag in self.KERNELS:
@@ -399,7 +423,7 @@ class QuantizedPoints:
             return ops.all(ops.equal(fake_quant_constant(getattr(self, weight)), value))
 
         quantized = self.quantizer(tail[0][0])(x)
-        if _EXPORTING.get():  # the converter sees the weights as constants: decide while tracing
+        if _exporting():  # the converter sees the weights as constants: decide while tracing
             import tensorflow as tf
 
             with tf.init_scope():
@@ -422,6 +446,19 @@ def fake_quant_constant(value):
     lo = ops.stop_gradient(ops.minimum(ops.min(value), 0.0))
     hi = ops.stop_gradient(ops.maximum(ops.maximum(ops.max(value), 0.0), lo + MIN_RANGE_WIDTH))
     return _fake_quant(value, lo, hi)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ConstantQuantizer(keras.layers.Layer):
+    """A constant of the graph (computed from weights only) where it meets
+    the image's tensors: per-tensor int8 over its own range, as the converter
+    quantizes the constant it folds it into."""
+
+    def call(self, x):
+        return fake_quant_constant(x)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
 
 def own_weights(layer) -> list:
@@ -518,6 +555,7 @@ class QuantMultiHeadSelfAttention(QuantizedPoints, MultiHeadSelfAttention):
     FIXED = {"softmax": UNIT_RANGE}
     MATMULS = {"scores": ("query_scaled", "qkv"), "context": ("softmax", "qkv")}
     DENSE_INPUTS = {"qkv": 0, "proj": "context"}
+    FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL", "softmax": "SOFTMAX"}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -534,6 +572,7 @@ class QuantHeadAttention(QuantizedPoints, HeadAttention):
     FIXED = {"softmax": UNIT_RANGE}
     MATMULS = {"scores": ("query_scaled", 1)}
     OUTPUT_MATMUL = ("softmax", 2)
+    FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL", "softmax": "SOFTMAX"}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -544,6 +583,7 @@ class QuantGatedPositionalSelfAttention(QuantizedPoints, GatedPositionalSelfAtte
     FIXED = {"softmax": UNIT_RANGE}
     MATMULS = {"scores": ("query_scaled", "qk"), "content_context": ("softmax", "v")}
     DENSE_INPUTS = {"qk": 0, "v": 0, "proj": "mixed"}
+    FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL", "softmax": "SOFTMAX"}
     CONSTANTS = ("content_gate", "position_gate")
     # each head's positional scores are FULLY_CONNECTED weights with the query positions as output channels
     KERNELS = {"position": (-1,)}
@@ -558,6 +598,7 @@ class QuantReAttention(QuantizedPoints, ReAttention):
     TAGS = ("qkv", "query_scaled", "scores", "softmax", "mixed", "mixed_scaled", "context")
     FIXED = {"softmax": UNIT_RANGE}
     DENSE_INPUTS = {"qkv": 0, "proj": "context", "reatten_matrix": "softmax"}
+    FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL"}  # the softmax feeds the head-mixing FULLY_CONNECTED
 
     @property
     def MATMULS(self):  # noqa: N802  (the class attribute of the other quantized layers)
@@ -587,7 +628,19 @@ class QuantReAttention(QuantizedPoints, ReAttention):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class QuantPositionEmbedding(QuantizedPoints, PositionEmbedding):
+    """Added to [prefix tokens, patches], the prefix part is a constant sum
+    of constants, folded by the converter."""
+
     CONSTANTS = ("prefix_embedding", "embedding")
+
+    @classmethod
+    def constant_outputs(cls, constant_inputs, outputs):
+        return list(constant_inputs) if outputs == 2 else super().constant_outputs(constant_inputs, outputs)
+
+    def quantize_point(self, tag, x):
+        if tag == "prefix_embedding" and self.input_params and self.input_params[0] is None:
+            return x
+        return super().quantize_point(tag, x)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -63,6 +63,7 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
     ranges = _RangePlan(model, rules, bn_of_conv, momentum,
                         _preprocessing_range(model) if input_range is None else input_range)
     rewrite = _Rewrite(model, rules, bn_of_conv, momentum)
+    constant_operands: dict[int, object] = {}
     try:
         tensors, inputs = {}, []
         for t in model.inputs:
@@ -72,7 +73,11 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
             for node in model._nodes_by_depth[depth]:
                 if node.is_input:
                     continue
-                args, kwargs = node.arguments.fill_in(tensors)
+                operands = tensors
+                if ranges.mixes_constants(node):
+                    operands = {**tensors, **{id(t): _constant_operand(t, tensors, constant_operands)
+                                              for t in node.input_tensors if id(t) in ranges.constant}}
+                args, kwargs = node.arguments.fill_in(operands)
                 input_params = [ranges.params.get(id(t)) for t in keras.tree.flatten((args, kwargs))]
                 outputs = keras.tree.flatten(rewrite(node.operation, args, kwargs, input_params))
                 matmul = rewrite.output_matmul(node.operation, input_params)
@@ -160,6 +165,12 @@ class _RangePlan:
     with ranges of their own, the converter would requantize some of them
     with a kernel of its choice, and the int8 file would no longer compute
     what the QAT model computes.
+
+    Constants of the graph (learned tokens and what is computed from them
+    alone) get no range: the converter folds them in float. Where one meets
+    the image's tensors, it is quantized as the converter quantizes the
+    folded constant: over its own range, or at the scale of the
+    CONCATENATION it joins.
     """
 
     def __init__(self, model, rules, bn_of_conv, momentum: float, input_range):
@@ -167,6 +178,8 @@ class _RangePlan:
         self.needs_range: dict[int, tuple] = {}   # tensor id -> (name, fixed range or None)
         for t in model.inputs:
             self.needs_range[id(t)] = (f"{t.name or 'input'}.quant", tuple(input_range))
+        self.rules = rules
+        self.constant: set[int] = set()   # ids of the tensors that do not depend on the input's values
         node_counts: Counter = Counter()
         shared = []
         for depth in sorted(model._nodes_by_depth, reverse=True):
@@ -177,6 +190,14 @@ class _RangePlan:
                 rule = rules[id(layer)]
                 site = node_counts[id(layer)]
                 node_counts[id(layer)] += 1
+                constant_inputs = [id(t) in self.constant for t in node.input_tensors]
+                if rule.constant_output:
+                    constant_outputs = [True] * len(node.outputs)
+                elif rule.quantized_class is not None and hasattr(rule.quantized_class, "constant_outputs"):
+                    constant_outputs = rule.quantized_class.constant_outputs(constant_inputs, len(node.outputs))
+                else:
+                    constant_outputs = [all(constant_inputs)] * len(node.outputs)
+                self.constant.update(id(t) for t, c in zip(node.outputs, constant_outputs) if c)
                 if rule.ranges == "shared":
                     shared.append(node)
                 if rule.ranges == "input" or id(layer) in bn_of_conv:
@@ -192,8 +213,20 @@ class _RangePlan:
         self.members: dict[int, list] = {}
         for node in shared:
             self._join([*(_scale_source(t, rules) for t in node.input_tensors), *node.outputs])
+        with_image = {self._root(k) for k in self.needs_range if k not in self.constant}
+        for key in [k for k in self.needs_range if k in self.constant and self._root(k) not in with_image]:
+            del self.needs_range[key]
         self.quantizers: dict[int, object] = {}
         self.params: dict[int, object] = {}   # id(rewritten tensor) -> its [scale, zero point]
+
+    def mixes_constants(self, node) -> bool:
+        """Whether ``node`` is one op reading both constants and the image's
+        tensors (a CONCATENATION's constants take its range instead, a layer
+        with quantize points handles them itself)."""
+        if self.rules[id(node.operation)].ranges != "output":
+            return False
+        constant = [id(t) in self.constant for t in node.input_tensors]
+        return any(constant) and not all(constant)
 
     def _join(self, tensors):
         roots = {self._root(id(t)) for t in tensors}
@@ -214,7 +247,7 @@ class _RangePlan:
         from edgevit.quantize.layers import ActivationQuantizer
 
         if id(old) not in self.needs_range:
-            if input_params is not None:
+            if input_params is not None and id(old) not in self.constant:
                 self.params[id(new)] = input_params
             return new
         root = self._root(id(old))
@@ -230,6 +263,16 @@ class _RangePlan:
                                                   lhs=lhs, rhs=rhs)
         self.params[id(quantized)] = params
         return quantized
+
+
+def _constant_operand(tensor, tensors: dict, quantized: dict):
+    """The rewritten constant ``tensor``, quantized as a constant operand (once)."""
+    from edgevit.quantize.layers import ConstantQuantizer
+
+    if id(tensor) not in quantized:
+        producer = tensor._keras_history.operation.name
+        quantized[id(tensor)] = ConstantQuantizer(name=f"{producer}.constant{len(quantized)}")(tensors[id(tensor)])
+    return quantized[id(tensor)]
 
 
 def _scale_source(tensor, rules):

@@ -45,12 +45,15 @@ class QuantizeRule:
     replaces the layer (built with :meth:`from_float` for ``"points"``).
     ``per_channel``: weights (attribute paths) on a per-output-channel int8
     grid; every other weight is a per-tensor int8 constant.
-    ``fixed_range``: the output range LiteRT fixes for the op, if any."""
+    ``fixed_range``: the output range LiteRT fixes for the op, if any.
+    ``constant_output``: the output does not depend on the input's values
+    (learned tokens): the converter folds what is computed from it alone."""
 
     ranges: str
     quantized_class: type | None = None
     per_channel: tuple[str, ...] = ()
     fixed_range: tuple[float, float] | None = None
+    constant_output: bool = False
 
     def __post_init__(self):
         if self.ranges not in RANGE_KINDS:
@@ -69,7 +72,8 @@ _REGISTRY: dict[type, QuantizeRule] = {
                      ResizeBilinear, TokenSlice, TokenSplit), KEEPS_INPUT_SCALE),
     **dict.fromkeys((keras.layers.Add, keras.layers.Subtract, keras.layers.Multiply,
                      keras.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling2D,
-                     keras.layers.AveragePooling2D, keras.layers.Rescaling, PrefixTokens), ONE_OP),
+                     keras.layers.AveragePooling2D, keras.layers.Rescaling), ONE_OP),
+    PrefixTokens: QuantizeRule("output", constant_output=True),
     keras.layers.Concatenate: QuantizeRule("shared"),
     keras.layers.Softmax: QuantizeRule("output", fixed_range=q.UNIT_RANGE),
     keras.layers.Conv2D: QuantizeRule("output", q.QuantConv2D, ("kernel",)),
