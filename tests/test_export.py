@@ -232,7 +232,7 @@ def tiny_attention_model():
     return keras.Model(inputs, keras.layers.Dense(10)(x), name="tiny_convnet")
 
 
-def test_int8_mixed_keeps_only_matmuls_and_softmax_in_float(tmp_path):
+def test_int8_mixed_keeps_only_attention_matmuls_and_softmax_in_float(tmp_path):
     result, out = run_export(tmp_path, model=tiny_attention_model(), precision="int8_mixed",
                              recalibrate_batchnorm=False)
     summary = describe(out.read_bytes())

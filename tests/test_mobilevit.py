@@ -1,5 +1,7 @@
 """MobileViT v1/v2/v3: exact sizes, any input size, serialisation, and the
 deployment rules on converted files."""
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,8 @@ import edgevit
 from edgevit.export.convert import PRECISIONS, convert
 from edgevit.export.graph import describe
 from edgevit.info import count_params
+from edgevit.litert.flatbuffer import read
+from edgevit.litert.xnnpack import xnnpack_plan
 from edgevit.registry import get_spec
 from tests.helpers import assert_deployable, export_variant
 
@@ -72,21 +76,39 @@ def test_smallest_variant_converts_in_every_precision(tmp_path, name, precision)
 
 def test_int8_attention_and_layernorm_run_in_integer_ops(tmp_path):
     """The whole transformer path (LayerNorm, softmax, SiLU, attention matmuls)
-    is int8 in --int8 output; int8_mixed leaves only matmuls and softmax float."""
+    is int8 in --int8 output; int8_mixed leaves only the attention matmuls, softmax and LayerNorm's 1/sqrt in
+    float, and XNNPACK takes every op of it in one partition."""
     model = edgevit.create_model("mobilevit_v3_xxs", num_classes=10, input_size=SMALL_SIZE)
     calib = np.random.default_rng(0).random((4, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
-    int8 = describe(convert(model, "int8", calib, "int8"))
+    int8_content = convert(model, "int8", calib, "int8")
+    int8 = describe(int8_content)
     assert int8.float_ops() == []
     assert {"BATCH_MATMUL", "SOFTMAX", "RSQRT", "LOGISTIC"} <= set(int8.op_histogram)
-    mixed = describe(convert(model, "int8_mixed", calib, "float32"))
-    float_compute = {op.name for op in mixed.float_ops(allow_io_boundary=True)} - {"QUANTIZE", "DEQUANTIZE"}
-    assert float_compute == {"BATCH_MATMUL", "SOFTMAX"}
+    content = convert(model, "int8_mixed", calib, "float32")
+    mixed = describe(content)
+    float_compute = Counter(op.name for op in mixed.float_ops(allow_io_boundary=True)
+                            if op.name not in ("QUANTIZE", "DEQUANTIZE"))
+    # LayerNorm's RSQRT and its variance + epsilon ADD stay float: XNNPACK has no int8 RSQRT and refuses an
+    # int8 ADD of a constant whose scale is ~1e-7 of the other operand's
+    assert set(float_compute) == {"BATCH_MATMUL", "SOFTMAX", "RSQRT", "ADD"}
+    assert float_compute["ADD"] == float_compute["RSQRT"] == int8.op_histogram["RSQRT"]
+    plan = xnnpack_plan(content)
+    assert plan.whole_graph, (plan.partitions, plan.builtin_ops)
+    # full int8: keys and values on zero-point-0 grids, so XNNPACK runs every int8 BATCH_MATMUL; only
+    # LayerNorm's RSQRT (and its epsilon ADD) and SOFTMAX have no XNNPACK kernel in int8
+    matmuls = [op for op in read(int8_content).ops if op.name == "BATCH_MATMUL"]
+    assert matmuls and all(op.inputs[1].zero_point == 0 for op in matmuls)
+    builtin = xnnpack_plan(int8_content).builtin_ops
+    assert set(builtin) <= {"RSQRT", "ADD", "SOFTMAX"} and builtin["RSQRT"] == int8.op_histogram["RSQRT"]
 
 
 def test_v2_separable_attention_has_no_activation_matmul(tmp_path):
     model = edgevit.create_model("mobilevit_v2_050", num_classes=10, input_size=SMALL_SIZE)
-    hist = describe(convert(model, "fp32")).op_histogram
+    content = convert(model, "fp32")
+    hist = describe(content).op_histogram
     assert "BATCH_MATMUL" not in hist and "TRANSPOSE" in hist
+    # the query/key/value channels are sliced, not split unevenly: XNNPACK has no SPLIT_V
+    assert "SPLIT_V" not in hist and xnnpack_plan(content).whole_graph
 
 
 @pytest.mark.slow

@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgevit.errors import EdgevitError
-from edgevit.export.convert import CPU_FLOAT_OPS, INTEGER_PRECISIONS
+from edgevit.export.convert import CPU_FLOAT_OPS, INTEGER_PRECISIONS, epsilon_adds
 from edgevit.export.graph import GraphSummary, describe
 from edgevit.export.result import Check
 from edgevit.litert import delegates as delegate_rules
 from edgevit.litert.delegates import fallback_summary
 from edgevit.litert.flatbuffer import read
 from edgevit.litert.gpu_rules import computed_wrongly
+from edgevit.litert.xnnpack import xnnpack_plan
 
 MAX_RANK = 4
 
@@ -26,7 +27,8 @@ MAX_RANK = 4
 class Audit:
     summary: GraphSummary
     checks: list[Check]
-    delegates: dict     # what the GPU / NNAPI delegates would leave on the CPU (the rules of `edgevit check`)
+    delegates: dict     # what the GPU / NNAPI delegates would leave on the CPU (the rules of `edgevit check`),
+                        # and what XNNPACK leaves to LiteRT's builtin kernels here (measured)
 
 
 def audit(model_content: bytes, precision: str, io_dtype: str) -> Audit:
@@ -58,9 +60,13 @@ def audit(model_content: bytes, precision: str, io_dtype: str) -> Audit:
     if precision == "int8_mixed":
         allowed = (*CPU_FLOAT_OPS, "QUANTIZE", "DEQUANTIZE")
         floats = summary.float_ops(allow_io_boundary=True)
-        unexpected = [op for op in floats if op.name not in allowed]
-        checks.append(Check(f"float only in {'/'.join(CPU_FLOAT_OPS)} (and their (de)quantize)", not unexpected,
+        epsilon = {op.index for op in epsilon_adds(graph)}
+        unexpected = [op for op in floats if op.name not in allowed and op.index not in epsilon]
+        checks.append(Check(f"float only in {'/'.join(CPU_FLOAT_OPS)}, the LayerNorm epsilon ADD (and their "
+                            "(de)quantize)", not unexpected,
                             ", ".join(f"{op.name}#{op.index}" for op in unexpected[:10])
                             or f"{sum(op.name in CPU_FLOAT_OPS for op in floats)} float ops"))
-    return Audit(summary, checks, delegate_rules.summary(delegate_rules.check(graph)))
+    delegates = delegate_rules.summary(delegate_rules.check(graph))
+    delegates["xnnpack"] = xnnpack_plan(model_content).summary()
+    return Audit(summary, checks, delegates)
 

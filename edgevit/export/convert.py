@@ -12,6 +12,8 @@ Every setting that decides what the converter produces lives here:
 - full-integer modes allow integer builtins only, so the converter fails
   rather than silently falling back to float kernels where it can (what it
   still leaves in float is caught by the dtype audit in ``graph``);
+- calibrated int8 files get the grid XNNPACK needs to take every int8
+  BATCH_MATMUL (``edgevit.litert.requantize``);
 - elementwise operands the converter left at a lower rank than their output
   get the output's rank back (``edgevit.litert.rewrite``): GPUs compute them
   wrongly otherwise.
@@ -23,6 +25,8 @@ from collections.abc import Callable
 import numpy as np
 
 from edgevit.errors import EdgevitError, first_line
+from edgevit.litert.flatbuffer import Graph, Op, read
+from edgevit.litert.requantize import xnnpack_int8_grids
 from edgevit.litert.rewrite import restore_operand_ranks
 from edgevit.native_output import native_output_captured
 
@@ -30,8 +34,9 @@ PRECISIONS = ("fp32", "fp16", "dynamic", "int8", "int8_mixed", "int16x8")
 INTEGER_PRECISIONS = ("int8", "int16x8")
 # Ops that XNNPACK runs slower in int8 than in float on CPUs (single-op files
 # on LiteRT 2.3 XNNPACK, 1 thread, x86-64: BATCH_MATMUL 8x, SOFTMAX 1.6x
-# slower); int8_mixed keeps only these in float and everything else in int8.
-CPU_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX")
+# slower) or not at all (RSQRT: each int8 one splits the graph into another
+# XNNPACK partition); int8_mixed keeps these in float and the rest in int8.
+CPU_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "RSQRT")
 IO_DTYPES = ("float32", "int8", "uint8")
 
 
@@ -127,6 +132,9 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         detail = _last_error_line(log.read_text()) if log.exists() else ""
         raise EdgevitError(f"TFLite conversion ({precision}) of {model.name} failed: {first}"
                            + (f" [{detail}]" if detail and detail not in first else "")) from err
+    if precision == "int8" and not qat:
+        # calibrated grids; a QAT model trains on the grids its file keeps
+        content = xnnpack_int8_grids(content)
     return restore_operand_ranks(content)
 
 
@@ -142,22 +150,40 @@ def _check_trained_ranges(model, precision: str) -> None:
         raise EdgevitError(f"QAT models carry int8 ranges; convert {model.name} with --int8.")
 
 
+def epsilon_adds(graph: Graph) -> list[Op]:
+    """The ADDs of a constant that feed an RSQRT: a LayerNorm's variance +
+    epsilon. In int8 the epsilon's scale is ~1e-7 of the variance's, and
+    XNNPACK refuses such an ADD; it stays in float with the RSQRT."""
+    adds = []
+    for op in graph.ops:
+        if op.name != "RSQRT" or op.inputs[0].index not in graph.producers:
+            continue
+        producer = graph.ops[graph.producers[op.inputs[0].index]]
+        if producer.name == "ADD" and producer.const_inputs:
+            adds.append(producer)
+    return adds
+
+
 def _convert_mixed(converter, calibration, on_step, model_name: str) -> bytes:
-    """int8 everywhere except CPU_FLOAT_OPS, via the converter's selective
-    quantization (the quantization debugger's deny list)."""
+    """int8 everywhere except CPU_FLOAT_OPS and the epsilon ADDs before them,
+    via the converter's selective quantization: the calibrated float model is
+    quantized with a deny list of op kinds and of op outputs by name (what
+    tf.lite.experimental.QuantizationDebugger does, without its debug model)."""
     import tensorflow as tf
+    from tensorflow.lite.python import convert as tflite_convert
 
     if calibration is None:
         raise EdgevitError("int8_mixed needs calibration images.")
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = _representative(calibration, on_step)
-    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(CPU_FLOAT_OPS))
+    converter.experimental_mlir_quantizer = True
+    converter._experimental_calibrate_only = True
     try:
         with native_output_captured():
-            debugger = tf.lite.experimental.QuantizationDebugger(
-                converter=converter, debug_dataset=_representative(calibration[:1], None),
-                debug_options=options)
-            return bytes(debugger.get_nondebug_quantized_model())
+            calibrated = converter.convert()
+            epsilon_outputs = [op.outputs[0].name for op in epsilon_adds(read(calibrated))]
+            return bytes(tflite_convert.mlir_quantize(calibrated, denylisted_ops=list(CPU_FLOAT_OPS),
+                                                      denylisted_nodes=epsilon_outputs))
     except Exception as err:
         raise EdgevitError(f"TFLite conversion (int8_mixed) of {model_name} failed: {first_line(err)}") from err
 

@@ -16,13 +16,13 @@ def _fmt_tensor(t: dict) -> str:
     return f"{t['dtype']} {t['shape']}{quant}"
 
 
-def _fmt_delegate(d: dict) -> str:
+def _fmt_delegate(d: dict, falling_back: str = "fall back to the CPU") -> str:
     parts = "1 partition" if d["partitions"] == 1 else f"{d['partitions']} partitions"
     if not d["fallback_ops"]:
         text = f"all {d['ops']} ops delegated, {parts}"
     else:
         why = "; ".join(f"{g['op']} x{g['count']}: {g['reason']}" for g in d["fallbacks"][:4])
-        text = f"{d['fallback_ops']} of {d['ops']} ops fall back to the CPU, {parts} ({why})"
+        text = f"{d['fallback_ops']} of {d['ops']} ops {falling_back}, {parts} ({why})"
     for g in d.get("warnings") or []:
         text += f"; warning, {g['op']} x{g['count']}: {g['reason']}"
     return text
@@ -63,8 +63,10 @@ def print_report(result: ExportResult, stream=None) -> None:
                      f"{broken['layer']} (cosine {broken['cosine']:.4f}, worst token "
                      f"{broken['worst_token_cosine']:.4f}); {broken['hint']}"))
     for name, d in (result.delegates or {}).items():
-        label = "GPU delegate" if name == "gpu" else f"NNAPI delegate (Android API {d.get('android_api')})"
-        rows.append((label, _fmt_delegate(d)))
+        label = {"gpu": "GPU delegate", "xnnpack": "XNNPACK (CPU, measured here)"}.get(
+            name, f"NNAPI delegate (Android API {d.get('android_api')})")
+        rows.append((label, _fmt_delegate(d, "run on LiteRT's builtin kernels") if name == "xnnpack"
+                     else _fmt_delegate(d)))
     if result.gpu_run is not None:
         rows.append(("GPU accelerator run", result.gpu_run.summary()))
     for key, value in rows:

@@ -67,7 +67,7 @@ class ExportResult:
     macs: int
     max_rank: int
     checks: list[Check]
-    delegates: dict                 # what the GPU / NNAPI delegates would leave on the CPU
+    delegates: dict                 # what the GPU / NNAPI delegates (rules) and XNNPACK (measured) leave on the CPU
     images: ImageSources
     agreement: dict                 # the LiteRT file against the Keras model (edgevit.export.agreement)
     convert_seconds: float

@@ -96,7 +96,10 @@ class SeparableSelfAttention(QuantizePoints, keras.layers.Layer):
     def call(self, x, training=None):
         mark = self.quantize_point
         _, tokens, pixels, _ = x.shape
-        query, key, value = ops.split(mark("qkv", self.qkv(x)), [1, 1 + self.dim], axis=-1)
+        qkv = mark("qkv", self.qkv(x))
+        # three slices, not one uneven split: XNNPACK has no SPLIT_V, and each
+        # one it leaves to the builtin kernels splits the graph (fp32 and int8)
+        query, key, value = qkv[..., :1], qkv[..., 1:1 + self.dim], qkv[..., 1 + self.dim:]
         # softmax over the patches, in rank 4: with rank-3 scores the converter
         # folds a one-patch map's transposes into a rank-3 operand of the MUL
         # below, which the GPU cannot multiply with a rank-4 one in int8

@@ -112,13 +112,29 @@ def read_model(model_content: bytes):
         raise EdgevitError(f"Damaged .tflite file ({type(err).__name__}: {err}).") from None
 
 
+def opcode_names(model) -> list[str]:
+    """The builtin op name of each of ``model``'s operator codes (``ModelT``)."""
+    names = _enum_names(schema_module().BuiltinOperator)
+    return [names.get(builtin, f"BUILTIN_{builtin}")
+            for builtin in (max(int(code.builtinCode or 0), int(code.deprecatedBuiltinCode or 0))
+                            for code in model.operatorCodes or [])]
+
+
+def holds_data(model, tensor) -> bool:
+    """Whether ``tensor`` (``TensorT``) is a constant: its buffer has bytes,
+    inline or at an offset past the flatbuffer."""
+    buffer = model.buffers[tensor.buffer] if tensor.buffer is not None and tensor.buffer < len(model.buffers or []) \
+        else None
+    return buffer is not None and ((buffer.data is not None and len(buffer.data) > 0)
+                                   or (getattr(buffer, "offset", 0) or 0) > 1)
+
+
 def read(model_content: bytes, subgraph: int = 0) -> Graph:
     """Operators of ``subgraph`` (0: the main graph) in execution order."""
     schema = schema_module()
     model = read_model(model_content)
     if not model.subgraphs:
         raise EdgevitError("The .tflite file has no subgraph.")
-    ops_names = _enum_names(schema.BuiltinOperator)
     type_names = _enum_names(schema.TensorType)
     graph = model.subgraphs[subgraph]
     buffers = model.buffers or []
@@ -127,8 +143,7 @@ def read(model_content: bytes, subgraph: int = 0) -> Graph:
     for index, t in enumerate(graph.tensors or []):
         dtype = type_names.get(t.type, str(t.type))
         buffer = buffers[t.buffer] if t.buffer is not None and t.buffer < len(buffers) else None
-        has_data = buffer is not None and ((buffer.data is not None and len(buffer.data) > 0)
-                                           or (getattr(buffer, "offset", 0) or 0) > 1)
+        has_data = holds_data(model, t)
         data = None
         if has_data and buffer.data is not None and dtype in _DTYPES and len(buffer.data) <= 4096:
             data = np.frombuffer(bytes(bytearray(buffer.data)), dtype=_DTYPES[dtype])
@@ -141,13 +156,10 @@ def read(model_content: bytes, subgraph: int = 0) -> Graph:
         shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
         tensors.append(Tensor(index, name, dtype.lower(), shape, bool(has_data), scale, zero_point, data))
 
-    folded_ops, opcode_names = set(), []
-    for code in model.operatorCodes or []:
-        builtin = max(int(code.builtinCode or 0), int(code.deprecatedBuiltinCode or 0))
-        opcode_names.append(ops_names.get(builtin, f"BUILTIN_{builtin}"))
+    folded_ops, names = set(), opcode_names(model)
     for index, op in enumerate(graph.operators or []):
         ins = [int(i) for i in (op.inputs if op.inputs is not None else [])]
-        if opcode_names[op.opcodeIndex] == "DEQUANTIZE" and len(ins) == 1 and ins[0] >= 0 and \
+        if names[op.opcodeIndex] == "DEQUANTIZE" and len(ins) == 1 and ins[0] >= 0 and \
                 tensors[ins[0]].is_const and tensors[ins[0]].dtype == "float16":
             folded_ops.add(index)
             for o in op.outputs:
@@ -156,8 +168,7 @@ def read(model_content: bytes, subgraph: int = 0) -> Graph:
     ops, consumers, producers = [], {}, {}
     for index, op in enumerate(graph.operators or []):
         code = model.operatorCodes[op.opcodeIndex]
-        builtin = max(int(code.builtinCode or 0), int(code.deprecatedBuiltinCode or 0))
-        name = ops_names.get(builtin, f"BUILTIN_{builtin}")
+        name = names[op.opcodeIndex]
         custom = name == "CUSTOM"
         if custom:
             raw = code.customCode

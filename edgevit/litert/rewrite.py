@@ -30,7 +30,7 @@ from __future__ import annotations
 import flatbuffers
 import numpy as np
 
-from edgevit.litert.flatbuffer import FILE_IDENTIFIER, read_model, schema_module
+from edgevit.litert.flatbuffer import FILE_IDENTIFIER, holds_data, opcode_names, read_model, schema_module
 
 ELEMENTWISE = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "SQUARED_DIFFERENCE")
 
@@ -52,9 +52,7 @@ class _Graphs:
 
     def __init__(self, model):
         self.model, self.schema = model, schema_module()
-        names = {code: name for name, code in vars(self.schema.BuiltinOperator).items() if not name.startswith("_")}
-        self.op_names = [names.get(max(int(c.builtinCode or 0), int(c.deprecatedBuiltinCode or 0)))
-                         for c in model.operatorCodes or []]
+        self.op_names = opcode_names(model)
 
     def restore(self, graph) -> bool:
         tensors = graph.tensors or []
@@ -133,9 +131,7 @@ class _Graphs:
         delegates fold into a constant)."""
         if made_by is not None and self.op_names[made_by.opcodeIndex] == "DEQUANTIZE":
             return self._is_constant(tensors[made_by.inputs[0]], None, tensors)
-        buffer = self.model.buffers[tensor.buffer] if tensor.buffer else None
-        return buffer is not None and ((buffer.data is not None and len(buffer.data) > 0)
-                                       or (getattr(buffer, "offset", 0) or 0) > 1)
+        return holds_data(self.model, tensor)
 
     def _flattened_source(self, reshape, tensors) -> int | None:
         """The input of ``reshape`` when it only dropped leading ones (and

@@ -137,11 +137,13 @@ class ActivationQuantizer(keras.layers.Layer):
 
     observing = False  # set on instances by edgevit.quantize.qat.calibrate
 
-    def __init__(self, momentum: float = DEFAULT_MOMENTUM, fixed_range=None, slots: int = 1, **kwargs):
+    def __init__(self, momentum: float = DEFAULT_MOMENTUM, fixed_range=None, slots: int = 1,
+                 symmetric: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.momentum = float(momentum)
         self.fixed_range = None if fixed_range is None else (float(fixed_range[0]), float(fixed_range[1]))
         self.slots = int(slots)
+        self.symmetric = bool(symmetric)
         if self.fixed_range is None:
             self.range_min = self.add_weight(name="range_min", shape=(self.slots,), initializer="zeros",
                                              trainable=False, aggregation="mean")
@@ -177,6 +179,9 @@ class ActivationQuantizer(keras.layers.Layer):
             return self.fixed_range
         lo = ops.minimum(ops.min(self.range_min), 0.0)
         hi = ops.maximum(ops.maximum(ops.max(self.range_max), 0.0), lo + MIN_RANGE_WIDTH)
+        if self.symmetric:  # [-128, 127] steps around zero point 0
+            hi = ops.maximum(hi, -lo * (127.0 / 128.0))
+            lo = -hi * (128.0 / 127.0)
         return lo, hi
 
     def params(self):
@@ -202,7 +207,8 @@ class ActivationQuantizer(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "slots": self.slots,
-                "fixed_range": None if self.fixed_range is None else list(self.fixed_range)}
+                "fixed_range": None if self.fixed_range is None else list(self.fixed_range),
+                "symmetric": self.symmetric}
 
 
 class IntegerAccumulation:
@@ -339,10 +345,13 @@ class QuantizedPoints:
         super().__init__(*args, **kwargs)
         self.momentum, self.sites = momentum, int(sites)
         self.site, self.input_params, self.constant = 0, None, False
+        # XNNPACK runs an int8 BATCH_MATMUL only when its second operand has zero point 0
+        symmetric = {rhs for _, rhs in (*self.MATMULS.values(), *filter(None, [self.OUTPUT_MATMUL]))}
         for site in range(self.sites):
             for tag in self.point_tags():
                 name = self.quantizer_name(tag, site)
-                setattr(self, name, ActivationQuantizer(momentum, fixed_range=self.fixed_range(tag), name=name))
+                setattr(self, name, ActivationQuantizer(momentum, fixed_range=self.fixed_range(tag),
+                                                        symmetric=tag in symmetric, name=name))
         for dense, source in self.DENSE_INPUTS.items():
             if hasattr(self, dense):
                 getattr(self, dense).input_params_source = functools.partial(self.params_of, source)
@@ -539,6 +548,7 @@ class QuantLayerNorm(QuantizedPoints, LayerNorm):
     TAGS = ("mean", "centred", "square", "variance", "variance_eps", "rsqrt", "normalised", "scaled")
     CONSTANTS = ("gamma", "beta")
     IDENTITY_TAIL = (("normalised", "gamma", 1.0), ("scaled", "beta", 0.0))
+    FLOAT_WHEN_MIXED = {"variance_eps": "RSQRT"}  # a range on the RSQRT output quantizes it after the float op
 
     def float_call(self, x, training):
         quantized = self.normalise(x, self.quantize_point)

@@ -1,0 +1,61 @@
+"""Which ops of a file LiteRT's XNNPACK delegate takes on this machine,
+read from a real interpreter after delegation (not from a rule table).
+
+Every op XNNPACK does not take runs on LiteRT's builtin kernels and splits
+the graph: each split costs a hand-over of tensors between the two runtimes,
+and int8 builtin kernels are far slower than XNNPACK's. The interpreter keeps
+the original nodes and appends one node per delegated partition, whose
+inputs and outputs are the tensors crossing its boundary; the ops inside a
+partition are found by walking back from its outputs to its inputs.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from edgevit.litert.flatbuffer import read
+from edgevit.litert.interpreter import load_interpreter
+from edgevit.native_output import native_output_captured
+
+
+@dataclass(frozen=True)
+class XnnpackPlan:
+    ops: int
+    partitions: int
+    builtin_ops: dict     # op name -> count of the ops XNNPACK left to the builtin kernels
+
+    @property
+    def whole_graph(self) -> bool:
+        return self.partitions == 1 and not self.builtin_ops
+
+    def summary(self) -> dict:
+        """The form the export report stores (the delegate reports' keys)."""
+        builtin = sum(self.builtin_ops.values())
+        return {"ops": self.ops, "fallback_ops": builtin, "partitions": self.partitions,
+                "ops_on_delegate_by_default": self.ops - builtin,
+                "fallbacks": [{"op": name, "count": count, "reason": "no XNNPACK kernel for it here"}
+                              for name, count in sorted(self.builtin_ops.items(), key=lambda kv: -kv[1])],
+                "warnings": []}
+
+
+def xnnpack_plan(model_content: bytes) -> XnnpackPlan:
+    graph = read(model_content)
+    with native_output_captured():
+        interpreter = load_interpreter(model_content, num_threads=1, kernels="xnnpack")
+        interpreter.allocate_tensors()
+    delegated: set[int] = set()
+    partitions = 0
+    for node in range(len(graph.ops), interpreter._interpreter.NumNodes()):
+        details = interpreter._get_op_details(node)
+        partitions += 1
+        boundary = {int(t) for t in details["inputs"]}
+        pending = [int(t) for t in details["outputs"]]
+        while pending:
+            tensor = pending.pop()
+            op = graph.producers.get(tensor)
+            if tensor in boundary or op is None or op in delegated:
+                continue
+            delegated.add(op)
+            pending.extend(t.index for t in graph.ops[op].inputs if t is not None)
+    builtin = Counter(op.name for op in graph.ops if op.index not in delegated and op.index not in graph.folded_ops)
+    return XnnpackPlan(ops=len(graph.ops), partitions=partitions, builtin_ops=dict(builtin))
