@@ -107,8 +107,11 @@ def test_v2_separable_attention_has_no_activation_matmul(tmp_path):
     content = convert(model, "fp32")
     hist = describe(content).op_histogram
     assert "BATCH_MATMUL" not in hist and "TRANSPOSE" in hist
-    # the query/key/value channels are sliced, not split unevenly: XNNPACK has no SPLIT_V
-    assert "SPLIT_V" not in hist and xnnpack_plan(content).whole_graph
+    # no uneven SPLIT_V of the query/key/value channels and no RELU of its own (fused into the values'
+    # FULLY_CONNECTED): XNNPACK has no SPLIT_V and no standalone int8 RELU
+    assert "SPLIT_V" not in hist and "RELU" not in hist and xnnpack_plan(content).whole_graph
+    calib = np.random.default_rng(0).random((4, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
+    assert xnnpack_plan(convert(model, "int8_mixed", calib)).whole_graph
 
 
 @pytest.mark.slow

@@ -351,7 +351,7 @@ def test_int8_mixed_conversion_of_a_qat_model_keeps_attention_and_rsqrt_in_float
                         if op.name not in ("QUANTIZE", "DEQUANTIZE"))
     assert set(float_ops) == {"BATCH_MATMUL", "SOFTMAX", "RSQRT", "ADD"}
     assert float_ops["ADD"] == float_ops["RSQRT"]   # LayerNorm's variance + epsilon
-    # XNNPACK runs the attention matmuls and the LayerNorms; the v2 block's int8 RELU and its softmax over
-    # the patches, which only post-training --int8-mixed can dequantize around, stay on the builtin kernels
+    # XNNPACK runs the attention matmuls and the LayerNorms; the v2 block's softmax over the patches, which
+    # only post-training --int8-mixed can dequantize around, stays on the builtin kernels
     builtin = xnnpack_plan(content).builtin_ops
-    assert not {"BATCH_MATMUL", "RSQRT"} & set(builtin) and builtin["RELU"] == builtin["SOFTMAX"] == 1, builtin
+    assert not {"BATCH_MATMUL", "RSQRT", "RELU"} & set(builtin) and builtin["SOFTMAX"] == 1, builtin

@@ -93,13 +93,20 @@ class SeparableSelfAttention(QuantizePoints, keras.layers.Layer):
         self.qkv.build(input_shape)
         self.proj.build((*input_shape[:-1], self.dim))
 
+    def project(self, x, start: int, stop: int):
+        """Output channels [start, stop) of ``qkv``, a FULLY_CONNECTED of
+        their own (the converter folds the weight slice into a constant)."""
+        return ops.add(ops.matmul(x, self.qkv.kernel[:, start:stop]), self.qkv.bias[start:stop])
+
     def call(self, x, training=None):
         mark = self.quantize_point
         _, tokens, pixels, _ = x.shape
-        qkv = mark("qkv", self.qkv(x))
-        # three slices, not one uneven split: XNNPACK has no SPLIT_V, and each
-        # one it leaves to the builtin kernels splits the graph (fp32 and int8)
-        query, key, value = qkv[..., :1], qkv[..., 1:1 + self.dim], qkv[..., 1 + self.dim:]
+        # query and keys, then the values with their ReLU fused into their own
+        # FULLY_CONNECTED: XNNPACK takes no int8 RELU on its own (each would
+        # split the graph), nor the uneven SPLIT_V of one (1 | C | C) output
+        query_key = mark("qkv", self.project(x, 0, 1 + self.dim))
+        query, key = query_key[..., :1], query_key[..., 1:]
+        values = mark("values", ops.relu(self.project(x, 1 + self.dim, 1 + 2 * self.dim)))
         # softmax over the patches, in rank 4: with rank-3 scores the converter
         # folds a one-patch map's transposes into a rank-3 operand of the MUL
         # below, which the GPU cannot multiply with a rank-4 one in int8
@@ -108,7 +115,7 @@ class SeparableSelfAttention(QuantizePoints, keras.layers.Layer):
         scores = self.dropout(scores, training=training)
         weighted = mark("weighted_keys", ops.multiply(key, scores))
         context = mark("context", mark("context_mean", ops.mean(weighted, axis=1, keepdims=True)) * float(tokens))
-        gated = mark("gated", ops.multiply(mark("values", ops.relu(value)), context))
+        gated = mark("gated", ops.multiply(values, context))
         return self.proj(gated)
 
     def compute_output_shape(self, input_shape):

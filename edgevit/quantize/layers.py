@@ -225,17 +225,20 @@ class IntegerAccumulation:
 
     input_params_source = None
 
-    def accumulated(self, products, kernel_bound, input_params):
-        """``products``: the layer's output before the bias."""
+    def accumulated(self, products, kernel_bound, input_params, bias=None):
+        """``products``: the layer's output before the bias (``bias``: the
+        layer's own by default)."""
         if input_params is None and self.input_params_source is not None:
             input_params = self.input_params_source()
-        outputs = ops.add(products, self.bias) if self.use_bias else products
+        if bias is None and self.use_bias:
+            bias = self.bias
+        outputs = products if bias is None else ops.add(products, bias)
         if input_params is None or _exporting():
             return outputs
         step = input_params[0] * kernel_bound / 127.0
         exact = ops.round(products / step) * step
-        if self.use_bias:
-            exact = exact + ops.round(self.bias / step) * step
+        if bias is not None:
+            exact = exact + ops.round(bias / step) * step
         return outputs + ops.stop_gradient(exact - outputs)
 
 
@@ -293,6 +296,13 @@ class QuantDense(IntegerAccumulation, keras.layers.Dense):
     def call(self, inputs, training=None, input_params=None):
         products = ops.matmul(inputs, round_kernel_to_grid(self.kernel))
         return self.accumulated(products, kernel_bound(self.kernel, -1), input_params)
+
+    def channels(self, inputs, start: int, stop: int):
+        """Output channels [start, stop) alone, as a FULLY_CONNECTED of
+        their own computes them (per-channel grids are the same)."""
+        products = ops.matmul(inputs, round_kernel_to_grid(self.kernel)[:, start:stop])
+        return self.accumulated(products, kernel_bound(self.kernel, -1)[start:stop], None,
+                                self.bias[start:stop] if self.use_bias else None)
 
 
 class QuantizedPoints:
@@ -574,6 +584,9 @@ class QuantSeparableSelfAttention(QuantizedPoints, SeparableSelfAttention):
     TAGS = ("qkv", "softmax", "weighted_keys", "context_mean", "context", "values", "gated")
     FIXED = {"softmax": UNIT_RANGE}
     DENSE_INPUTS = {"qkv": 0, "proj": "gated"}
+
+    def project(self, x, start, stop):
+        return self.qkv.channels(x, start, stop)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
