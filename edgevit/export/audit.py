@@ -67,6 +67,6 @@ def audit(model_content: bytes, precision: str, io_dtype: str) -> Audit:
                             ", ".join(f"{op.name}#{op.index}" for op in unexpected[:10])
                             or f"{sum(op.name in CPU_FLOAT_OPS for op in floats)} float ops"))
     delegates = delegate_rules.summary(delegate_rules.check(graph))
-    delegates["xnnpack"] = xnnpack_plan(model_content).summary()
+    delegates["xnnpack"] = xnnpack_plan(model_content, graph).summary()
     return Audit(summary, checks, delegates)
 

@@ -16,7 +16,12 @@ def _fmt_tensor(t: dict) -> str:
     return f"{t['dtype']} {t['shape']}{quant}"
 
 
-def _fmt_delegate(d: dict, falling_back: str = "fall back to the CPU") -> str:
+# delegate key -> (row label, what its left-over ops do)
+DELEGATE_ROWS = {"gpu": ("GPU delegate", "fall back to the CPU"),
+                 "xnnpack": ("XNNPACK (CPU, measured here)", "run on LiteRT's builtin kernels")}
+
+
+def _fmt_delegate(d: dict, falling_back: str) -> str:
     parts = "1 partition" if d["partitions"] == 1 else f"{d['partitions']} partitions"
     if not d["fallback_ops"]:
         text = f"all {d['ops']} ops delegated, {parts}"
@@ -63,10 +68,9 @@ def print_report(result: ExportResult, stream=None) -> None:
                      f"{broken['layer']} (cosine {broken['cosine']:.4f}, worst token "
                      f"{broken['worst_token_cosine']:.4f}); {broken['hint']}"))
     for name, d in (result.delegates or {}).items():
-        label = {"gpu": "GPU delegate", "xnnpack": "XNNPACK (CPU, measured here)"}.get(
-            name, f"NNAPI delegate (Android API {d.get('android_api')})")
-        rows.append((label, _fmt_delegate(d, "run on LiteRT's builtin kernels") if name == "xnnpack"
-                     else _fmt_delegate(d)))
+        label, falling_back = DELEGATE_ROWS.get(
+            name, (f"NNAPI delegate (Android API {d.get('android_api')})", "fall back to the CPU"))
+        rows.append((label, _fmt_delegate(d, falling_back)))
     if result.gpu_run is not None:
         rows.append(("GPU accelerator run", result.gpu_run.summary()))
     for key, value in rows:

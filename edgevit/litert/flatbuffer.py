@@ -112,12 +112,34 @@ def read_model(model_content: bytes):
         raise EdgevitError(f"Damaged .tflite file ({type(err).__name__}: {err}).") from None
 
 
+def write_model(model, size_hint: int) -> bytes:
+    """A ``ModelT`` (edited in the object API) as .tflite bytes; ``size_hint``:
+    about how many bytes it packs to."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(size_hint)
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())
+
+
 def opcode_names(model) -> list[str]:
     """The builtin op name of each of ``model``'s operator codes (``ModelT``)."""
     names = _enum_names(schema_module().BuiltinOperator)
     return [names.get(builtin, f"BUILTIN_{builtin}")
             for builtin in (max(int(code.builtinCode or 0), int(code.deprecatedBuiltinCode or 0))
                             for code in model.operatorCodes or [])]
+
+
+def operator_links(graph) -> tuple[dict, dict]:
+    """For an unpacked subgraph (``SubGraphT``): tensor index -> the
+    operator writing it, and tensor index -> the operators reading it."""
+    producer = {int(t): op for op in graph.operators or [] for t in op.outputs}
+    readers: dict[int, list] = {}
+    for op in graph.operators or []:
+        for t in op.inputs:
+            if t >= 0:
+                readers.setdefault(int(t), []).append(op)
+    return producer, readers
 
 
 def holds_data(model, tensor) -> bool:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 
-import flatbuffers
 import numpy as np
 
 from edgevit.errors import EdgevitError
-from edgevit.litert.flatbuffer import FILE_IDENTIFIER, read_model, schema_module
+from edgevit.litert.flatbuffer import read_model, schema_module, write_model
 
 METADATA_NAME = "edgevit_metadata"
 SCHEMA = "edgevit-model-metadata"
@@ -63,9 +62,7 @@ def embed(model_content: bytes, metadata: dict) -> bytes:
         entry.buffer = len(model.buffers) - 1
         model.metadata = [*(model.metadata or []), entry]
     model.buffers[entry.buffer].data = data
-    builder = flatbuffers.Builder(len(model_content) + len(data) + 1024)
-    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return write_model(model, len(model_content) + len(data) + 1024)
 
 
 def read_embedded(model_content: bytes) -> dict | None:

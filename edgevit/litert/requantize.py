@@ -18,9 +18,8 @@ output grid (SOFTMAX, LOGISTIC, ...) are left as they are.
 """
 from __future__ import annotations
 
-import flatbuffers
-
-from edgevit.litert.flatbuffer import FILE_IDENTIFIER, holds_data, opcode_names, read_model, schema_module
+from edgevit.litert.flatbuffer import (holds_data, opcode_names, operator_links, read_model, schema_module,
+                                      write_model)
 
 SCALE_KEEPING = ("RESHAPE", "TRANSPOSE", "SPLIT", "SPLIT_V", "SQUEEZE", "EXPAND_DIMS", "SLICE", "STRIDED_SLICE")
 FIXED_OUTPUT_GRID = ("SOFTMAX", "LOGISTIC", "TANH", "L2_NORMALIZATION", "LOG_SOFTMAX")
@@ -36,20 +35,13 @@ def xnnpack_int8_grids(model_content: bytes) -> bytes:
         changed |= _Requantizer(model, graph, op_names, int8).run()
     if not changed:
         return model_content
-    builder = flatbuffers.Builder(len(model_content) + 1024)
-    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return write_model(model, len(model_content) + 1024)
 
 
 class _Requantizer:
     def __init__(self, model, graph, op_names, int8):
         self.model, self.graph, self.op_names, self.int8 = model, graph, op_names, int8
-        self.producer = {int(t): op for op in graph.operators or [] for t in op.outputs}
-        self.readers: dict[int, list] = {}
-        for op in graph.operators or []:
-            for t in op.inputs:
-                if t >= 0:
-                    self.readers.setdefault(int(t), []).append(op)
+        self.producer, self.readers = operator_links(graph)
         self.boundary = {int(t) for t in graph.inputs} | {int(t) for t in graph.outputs}
 
     def run(self) -> bool:

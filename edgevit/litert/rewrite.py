@@ -27,10 +27,10 @@ quantization).
 """
 from __future__ import annotations
 
-import flatbuffers
 import numpy as np
 
-from edgevit.litert.flatbuffer import FILE_IDENTIFIER, holds_data, opcode_names, read_model, schema_module
+from edgevit.litert.flatbuffer import (holds_data, opcode_names, operator_links, read_model, schema_module,
+                                      write_model)
 
 ELEMENTWISE = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "SQUARED_DIFFERENCE")
 
@@ -42,9 +42,7 @@ def restore_operand_ranks(model_content: bytes) -> bytes:
     graphs = _Graphs(model)
     if not any(graphs.restore(graph) for graph in model.subgraphs or []):
         return model_content
-    builder = flatbuffers.Builder(len(model_content) + 1024)
-    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return write_model(model, len(model_content) + 1024)
 
 
 class _Graphs:
@@ -56,11 +54,7 @@ class _Graphs:
 
     def restore(self, graph) -> bool:
         tensors = graph.tensors or []
-        producer = {int(t): op for op in graph.operators or [] for t in op.outputs}
-        readers: dict[int, list] = {}
-        for op in graph.operators or []:
-            for t in op.inputs:
-                readers.setdefault(int(t), []).append(op)
+        producer, readers = operator_links(graph)
         operators, changed = [], False
         for op in graph.operators or []:
             name = self.op_names[op.opcodeIndex]

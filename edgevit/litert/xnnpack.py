@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from edgevit.litert.flatbuffer import read
+from edgevit.litert.flatbuffer import Graph, read
 from edgevit.litert.interpreter import load_interpreter
 from edgevit.native_output import native_output_captured
 
@@ -38,8 +38,9 @@ class XnnpackPlan:
                 "warnings": []}
 
 
-def xnnpack_plan(model_content: bytes) -> XnnpackPlan:
-    graph = read(model_content)
+def xnnpack_plan(model_content: bytes, graph: Graph | None = None) -> XnnpackPlan:
+    """``graph``: ``model_content`` already read, if the caller has it."""
+    graph = read(model_content) if graph is None else graph
     with native_output_captured():
         interpreter = load_interpreter(model_content, num_threads=1, kernels="xnnpack")
         interpreter.allocate_tensors()

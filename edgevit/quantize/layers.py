@@ -300,8 +300,9 @@ class QuantDense(IntegerAccumulation, keras.layers.Dense):
     def channels(self, inputs, start: int, stop: int):
         """Output channels [start, stop) alone, as a FULLY_CONNECTED of
         their own computes them (per-channel grids are the same)."""
-        products = ops.matmul(inputs, round_kernel_to_grid(self.kernel)[:, start:stop])
-        return self.accumulated(products, kernel_bound(self.kernel, -1)[start:stop], None,
+        kernel = self.kernel[:, start:stop]
+        products = ops.matmul(inputs, round_kernel_to_grid(kernel))
+        return self.accumulated(products, kernel_bound(kernel, -1), None,
                                 self.bias[start:stop] if self.use_bias else None)
 
 
