@@ -18,6 +18,11 @@ from edgevit.litert.interpreter import load_interpreter
 from edgevit.native_output import native_output_captured
 
 
+# XNNPACK declines an op it has no kernel for, or whose types or quantization
+# its kernel does not take (an int8 ADD of operands with far-apart scales)
+NOT_TAKEN = "XNNPACK did not take it (its types or quantization)"
+
+
 @dataclass(frozen=True)
 class XnnpackPlan:
     ops: int
@@ -33,7 +38,7 @@ class XnnpackPlan:
         builtin = sum(self.builtin_ops.values())
         return {"ops": self.ops, "fallback_ops": builtin, "partitions": self.partitions,
                 "ops_on_delegate_by_default": self.ops - builtin,
-                "fallbacks": [{"op": name, "count": count, "reason": "no XNNPACK kernel for it here"}
+                "fallbacks": [{"op": name, "count": count, "reason": NOT_TAKEN}
                               for name, count in sorted(self.builtin_ops.items(), key=lambda kv: -kv[1])],
                 "warnings": []}
 
