@@ -163,18 +163,6 @@ def test_vit_class_token_slice_is_a_gpu_parameter_limit():
     assert check_nnapi(content).fallbacks == []
 
 
-def test_int8_layernorm_rsqrt_needs_android_14_under_nnapi():
-    inputs = keras.Input((4, 8))
-    x = keras.layers.LayerNormalization()(keras.layers.Dense(8)(inputs))
-    calib = np.random.default_rng(1).normal(size=(4, 4, 8)).astype(np.float32)
-    content = convert(keras.Model(inputs, x, name="ln"), "int8", calib)
-    assert check_gpu(content).fallbacks == []
-    api33 = check_nnapi(content, android_api=33)
-    assert [(f.op, f.reason) for f in api33.fallbacks] == \
-        [("RSQRT", "quantized RSQRT needs Android 14 (NNAPI feature level 7)")]
-    assert check_nnapi(content, android_api=34).fallbacks == []
-
-
 def test_gpu_warns_about_batch_matmul_adjoint_flags_it_ignores():
     # The converter fuses q @ transpose(k) into BATCH_MATMUL(adj_y=True).
     inputs = keras.Input((4, 8))

@@ -124,7 +124,7 @@ def test_smallest_variant_converts_and_int8_keeps_the_class_token(tmp_path, deit
     for precision, report in reports.items():
         assert_deployable(report)
         assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
-    assert {"GELU", "SOFTMAX", "BATCH_MATMUL", "RSQRT"} <= set(reports["int8"]["op_histogram"])
+    assert {"GELU", "SOFTMAX", "BATCH_MATMUL"} <= set(reports["int8"]["op_histogram"])
     files = {p: open(r["file"], "rb").read() for p, r in reports.items()}
     x = np.random.default_rng(0).uniform(-2, 2, (2, SMALL_SIZE, SMALL_SIZE, 3)).astype("float32")
     layerwise = layerwise_comparison(files["fp32"], files["int8"], x, threshold=0.9)

@@ -13,7 +13,11 @@ Every setting that decides what the converter produces lives here:
   rather than silently falling back to float kernels where it can (what it
   still leaves in float is caught by the dtype audit in ``graph``);
 - calibrated int8 files get the grid XNNPACK needs to take every int8
-  BATCH_MATMUL (``edgevit.litert.requantize``);
+  BATCH_MATMUL, and sums written as a mean times a count a grid of their
+  own (``edgevit.litert.requantize``);
+- int8 files compute each LayerNorm's RSQRT(variance + epsilon) with two 1x1
+  convolutions (``edgevit.litert.piecewise``): NNAPI takes a quantized RSQRT
+  only from Android 14, XNNPACK not at all;
 - elementwise operands the converter left at a lower rank than their output
   get the output's rank back (``edgevit.litert.rewrite``): GPUs compute them
   wrongly otherwise.
@@ -26,7 +30,8 @@ import numpy as np
 
 from edgevit.errors import EdgevitError, first_line
 from edgevit.litert.flatbuffer import Graph, Op, read
-from edgevit.litert.requantize import xnnpack_int8_grids
+from edgevit.litert.piecewise import rsqrt_as_convolutions
+from edgevit.litert.requantize import calibrated_int8_grids
 from edgevit.litert.rewrite import restore_operand_ranks
 from edgevit.native_output import native_output_captured
 
@@ -134,7 +139,9 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
                            + (f" [{detail}]" if detail and detail not in first else "")) from err
     if precision == "int8" and not qat:
         # calibrated grids; a QAT model trains on the grids its file keeps
-        content = xnnpack_int8_grids(content)
+        content = calibrated_int8_grids(content)
+    if precision == "int8":
+        content = rsqrt_as_convolutions(content)
     return restore_operand_ranks(content)
 
 

@@ -122,6 +122,62 @@ def write_model(model, size_hint: int) -> bytes:
     return bytes(builder.Output())
 
 
+def add_opcode(model, op_names: list[str], name: str, version: int = 1) -> int:
+    """The index of builtin op ``name``'s operator code in ``model``
+    (``ModelT``), added when the file has none; ``op_names`` is
+    :func:`opcode_names` of the model and grows with it."""
+    if name in op_names:
+        return op_names.index(name)
+    schema = schema_module()
+    code = schema.OperatorCodeT()
+    builtin = getattr(schema.BuiltinOperator, name)
+    code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), version
+    model.operatorCodes.append(code)
+    op_names.append(name)
+    return len(op_names) - 1
+
+
+def add_tensor(model, graph, name: str, shape: list[int], tensor_type: int, quantization=None,
+               data: np.ndarray | None = None) -> int:
+    """A new tensor of ``graph`` (``SubGraphT``), a constant when ``data`` is
+    given; returns its index."""
+    schema = schema_module()
+    tensor = schema.TensorT()
+    tensor.name, tensor.shape, tensor.type, tensor.quantization = name, list(shape), tensor_type, quantization
+    tensor.buffer = 0
+    if data is not None:
+        buffer = schema.BufferT()
+        buffer.data = np.ascontiguousarray(data).view(np.uint8).ravel()
+        model.buffers.append(buffer)
+        tensor.buffer = len(model.buffers) - 1
+    graph.tensors.append(tensor)
+    return len(graph.tensors) - 1
+
+
+def new_reshape(model, graph, op_names: list[str], index: int, shape: list[int], output: int | None = None):
+    """A RESHAPE (not yet placed in the graph's operators) of tensor ``index``
+    to ``shape``, writing ``output`` or a new tensor with ``index``'s type and
+    quantization."""
+    schema = schema_module()
+    source = graph.tensors[index]
+    if output is None:
+        output = add_tensor(model, graph, tensor_name(source) + "/rank", shape, source.type, source.quantization)
+    new_shape = add_tensor(model, graph, tensor_name(source) + "/rank_shape", [len(shape)],
+                           schema.TensorType.INT32, data=np.asarray(shape, dtype="<i4"))
+    options = schema.ReshapeOptionsT()
+    options.newShape = list(shape)
+    op = schema.OperatorT()
+    op.opcodeIndex = add_opcode(model, op_names, "RESHAPE")
+    op.inputs, op.outputs = [index, new_shape], [output]
+    op.builtinOptionsType, op.builtinOptions = schema.BuiltinOptions.ReshapeOptions, options
+    return op
+
+
+def tensor_name(tensor) -> str:
+    """The name of an unpacked tensor (``TensorT``)."""
+    return tensor.name.decode() if isinstance(tensor.name, bytes) else (tensor.name or "")
+
+
 def opcode_names(model) -> list[str]:
     """The builtin op name of each of ``model``'s operator codes (``ModelT``)."""
     names = _enum_names(schema_module().BuiltinOperator)

@@ -1,4 +1,5 @@
-"""The int8 grid XNNPACK needs to run attention, chosen after calibration.
+"""int8 grids chosen after calibration: the one XNNPACK needs to run
+attention, and a fine one for a mean that is multiplied back into a sum.
 
 XNNPACK takes an int8 BATCH_MATMUL only when its second operand has zero
 point 0, like a weight (measured on LiteRT 2.3: in a calibrated
@@ -18,11 +19,79 @@ output grid (SOFTMAX, LOGISTIC, ...) are left as they are.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from edgevit.litert.flatbuffer import (holds_data, opcode_names, operator_links, read_model, schema_module,
                                       write_model)
 
 SCALE_KEEPING = ("RESHAPE", "TRANSPOSE", "SPLIT", "SPLIT_V", "SQUEEZE", "EXPAND_DIMS", "SLICE", "STRIDED_SLICE")
 FIXED_OUTPUT_GRID = ("SOFTMAX", "LOGISTIC", "TANH", "L2_NORMALIZATION", "LOG_SOFTMAX")
+
+
+def calibrated_int8_grids(model_content: bytes) -> bytes:
+    """``model_content`` with :func:`xnnpack_int8_grids` and
+    :func:`sum_mean_grids` applied (the file itself when neither changed it)."""
+    return sum_mean_grids(xnnpack_int8_grids(model_content))
+
+
+def sum_mean_grids(model_content: bytes) -> bytes:
+    """``model_content`` with each int8 MEAN that only feeds a MUL by a
+    constant ``c > 1`` (a sum over tokens written as a mean times their
+    count, for MEAN's int8 kernels) on the MUL output's grid divided by
+    ``c``.
+
+    The converter gives a MEAN its input's grid. A weighted sum's terms span
+    far more than their mean (up to N times for N tokens), so the mean lands
+    on a handful of levels, which the MUL then stretches over its whole
+    range: MobileViT v2's context vectors used 5 to 15 levels. The MUL also
+    needs a rescale >= 1, which makes the converter stamp every MUL of the
+    file version 3, and the NNAPI delegate takes MUL only up to version 2.
+    """
+    model = read_model(model_content)
+    op_names, int8 = opcode_names(model), schema_module().TensorType.INT8
+    changed = False
+    for graph in model.subgraphs or []:
+        producer, readers = operator_links(graph)
+        for op in graph.operators or []:
+            mean = graph.tensors[op.outputs[0]]
+            users = readers.get(int(op.outputs[0]), [])
+            if op_names[op.opcodeIndex] != "MEAN" or mean.type != int8 or len(users) != 1 or \
+                    op_names[users[0].opcodeIndex] != "MUL":
+                continue
+            mul = users[0]
+            factor = [graph.tensors[t] for t in mul.inputs if int(t) != int(op.outputs[0])]
+            product = graph.tensors[mul.outputs[0]]
+            if len(factor) != 1 or not holds_data(model, factor[0]) or _params(factor[0]) is None or \
+                    _params(product) is None or len(model.buffers[factor[0].buffer].data) != 1:
+                continue
+            scale, zero_point = _params(factor[0])
+            level = np.frombuffer(bytes(bytearray(model.buffers[factor[0].buffer].data)), dtype=np.int8)[0]
+            constant = scale * (int(level) - zero_point)
+            if constant <= 1:
+                continue
+            product_scale, product_zero_point = _params(product)
+            mean.quantization.scale, mean.quantization.zeroPoint = [product_scale / constant], [product_zero_point]
+            changed = True
+    if not changed:
+        return model_content
+    # the converter stamped MUL version 3 for the rescale >= 1 these MULs had
+    for code, name in zip(model.operatorCodes, op_names):
+        if name == "MUL" and code.version == 3 and not _needs_rescale_above_one(model, op_names):
+            code.version = 2
+    return write_model(model, len(model_content) + 1024)
+
+
+def _needs_rescale_above_one(model, op_names) -> bool:
+    for graph in model.subgraphs or []:
+        for op in graph.operators or []:
+            if op_names[op.opcodeIndex] != "MUL":
+                continue
+            params = [_params(graph.tensors[t]) for t in [*op.inputs[:2], op.outputs[0]]]
+            if any(p is None for p in params):
+                continue
+            if params[0][0] * params[1][0] / params[2][0] >= 1.0:
+                return True
+    return False
 
 
 def xnnpack_int8_grids(model_content: bytes) -> bytes:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgevit.litert.flatbuffer import (holds_data, opcode_names, operator_links, read_model, schema_module,
+from edgevit.litert.flatbuffer import (holds_data, new_reshape, opcode_names, operator_links, read_model,
                                       write_model)
 
 ELEMENTWISE = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "SQUARED_DIFFERENCE")
@@ -49,7 +49,7 @@ class _Graphs:
     """Edits the subgraphs of one unpacked model (schema object API)."""
 
     def __init__(self, model):
-        self.model, self.schema = model, schema_module()
+        self.model = model
         self.op_names = opcode_names(model)
 
     def restore(self, graph) -> bool:
@@ -75,7 +75,7 @@ class _Graphs:
                     if _shape(tensors[origin]) != target:
                         if _shape(tensors[origin])[:1] != [1]:
                             continue  # a RESHAPE out of the GPU's batch axis: not a fix
-                        reshape = self._reshape(graph, origin, target)
+                        reshape = new_reshape(self.model, graph, self.op_names, origin, target)
                         operators.append(reshape)
                         origin = reshape.outputs[0]
                     op.inputs[slot] = origin
@@ -114,7 +114,7 @@ class _Graphs:
         if not shape or shape[0] != 1 or int(np.prod(shape)) != rows * depth:
             return None
         rank = ranks.pop()
-        reshape = self._reshape(graph, source, [1] * (rank - 2) + [rows, depth])
+        reshape = new_reshape(self.model, graph, self.op_names, source, [1] * (rank - 2) + [rows, depth])
         fc.inputs[0] = reshape.outputs[0]
         fc.builtinOptions.keepNumDims = True
         output.shape = [1] * (rank - 2) + [rows, width]
@@ -139,46 +139,9 @@ class _Graphs:
             return None
         return int(reshape.inputs[0]) if _quantization(source) == _quantization(flat) else None
 
-    def _reshape(self, graph, index: int, shape: list[int]):
-        """A new RESHAPE of tensor ``index`` to ``shape`` (not yet placed)."""
-        schema, model = self.schema, self.model
-        source = graph.tensors[index]
-        target = schema.TensorT()
-        target.shape, target.type, target.name = list(shape), source.type, _name(source) + "/rank"
-        target.quantization, target.buffer = source.quantization, 0
-        shape_tensor = schema.TensorT()
-        shape_tensor.shape, shape_tensor.type, shape_tensor.name = [len(shape)], schema.TensorType.INT32, \
-            _name(source) + "/rank_shape"
-        buffer = schema.BufferT()
-        buffer.data = np.asarray(shape, dtype="<i4").view(np.uint8)
-        model.buffers.append(buffer)
-        shape_tensor.buffer = len(model.buffers) - 1
-        graph.tensors.extend([target, shape_tensor])
-        options = schema.ReshapeOptionsT()
-        options.newShape = list(shape)
-        op = schema.OperatorT()
-        op.opcodeIndex = self._opcode("RESHAPE")
-        op.inputs, op.outputs = [index, len(graph.tensors) - 1], [len(graph.tensors) - 2]
-        op.builtinOptionsType, op.builtinOptions = schema.BuiltinOptions.ReshapeOptions, options
-        return op
-
-    def _opcode(self, name: str) -> int:
-        if name in self.op_names:
-            return self.op_names.index(name)
-        code = self.schema.OperatorCodeT()
-        builtin = getattr(self.schema.BuiltinOperator, name)
-        code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), 1
-        self.model.operatorCodes.append(code)
-        self.op_names.append(name)
-        return len(self.op_names) - 1
-
 
 def _shape(tensor) -> list[int]:
     return [int(d) for d in tensor.shape] if tensor.shape is not None else []
-
-
-def _name(tensor) -> str:
-    return tensor.name.decode() if isinstance(tensor.name, bytes) else (tensor.name or "")
 
 
 def _quantization(tensor) -> tuple:

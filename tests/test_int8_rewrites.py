@@ -1,0 +1,105 @@
+"""The rewrites of calibrated int8 files that let NNAPI (below Android 14)
+and XNNPACK take every op: LayerNorm's RSQRT as two convolutions, and a sum
+written as a mean times a count on a grid of its own."""
+import keras
+import numpy as np
+import pytest
+
+import edgevit.export.convert as convert_module
+from edgevit.export.convert import convert
+from edgevit.litert.flatbuffer import read
+from edgevit.litert.gpu_rules import check_gpu
+from edgevit.litert.interpreter import load_interpreter
+from edgevit.litert.nnapi_rules import check_nnapi
+from edgevit.litert.piecewise import LEVELS, TOLERANCE, fit
+
+
+def layernorm_model():
+    inputs = keras.Input((16, 24))
+    x = keras.layers.LayerNormalization(epsilon=1e-5)(keras.layers.Dense(24)(inputs))
+    return keras.Model(inputs, keras.layers.Dense(8)(x), name="ln")
+
+
+def run(content, x):
+    interpreter = load_interpreter(content)
+    interpreter.allocate_tensors()
+    source, sink = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    outputs = []
+    for sample in x:
+        interpreter.set_tensor(source["index"], sample[None].astype(np.float32))
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(sink["index"])[0])
+    return np.array(outputs)
+
+
+def test_fit_follows_an_int8_rsqrt_table_within_one_level():
+    variance = 0.0006 * (LEVELS + 128)              # a calibrated variance grid, zero point -128
+    with np.errstate(divide="ignore"):
+        exact = 1 / np.sqrt(variance + 1e-5) / 0.075 - 128   # RSQRT output grid: scale 0.075, zero point -128
+    function = fit(exact)
+    table = function(LEVELS)
+    expected = np.clip(np.round(exact), -128, 127)
+    assert np.abs(table - expected).max() <= 1
+    # off by one only where the exact value is within TOLERANCE of a rounding midpoint
+    off = table != expected
+    assert np.all(np.abs(np.abs(exact[off] - np.floor(exact[off])) - 0.5) <= TOLERANCE + 1e-9)
+    assert off.mean() < 0.1
+    assert table[:2].tolist() == [127, 127]         # variance 0 and tiny: the top of the output range
+    assert np.all(np.abs(function.weights) <= 127) and len(function.knots) < 80
+
+
+def test_fit_of_a_constant_and_of_a_saturated_function():
+    assert fit(np.full(256, 3.2))(LEVELS).tolist() == [3] * 256
+    assert fit(np.full(256, np.inf))(LEVELS).tolist() == [127] * 256
+
+
+def test_int8_layernorm_is_rsqrt_free_and_nnapi_takes_it_from_android_11(monkeypatch):
+    model = layernorm_model()
+    rng = np.random.default_rng(1)
+    calibration = rng.normal(size=(32, 16, 24)).astype(np.float32)
+    content = convert(model, "int8", calibration, "float32")
+    ops = [op.name for op in read(content).ops]
+    assert "RSQRT" not in ops and ops.count("CONV_2D") == 2
+    assert check_nnapi(content, android_api=30).fallbacks == [] and check_gpu(content).fallbacks == []
+
+    monkeypatch.setattr(convert_module, "rsqrt_as_convolutions", lambda content: content)
+    with_rsqrt = convert(model, "int8", calibration, "float32")
+    assert [(f.op, f.reason) for f in check_nnapi(with_rsqrt, android_api=33).fallbacks] == \
+        [("RSQRT", "quantized RSQRT needs Android 14 (NNAPI feature level 7)")]
+    assert check_nnapi(with_rsqrt, android_api=34).fallbacks == []
+
+    x = rng.normal(size=(16, 16, 24)).astype(np.float32)
+    reference = model.predict(x, verbose=0)
+    new, old = run(content, x), run(with_rsqrt, x)
+
+    def cosine(a, b):
+        return float(np.mean(np.sum(a * b, -1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)))
+
+    # measured: 0.99956 with either formulation, 0.999997 between the two files
+    assert cosine(new, reference) >= cosine(old, reference) - 0.0005 > 0.999
+    assert cosine(new, old) > 0.9999
+
+
+@pytest.fixture(scope="module")
+def v2_int8():
+    import edgevit
+
+    model = edgevit.create_model("mobilevit_v2_050", num_classes=10, input_size=64)
+    calibration = np.random.default_rng(0).random((4, 64, 64, 3), dtype="float32")
+    return convert(model, "int8", calibration, "int8")
+
+
+def test_mobilevit_v2_sum_of_tokens_keeps_its_precision_and_nnapi_takes_the_whole_graph(v2_int8):
+    graph = read(v2_int8)
+    sums = [op for op in graph.ops if op.name == "MUL" and op.inputs[1].is_const
+            and graph.producers.get(op.inputs[0].index) is not None
+            and graph.ops[graph.producers[op.inputs[0].index]].name == "MEAN"]
+    assert sums
+    for mul in sums:
+        mean, product = mul.inputs[0], mul.outputs[0]
+        count = mul.inputs[1].scale * (int(mul.inputs[1].data[0]) - mul.inputs[1].zero_point)
+        assert count > 1 and mean.scale == pytest.approx(product.scale / count, rel=1e-6)
+    assert {op.version for op in graph.ops if op.name == "MUL"} == {2}
+    assert "RSQRT" not in {op.name for op in graph.ops}
+    report = check_nnapi(v2_int8, android_api=30)
+    assert report.fallbacks == [] and report.partitions == 1
