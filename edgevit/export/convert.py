@@ -13,8 +13,8 @@ Every setting that decides what the converter produces lives here:
   rather than silently falling back to float kernels where it can (what it
   still leaves in float is caught by the dtype audit in ``graph``);
 - calibrated int8 files get the grid XNNPACK needs to take every int8
-  BATCH_MATMUL, and sums written as a mean times a count a grid of their
-  own (``edgevit.litert.requantize``);
+  BATCH_MATMUL, and (int8-mixed too) sums written as a mean times a count a
+  grid of their own (``edgevit.litert.requantize``);
 - int8 files compute each LayerNorm's RSQRT(variance + epsilon) with two 1x1
   convolutions (``edgevit.litert.piecewise``): NNAPI takes a quantized RSQRT
   only from Android 14, XNNPACK not at all;
@@ -31,7 +31,7 @@ import numpy as np
 from edgevit.errors import EdgevitError, first_line
 from edgevit.litert.flatbuffer import Graph, Op, read
 from edgevit.litert.piecewise import rsqrt_as_convolutions
-from edgevit.litert.requantize import calibrated_int8_grids
+from edgevit.litert.requantize import calibrated_int8_grids, sum_mean_grids
 from edgevit.litert.rewrite import restore_operand_ranks
 from edgevit.native_output import native_output_captured
 
@@ -112,7 +112,8 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         # the trained ranges quantize every op but the CPU_FLOAT_OPS, whose outputs have none
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     elif precision == "int8_mixed":
-        return restore_operand_ranks(_convert_mixed(converter, calibration, on_calibration_step, model.name))
+        return restore_operand_ranks(sum_mean_grids(_convert_mixed(converter, calibration, on_calibration_step,
+                                                                   model.name)))
     elif precision in INTEGER_PRECISIONS:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if calibration is not None:
