@@ -75,17 +75,18 @@ def test_int8_layernorm_is_rsqrt_free_and_nnapi_takes_it_from_android_11(monkeyp
     assert cosine(new, old) > 0.9999
 
 
-@pytest.fixture(scope="module")
-def v2_int8():
+@pytest.fixture(scope="module", params=["int8", "int8_mixed"])
+def v2_file(request):
     import edgevit
 
     model = edgevit.create_model("mobilevit_v2_050", num_classes=10, input_size=64)
     calibration = np.random.default_rng(0).random((4, 64, 64, 3), dtype="float32")
-    return convert(model, "int8", calibration, "int8")
+    return request.param, convert(model, request.param, calibration)
 
 
-def test_mobilevit_v2_sum_of_tokens_keeps_its_precision_and_nnapi_takes_the_whole_graph(v2_int8):
-    graph = read(v2_int8)
+def test_mobilevit_v2_sum_of_tokens_keeps_its_precision_and_nnapi_takes_the_whole_graph(v2_file):
+    precision, content = v2_file
+    graph = read(content)
     sums = [op for op in graph.ops if op.name == "MUL" and op.inputs[1].is_const
             and graph.producers.get(op.inputs[0].index) is not None
             and graph.ops[graph.producers[op.inputs[0].index]].name == "MEAN"]
@@ -95,6 +96,6 @@ def test_mobilevit_v2_sum_of_tokens_keeps_its_precision_and_nnapi_takes_the_whol
         count = mul.inputs[1].scale * (int(mul.inputs[1].data[0]) - mul.inputs[1].zero_point)
         assert count > 1 and mean.scale == pytest.approx(product.scale / count, rel=1e-6)
     assert {op.version for op in graph.ops if op.name == "MUL"} == {2}
-    assert "RSQRT" not in {op.name for op in graph.ops}
-    report = check_nnapi(v2_int8, android_api=30)
+    assert ("RSQRT" in {op.name for op in graph.ops}) == (precision == "int8_mixed")   # float there
+    report = check_nnapi(content, android_api=30)
     assert report.fallbacks == [] and report.partitions == 1
