@@ -291,6 +291,29 @@ def test_int8_file_computes_exactly_what_the_qat_model_computes(tmp_path):
     np.testing.assert_allclose(run_in_child(path, x), predict(qat, x), atol=1e-5)  # an int8 step: 0.02
 
 
+def test_int8_file_computes_exactly_what_a_convolutional_qat_model_computes(tmp_path):
+    """Every output of a small convolutional QAT model equals its int8
+    file's on XNNPACK: convolution and dense accumulators and MUL products
+    are requantized with XNNPACK's float32 scale, ADDs with its fixed-point
+    multipliers (a float fake-quant of the same values rounds the other way
+    near rounding midpoints, and each such step spreads to later layers)."""
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((16, 16, 8), name="features")
+    x = keras.layers.Conv2D(16, 3, padding="same", use_bias=False, name="conv")(inputs)
+    x = keras.layers.Activation("silu", name="act")(keras.layers.BatchNormalization(name="bn")(x))
+    x = keras.layers.Add(name="residual")([x, keras.layers.Conv2D(16, 1, name="pointwise")(x)])
+    x = keras.layers.DepthwiseConv2D(3, padding="same", name="depthwise")(x)
+    model = keras.Model(inputs, keras.layers.Dense(8, name="head")(x), name="convnet")
+    rng = np.random.default_rng(1)
+    for w in model.weights:  # trained-like: no all-one scales or zero biases the converter would fold away
+        w.assign(np.asarray(w) + rng.normal(0, 0.1, w.shape).astype(np.float32))
+    x = np.random.default_rng(2).normal(0, 1, (64, 16, 16, 8)).astype(np.float32)
+    qat = quantize_model(model, x, input_range=(-4.0, 4.2))
+    path = tmp_path / "convnet.tflite"
+    path.write_bytes(convert(qat, "int8", None, "int8"))
+    np.testing.assert_array_equal(run_in_child(path, x), predict(qat, x))
+
+
 def photo_folder(root, classes=("astronaut", "coffee"), per_class=4):
     """DIR/train/<class>, DIR/val/<class>: crops of two of the sample photos."""
     rng = np.random.default_rng(0)

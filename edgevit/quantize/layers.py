@@ -84,9 +84,38 @@ def _fake_quant(x, lo, hi, **kwargs):
 
 def scale_and_zero_point(lo, hi):
     """The int8 scale and zero point of the range [lo, hi], nudged as the
-    fake-quant op and the converter do (zero exactly representable)."""
+    fake-quant op and the converter do (zero exactly representable). The
+    converter computes in float64 and stores float32; a float32 difference
+    of the bounds differs from that in the last bit for about a quarter of
+    the ranges, and XNNPACK's requantization multiplies by these bits."""
+    lo, hi = ops.cast(lo, "float64"), ops.cast(hi, "float64")
     scale = (hi - lo) / 255.0
-    return scale, ops.clip(ops.round(-128.0 - lo / scale), -128.0, 127.0)
+    zero_point = ops.clip(ops.round(-128.0 - lo / scale), -128.0, 127.0)
+    return ops.cast(scale, "float32"), ops.cast(zero_point, "float32")
+
+
+def weight_scales(bound):
+    """The per-channel scales the converter gives a kernel whose channels
+    span [-bound, bound] on the narrow int8 grid (float64, stored float32)."""
+    return ops.cast(ops.cast(bound, "float64") * 2.0 / 254.0, "float32")
+
+
+def accumulator_requantized(x, input_params, kernel_scales, lo, hi):
+    """What XNNPACK writes for ``x``, the output of an int8 convolution or
+    dense layer whose input has [scale, zero point] ``input_params`` and
+    whose output channels have ``kernel_scales``, into a tensor with range
+    [lo, hi]: the int32 accumulator (bias included) times the float32
+    requantization scale ``input_scale * kernel_scale / output_scale``,
+    rounded half to even (XNNPACK's fp32 requantization, measured to match
+    every element of a trained MobileViT's convolutions). A float32 fake
+    quant of the float output lands a few ulps off that product and rounds
+    the other way near midpoints, about one output in 10^4, and each such
+    step spreads through the layers after it."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    step = input_params[0] * kernel_scales
+    accumulator = ops.round(x / step)
+    levels = ops.round(accumulator * (step / scale))
+    return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
 
 
 def batch_matmul_requantized(x, lhs, rhs, lo, hi):
@@ -117,6 +146,30 @@ def batch_matmul_requantized(x, lhs, rhs, lo, hi):
     twice = ops.cast((ops.clip(rounded + zero_point, -128.0, 127.0) - zero_point) * ops.cast(scale, "float64"),
                      x.dtype)
     return ops.where(ops.equal(rhs[1], 0.0), once, twice)
+
+
+def sum_requantized(addends, addend_params, lo, hi):
+    """What XNNPACK writes for the int8 ADD of ``addends`` (two tensors on
+    the grids ``addend_params``) into a tensor with range [lo, hi]: each
+    operand's scale over the output scale becomes a fixed-point multiplier
+    of 21 to 22 bits, and the sum of the products is shifted down, rounding
+    half up (XNNPACK's int8 add, measured to match every element of a
+    trained MobileViT's ADDs and SUBs, where rounding the real sum misses 27
+    of 851520)."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    ratios = [ops.cast(params[0] / scale, "float64") for params in addend_params]
+    largest = ops.maximum(ops.abs(ratios[0]), ops.abs(ratios[1]))
+    exponent = ops.floor(ops.log2(largest))
+    exponent = exponent + ops.cast(ops.power(2.0, exponent + 1.0) <= largest, "float64") \
+        - ops.cast(ops.power(2.0, exponent) > largest, "float64")
+    shift = ops.power(2.0, 20.0 - exponent)
+    total = shift / 2.0
+    for addend, params, ratio in zip(addends, addend_params, ratios):
+        levels = ops.round(ops.cast(addend, "float64") / ops.cast(params[0], "float64"))
+        total = total + ops.round(ratio * shift) * levels
+    zero_point = ops.cast(zero_point, "float64")
+    quantized = ops.clip(ops.floor(total / shift) + zero_point, -128.0, 127.0)
+    return ops.cast((quantized - zero_point) * ops.cast(scale, "float64"), addends[0].dtype)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -156,10 +209,17 @@ class ActivationQuantizer(keras.layers.Layer):
     def build(self, input_shape):
         self.built = True
 
-    def call(self, x, training=None, slot: int = 0, lhs=None, rhs=None, with_params: bool = False):
+    def call(self, x, training=None, slot: int = 0, lhs=None, rhs=None, with_params: bool = False,
+             input_params=None, kernel_scales=None, addends=None, addend_params=None):
         """``lhs``, ``rhs``: the operands' [scale, zero point] when ``x`` is
         the output of a BATCH_MATMUL, whose kernel may round differently (see
-        :func:`batch_matmul_requantized`). ``with_params``: also return
+        :func:`batch_matmul_requantized`). ``input_params``,
+        ``kernel_scales``: the input's [scale, zero point] and the channel
+        scales when ``x`` is a convolution's or dense layer's accumulator
+        (see :func:`accumulator_requantized`). ``addends``,
+        ``addend_params``: the operands of the int8 ADD that writes ``x`` and
+        their [scale, zero point] (see :func:`sum_requantized`).
+        ``with_params``: also return
         [scale, zero point], for the layers that read ``x`` (their int32
         bias, their BATCH_MATMUL)."""
         if self.fixed_range is None and (training or self.observing):
@@ -169,8 +229,14 @@ class ActivationQuantizer(keras.layers.Layer):
         else:
             lo, hi = self.quantization_range()
             quantized = _fake_quant(x, lo, hi)
+            exact = None
             if lhs is not None and not _exporting():
                 exact = batch_matmul_requantized(x, lhs, rhs, lo, hi)
+            elif input_params is not None and not _exporting():
+                exact = accumulator_requantized(x, input_params, kernel_scales, lo, hi)
+            elif addends is not None and not _exporting():
+                exact = sum_requantized(addends, addend_params, lo, hi)
+            if exact is not None:
                 quantized = quantized + ops.stop_gradient(exact - quantized)
         return (quantized, self.params()) if with_params else quantized
 
@@ -225,9 +291,15 @@ class IntegerAccumulation:
 
     input_params_source = None
 
-    def accumulated(self, products, kernel_bound, input_params, bias=None):
+    def accumulated(self, products, kernel_bound, input_params, bias=None, with_kernel_scales: bool = False):
         """``products``: the layer's output before the bias (``bias``: the
-        layer's own by default)."""
+        layer's own by default). ``with_kernel_scales``: also return the
+        output channels' int8 scales, for the quantizer of the output (see
+        :func:`accumulator_requantized`)."""
+        outputs = self._accumulated(products, kernel_bound, input_params, bias)
+        return (outputs, weight_scales(kernel_bound)) if with_kernel_scales else outputs
+
+    def _accumulated(self, products, kernel_bound, input_params, bias):
         if input_params is None and self.input_params_source is not None:
             input_params = self.input_params_source()
         if bias is None and self.use_bias:
@@ -235,11 +307,16 @@ class IntegerAccumulation:
         outputs = products if bias is None else ops.add(products, bias)
         if input_params is None or _exporting():
             return outputs
-        step = input_params[0] * kernel_bound / 127.0
+        step = input_params[0] * weight_scales(kernel_bound)
         exact = ops.round(products / step) * step
         if bias is not None:
             exact = exact + ops.round(bias / step) * step
         return outputs + ops.stop_gradient(exact - outputs)
+
+
+def with_channel_scales(spec, with_kernel_scales: bool):
+    """The output spec of a layer with an int8 kernel, and of its channel scales if asked."""
+    return (spec, keras.KerasTensor((spec.shape[-1],), "float32")) if with_kernel_scales else spec
 
 
 def kernel_bound(kernel, channel_axis: int):
@@ -269,9 +346,13 @@ class QuantConv2D(IntegerAccumulation, keras.layers.Conv2D):
     """Conv2D with a per-output-channel fake-quantized kernel (BatchNorm
     already folded into kernel and bias)."""
 
-    def call(self, inputs, input_params=None):
+    def call(self, inputs, input_params=None, with_kernel_scales: bool = False):
         products = self.convolution_op(inputs, fake_quant_kernel(self.kernel, -1))
-        return self.accumulated(products, kernel_bound(self.kernel, -1), input_params)
+        return self.accumulated(products, kernel_bound(self.kernel, -1), input_params,
+                                with_kernel_scales=with_kernel_scales)
+
+    def compute_output_spec(self, inputs, input_params=None, with_kernel_scales: bool = False):
+        return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -280,22 +361,29 @@ class QuantDepthwiseConv2D(IntegerAccumulation, keras.layers.DepthwiseConv2D):
     a depthwise kernel as [1, kh, kw, C * multiplier], quantized along the
     last axis: here the kernel's last two axes, flattened."""
 
-    def call(self, inputs, input_params=None):
+    def call(self, inputs, input_params=None, with_kernel_scales: bool = False):
         shape = self.kernel.shape
         flat = ops.reshape(self.kernel, (shape[0], shape[1], 1, shape[2] * shape[3]))
         kernel = ops.reshape(fake_quant_kernel(flat, -1), shape)
         products = ops.depthwise_conv(inputs, kernel, strides=self.strides, padding=self.padding,
                                       dilation_rate=self.dilation_rate, data_format=self.data_format)
-        return self.accumulated(products, kernel_bound(flat, -1), input_params)
+        return self.accumulated(products, kernel_bound(flat, -1), input_params, with_kernel_scales=with_kernel_scales)
+
+    def compute_output_spec(self, inputs, input_params=None, with_kernel_scales: bool = False):
+        return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class QuantDense(IntegerAccumulation, keras.layers.Dense):
     """Dense with its kernel on the per-output-channel int8 grid."""
 
-    def call(self, inputs, training=None, input_params=None):
+    def call(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
         products = ops.matmul(inputs, round_kernel_to_grid(self.kernel))
-        return self.accumulated(products, kernel_bound(self.kernel, -1), input_params)
+        return self.accumulated(products, kernel_bound(self.kernel, -1), input_params,
+                                with_kernel_scales=with_kernel_scales)
+
+    def compute_output_spec(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
+        return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
 
     def channels(self, inputs, start: int, stop: int):
         """Output channels [start, stop) alone, as a FULLY_CONNECTED of
@@ -351,6 +439,16 @@ class QuantizedPoints:
     OUTPUT_MATMUL: tuple[str | int, str | int] | None = None
     # internal Dense -> what it reads: the layer's input i, or the tag of an internal op output
     DENSE_INPUTS: dict[str, int | str] = {}
+    # op output tag -> the internal Dense that writes it, and the internal
+    # Dense that writes the layer's output: their quantizers round the int32
+    # accumulator as XNNPACK does (see accumulator_requantized)
+    DENSE_OUTPUTS: dict[str, str] = {}
+    OUTPUT_DENSE: str | None = None
+    # op output tag -> the operands (a tag or an input index) of the MUL
+    # that writes it; XNNPACK requantizes their integer product as it does an
+    # accumulator. OUTPUT_PRODUCT: the same for the layer's output.
+    PRODUCTS: dict[str, tuple[str | int, str | int]] = {}
+    OUTPUT_PRODUCT: tuple[str | int, str | int] | None = None
 
     def __init__(self, *args, momentum: float = DEFAULT_MOMENTUM, sites: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
@@ -400,15 +498,66 @@ class QuantizedPoints:
     def build_like(self, layer):
         self.build(layer._build_shapes_dict and next(iter(layer._build_shapes_dict.values())))
 
-    def call(self, inputs, training=None, site: int = 0, input_params=None):
+    def call(self, inputs, training=None, site: int = 0, input_params=None, with_accumulator: bool = False):
         """``input_params``: [scale, zero point] of each (flattened) input,
         for the int32 biases of the Dense layers that read them
         (``DENSE_INPUTS``) and the BATCH_MATMULs (``MATMULS``); None for an
         input that is a constant of the graph (see :meth:`constant_outputs`).
-        A call on constants only computes in float: the converter folds it."""
+        A call on constants only computes in float: the converter folds it.
+        ``with_accumulator``: also return the arguments for the quantizer of
+        the layer's output, which an internal Dense or MUL writes
+        (:meth:`output_accumulator`)."""
         self.site, self.input_params = site, input_params
         self.constant = bool(input_params) and all(p is None for p in input_params)
-        return self.float_call(inputs, training)
+        outputs = self.float_call(inputs, training)
+        return (outputs, self.output_accumulator()) if with_accumulator else outputs
+
+    def output_product(self):
+        return self.OUTPUT_PRODUCT
+
+    def accumulates_output(self, input_params) -> bool:
+        """Whether the layer's output, given its inputs' [scale, zero point]
+        ``input_params``, is written by an internal Dense or MUL whose
+        rounding the output's quantizer follows (the QAT rewrite then asks
+        for :meth:`call`'s ``with_accumulator``)."""
+        if self.OUTPUT_DENSE is not None:
+            return True
+        product = self.output_product()
+        return product is not None and all(not isinstance(source, int) or
+                                           (source < len(input_params) and input_params[source] is not None)
+                                           for source in product)
+
+    def output_accumulator(self) -> dict:
+        if self.OUTPUT_DENSE is not None:
+            return self.accumulator_of(self.OUTPUT_DENSE)
+        return self.product_of(*self.output_product())
+
+    def compute_output_spec(self, *args, with_accumulator: bool = False, **kwargs):
+        spec = super().compute_output_spec(*args, **kwargs)
+        if not with_accumulator:
+            return spec
+        channels = getattr(self, self.OUTPUT_DENSE).units if self.OUTPUT_DENSE else 1
+        return spec, {"input_params": keras.KerasTensor((2,), "float32"),
+                      "kernel_scales": keras.KerasTensor((channels,), "float32")}
+
+    def product_of(self, first, second) -> dict:
+        """The quantizer arguments for a MUL of two int8 operands (a tag or
+        an input index each)."""
+        first, second = self.params_of(first), self.params_of(second)
+        if first is None or second is None:
+            return {"input_params": None, "kernel_scales": None}
+        return {"input_params": first, "kernel_scales": second[:1]}
+
+    def accumulator_of(self, dense: str, start: int = 0, stop: int | None = None) -> dict:
+        """The quantizer arguments for the output channels [start, stop) of
+        the internal Dense ``dense`` (see accumulator_requantized)."""
+        kernel = getattr(self, dense).kernel
+        return {"input_params": self.params_of(self.DENSE_INPUTS[dense]),
+                "kernel_scales": weight_scales(kernel_bound(kernel, -1))[start:stop]}
+
+    def dense_output(self, tag: str) -> dict:
+        """The quantizer arguments for op output ``tag`` written by an internal Dense."""
+        return self.accumulator_of(self.DENSE_OUTPUTS[tag])
 
     @classmethod
     def constant_outputs(cls, constant_inputs: list[bool], outputs: int) -> list[bool]:
@@ -434,6 +583,10 @@ class QuantizedPoints:
         tail_tags = [t for t, _, _ in self.IDENTITY_TAIL]
         if tag in tail_tags:
             return self.unless_identity_follows(self.IDENTITY_TAIL[tail_tags.index(tag):], x)
+        accumulator = self.dense_output(tag) if tag in self.DENSE_OUTPUTS else \
+            self.product_of(*self.PRODUCTS[tag]) if tag in self.PRODUCTS else None
+        if accumulator is not None and accumulator["input_params"] is not None:
+            return self.quantizer(tag)(x, **accumulator)
         return self.quantizer(tag)(x)
 
     def unless_identity_follows(self, tail, x):
@@ -515,6 +668,9 @@ class QuantActivation(QuantizedPoints, keras.layers.Layer):
     def point_tags(self):
         return ("sigmoid",) if self.activation in ("silu", "swish") else ()
 
+    def output_product(self):
+        return (0, "sigmoid") if self.activation in ("silu", "swish") else None
+
     def fixed_range(self, tag):
         return UNIT_RANGE
 
@@ -558,6 +714,7 @@ class QuantLayerNorm(QuantizedPoints, LayerNorm):
 
     TAGS = ("mean", "centred", "square", "variance", "variance_eps", "rsqrt", "normalised", "scaled")
     CONSTANTS = ("gamma", "beta")
+    PRODUCTS = {"square": ("centred", "centred"), "normalised": ("centred", "rsqrt")}
     IDENTITY_TAIL = (("normalised", "gamma", 1.0), ("scaled", "beta", 0.0))
     FLOAT_WHEN_MIXED = {"variance_eps": "RSQRT"}  # a range on the RSQRT output quantizes it after the float op
 
@@ -576,6 +733,8 @@ class QuantMultiHeadSelfAttention(QuantizedPoints, MultiHeadSelfAttention):
     FIXED = {"softmax": UNIT_RANGE}
     MATMULS = {"scores": ("query_scaled", "qkv"), "context": ("softmax", "qkv")}
     DENSE_INPUTS = {"qkv": 0, "proj": "context"}
+    DENSE_OUTPUTS = {"qkv": "qkv"}
+    OUTPUT_DENSE = "proj"
     FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL", "softmax": "SOFTMAX"}
 
 
@@ -585,9 +744,17 @@ class QuantSeparableSelfAttention(QuantizedPoints, SeparableSelfAttention):
     TAGS = ("qkv", "softmax", "weighted_keys", "context_mean", "context", "values", "gated")
     FIXED = {"softmax": UNIT_RANGE}
     DENSE_INPUTS = {"qkv": 0, "proj": "gated"}
+    DENSE_OUTPUTS = {"qkv": "qkv", "values": "qkv"}
+    PRODUCTS = {"weighted_keys": ("qkv", "softmax"), "gated": ("values", "context")}
+    OUTPUT_DENSE = "proj"
 
     def project(self, x, start, stop):
         return self.qkv.channels(x, start, stop)
+
+    def dense_output(self, tag):
+        # query | keys, then the values: two FULLY_CONNECTED ops from one kernel
+        channels = (0, 1 + self.dim) if tag == "qkv" else (1 + self.dim, 1 + 2 * self.dim)
+        return self.accumulator_of("qkv", *channels)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -607,6 +774,8 @@ class QuantGatedPositionalSelfAttention(QuantizedPoints, GatedPositionalSelfAtte
     FIXED = {"softmax": UNIT_RANGE}
     MATMULS = {"scores": ("query_scaled", "qk"), "content_context": ("softmax", "v")}
     DENSE_INPUTS = {"qk": 0, "v": 0, "proj": "mixed"}
+    DENSE_OUTPUTS = {"qk": "qk", "v": "v"}
+    OUTPUT_DENSE = "proj"
     FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL", "softmax": "SOFTMAX"}
     CONSTANTS = ("content_gate", "position_gate")
     # each head's positional scores are FULLY_CONNECTED weights with the query positions as output channels
@@ -622,6 +791,8 @@ class QuantReAttention(QuantizedPoints, ReAttention):
     TAGS = ("qkv", "query_scaled", "scores", "softmax", "mixed", "mixed_scaled", "context")
     FIXED = {"softmax": UNIT_RANGE}
     DENSE_INPUTS = {"qkv": 0, "proj": "context", "reatten_matrix": "softmax"}
+    DENSE_OUTPUTS = {"qkv": "qkv"}
+    OUTPUT_DENSE = "proj"
     FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL"}  # the softmax feeds the head-mixing FULLY_CONNECTED
 
     @property

@@ -82,7 +82,8 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
                 outputs = keras.tree.flatten(rewrite(node.operation, args, kwargs, input_params))
                 matmul = rewrite.output_matmul(node.operation, input_params)
                 for old, new in zip(node.outputs, outputs):
-                    tensors[id(old)] = ranges.quantize(old, new, input_params[0], matmul)
+                    accumulator = rewrite.accumulators.get(id(new)) or _sum_operands(node, args, kwargs, input_params)
+                    tensors[id(old)] = ranges.quantize(old, new, input_params[0], matmul, accumulator)
         outputs = keras.tree.pack_sequence_as(model._outputs_struct, [tensors[id(t)] for t in model.outputs])
         qat = keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=model.name)
     except EdgevitError:
@@ -104,6 +105,8 @@ class _Rewrite:
                              if not node.is_input)
         self.calls: Counter = Counter()
         self.replacements: dict = {}
+        # id(output of a convolution or dense layer) -> (its input's [scale, zero point], its channel scales)
+        self.accumulators: dict[int, tuple] = {}
 
     def output_matmul(self, layer, input_params):
         """[scale, zero point] of the operands of the BATCH_MATMUL that
@@ -134,20 +137,29 @@ class _Rewrite:
             return args[0]
         if rule.ranges == "points":
             new = self.replacement(id(layer), lambda: rule.quantized_class.from_float(layer, self.momentum, sites))
-            return new(*args, site=site, input_params=input_params, **kwargs)
+            if not new.accumulates_output(input_params):
+                return new(*args, site=site, input_params=input_params, **kwargs)
+            out, self.accumulators[id(out)] = new(*args, site=site, input_params=input_params,
+                                                  with_accumulator=True, **kwargs)
+            return out
         kind = type(layer).__name__
-        if kind in CONV_TYPES:
-            new = self.replacement(id(layer), lambda: _quantized_conv(layer, self.bn_of_conv.get(id(layer))))
-            out = new(*args, input_params=input_params[0], **kwargs)
-        elif kind == "Dense":
-            new = self.replacement(id(layer), lambda: _quantized_dense(layer))
-            out = new(*args, input_params=input_params[0], **kwargs)
+        accumulator = None
+        if kind in CONV_TYPES or kind == "Dense":
+            build = (lambda: _quantized_conv(layer, self.bn_of_conv.get(id(layer)))) if kind in CONV_TYPES else \
+                (lambda: _quantized_dense(layer))
+            new = self.replacement(id(layer), build)
+            out, kernel_scales = new(*args, input_params=input_params[0], with_kernel_scales=True, **kwargs)
+            if input_params[0] is not None:
+                accumulator = {"input_params": input_params[0], "kernel_scales": kernel_scales}
         else:
             out = self.replacement(id(layer), lambda: _clone(layer))(*args, **kwargs)
         activation = _activation(layer)
         if activation in (None, "linear"):
+            if accumulator is not None:
+                self.accumulators[id(out)] = accumulator
             return out
-        out = q.ActivationQuantizer(self.momentum, name=f"{layer.name}.quant" + (f".{site}" if site else ""))(out)
+        out = q.ActivationQuantizer(self.momentum, name=f"{layer.name}.quant" + (f".{site}" if site else ""))(
+            out, **(accumulator or {}))
         act = self.replacement((id(layer), "act"), lambda: q.QuantActivation(
             activation, momentum=self.momentum, sites=sites, name=f"{layer.name}.act"))
         return act(out, site=site)
@@ -239,11 +251,12 @@ class _RangePlan:
             key = self.group_of[key]
         return key
 
-    def quantize(self, old, new, input_params=None, matmul=None):
+    def quantize(self, old, new, input_params=None, matmul=None, accumulator=None):
         """``new`` (the rewritten ``old``) with its range applied, if it has
         one; its [scale, zero point] go to ``params`` (those of the op's
         input, ``input_params``, where the op keeps them). ``matmul``: the
-        operands' when a BATCH_MATMUL writes ``old``."""
+        operands' when a BATCH_MATMUL writes ``old``; ``accumulator``: the
+        quantizer arguments when a convolution or dense layer does."""
         from edgevit.quantize.layers import ActivationQuantizer
 
         if id(old) not in self.needs_range:
@@ -260,9 +273,21 @@ class _RangePlan:
             self.members[root] = members
         lhs, rhs = matmul or (None, None)
         quantized, params = self.quantizers[root](new, slot=self.members[root].index(id(old)), with_params=True,
-                                                  lhs=lhs, rhs=rhs)
+                                                  lhs=lhs, rhs=rhs, **(accumulator or {}))
         self.params[id(quantized)] = params
         return quantized
+
+
+def _sum_operands(node, args, kwargs, input_params) -> dict | None:
+    """The quantizer arguments for the output of a two-operand Add layer
+    (see edgevit.quantize.layers.sum_requantized)."""
+    import keras
+
+    operands = keras.tree.flatten((args, kwargs))
+    if not isinstance(node.operation, keras.layers.Add) or len(operands) != 2 or \
+            any(params is None for params in input_params):
+        return None
+    return {"addends": operands, "addend_params": list(input_params)}
 
 
 def _constant_operand(tensor, tensors: dict, quantized: dict):
