@@ -77,7 +77,7 @@ def test_smallest_variant_converts_in_every_precision(tmp_path, name, precision)
 
 def test_int8_attention_and_layernorm_run_in_integer_ops(tmp_path):
     """The whole transformer path (LayerNorm, softmax, SiLU, attention matmuls)
-    is int8 in --int8 output; int8_mixed leaves only the attention matmuls, softmax and LayerNorm's 1/sqrt in
+    is int8 in --int8 output; int8_mixed leaves only the attention matmuls, softmax, LayerNorm's 1/sqrt and the stem in
     float, and XNNPACK takes every op of it in one partition."""
     model = edgevit.create_model("mobilevit_v3_xxs", num_classes=10, input_size=SMALL_SIZE)
     calib = np.random.default_rng(0).random((4, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
@@ -91,8 +91,12 @@ def test_int8_attention_and_layernorm_run_in_integer_ops(tmp_path):
                             if op.name not in ("QUANTIZE", "DEQUANTIZE"))
     # LayerNorm's RSQRT and its variance + epsilon ADD stay float: XNNPACK has no int8 RSQRT and refuses an
     # int8 ADD of a constant whose scale is ~1e-7 of the other operand's
-    assert set(float_compute) == {"BATCH_MATMUL", "SOFTMAX", "RSQRT", "ADD"}
+    # and the stem, a 3x3 convolution of the RGB image (27 values per output: int8 gains nothing), with its SiLU
+    assert set(float_compute) == {"BATCH_MATMUL", "SOFTMAX", "RSQRT", "ADD", "PAD", "CONV_2D", "LOGISTIC", "MUL"}
     assert float_compute["ADD"] == float_compute["RSQRT"] > 0
+    assert float_compute["PAD"] == float_compute["CONV_2D"] == float_compute["LOGISTIC"] == float_compute["MUL"] == 1
+    first_conv = next(op for op in read(content).ops if op.name == "CONV_2D")
+    assert first_conv.outputs[0].dtype == "float32" and first_conv.inputs[1].shape == (16, 3, 3, 3)
     plan = xnnpack_plan(content)
     assert plan.whole_graph, (plan.partitions, plan.builtin_ops)
     # full int8: keys and values on zero-point-0 grids, so XNNPACK runs every int8 BATCH_MATMUL; LayerNorm's
