@@ -127,6 +127,8 @@ TABLE_HEADER = ("| model | input | epochs (float + QAT) | float top-1 | post-tra
 
 
 def main(argv=None) -> int:
+    from edgevit.cli.train import QAT_LR
+
     root = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser()
     p.add_argument("--data", default=str(root.parent / "shared" / "data" / "hymenoptera"))
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
     p.add_argument("--qat-epochs", type=int, default=None, help="QAT epochs (default: 10; 2 with --families).")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-3, help="Float training peak learning rate.")
-    p.add_argument("--qat-lr", type=float, default=2e-4)
+    p.add_argument("--qat-lr", type=float, default=QAT_LR, help="QAT peak learning rate (edgevit qat's default).")
     p.add_argument("--out", default="/tmp/edgevit-qat-hymenoptera")
     args = p.parse_args(argv)
 
