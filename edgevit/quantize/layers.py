@@ -56,14 +56,36 @@ MIN_RANGE_WIDTH = 1e-6
 _EXPORTING = contextvars.ContextVar("edgevit_qat_exporting", default=None)
 
 
+class _Export:
+    """What one trace for the converter shares: the op kinds left in float,
+    and each quantizer's [lo, hi] and [scale, zero point], read from its
+    variables once and written into the graph as constants (the converter
+    would fold the ops computing them anyway; tracing them costs more than
+    the rest of the model)."""
+
+    def __init__(self, float_ops):
+        self.float_ops = frozenset(float_ops)
+        self.constants: dict[tuple[int, str], object] = {}
+
+    def constant(self, owner, what: str, compute):
+        key = (id(owner), what)
+        if key not in self.constants:
+            import tensorflow as tf
+
+            with tf.init_scope():
+                self.constants[key] = tf.nest.map_structure(lambda v: np.asarray(v, np.float32), compute())
+        return self.constants[key]
+
+
 @contextlib.contextmanager
 def exporting(float_ops: tuple[str, ...] = ()):
     """While a QAT model is traced for the TFLite converter: quantizers emit
-    only the fake-quant ops the converter reads ranges from, without the
-    emulation of LiteRT's kernel arithmetic (which would convert to ops).
-    The outputs of ``float_ops`` ("BATCH_MATMUL", "SOFTMAX") get no range:
-    the converter leaves those ops in float (``--int8-mixed``)."""
-    token = _EXPORTING.set(frozenset(float_ops))
+    only the fake-quant ops the converter reads ranges from, with constant
+    ranges and without the emulation of LiteRT's kernel arithmetic (which
+    would convert to ops). The outputs of ``float_ops`` ("BATCH_MATMUL",
+    "SOFTMAX") get no range: the converter leaves those ops in float
+    (``--int8-mixed``)."""
+    token = _EXPORTING.set(_Export(float_ops))
     try:
         yield
     finally:
@@ -75,7 +97,13 @@ def _exporting() -> bool:
 
 
 def _float_while_exporting(op: str) -> bool:
-    return _exporting() and op in _EXPORTING.get()
+    return _exporting() and op in _EXPORTING.get().float_ops
+
+
+def _traced_constant(owner, what: str, compute):
+    """``compute()``, as a constant while exporting (see :class:`_Export`)."""
+    export = _EXPORTING.get()
+    return compute() if export is None else export.constant(owner, what, compute)
 
 
 def _fake_quant(x, lo, hi, **kwargs):
@@ -243,6 +271,9 @@ class ActivationQuantizer(keras.layers.Layer):
     def quantization_range(self):
         if self.fixed_range is not None:
             return self.fixed_range
+        return _traced_constant(self, "range", self._tracked_range)
+
+    def _tracked_range(self):
         lo = ops.minimum(ops.min(self.range_min), 0.0)
         hi = ops.maximum(ops.maximum(ops.max(self.range_max), 0.0), lo + MIN_RANGE_WIDTH)
         if self.symmetric:  # [-128, 127] steps around zero point 0
@@ -252,8 +283,8 @@ class ActivationQuantizer(keras.layers.Layer):
 
     def params(self):
         """[scale, zero point] of the int8 tensor."""
-        return ops.stack(scale_and_zero_point(*(ops.convert_to_tensor(v, "float32")
-                                                for v in self.quantization_range())))
+        return _traced_constant(self, "params", lambda: ops.stack(scale_and_zero_point(
+            *(ops.convert_to_tensor(v, "float32") for v in self.quantization_range()))))
 
     def _track(self, x, slot: int):
         x = ops.stop_gradient(ops.cast(x, "float32"))
