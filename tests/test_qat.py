@@ -355,7 +355,7 @@ def test_every_family_trains_saves_and_converts_with_trained_ranges(name, photos
     qat = quantize_model(edgevit.create_model(name, num_classes=2, input_size=size), x, input_range=pre.value_range)
     qat.compile(keras.optimizers.Adam(1e-4), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 run_eagerly=True)
-    qat.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    qat.fit(x, y, batch_size=len(x), epochs=1, verbose=0)  # one step: eager steps are slow
     qat.save(tmp_path / f"{name}_qat.keras")
     reloaded = load_model(tmp_path / f"{name}_qat.keras")
     np.testing.assert_array_equal(predict(reloaded, x[:2]), predict(qat, x[:2]))

@@ -107,7 +107,18 @@ def _traced_constant(owner, what: str, compute):
 
 
 def _fake_quant(x, lo, hi, **kwargs):
+    if not kwargs and np.ndim(lo) == 0 and _array_module(lo, hi) is np:
+        import tensorflow as tf
+
+        # a range known now: the op with the range as attributes (one graph node or eager op, not seven)
+        return tf.quantization.fake_quant_with_min_max_args(x, min=float(lo), max=float(hi), num_bits=8)
     return keras.quantizers.fake_quant_with_min_max_vars(x, lo, hi, num_bits=8, **kwargs)
+
+
+def _of_weight(value, what: str, compute):
+    """``compute()``, as a constant while exporting when ``value`` is a
+    weight variable (not a tensor computed in the traced graph)."""
+    return _traced_constant(value, what, compute) if isinstance(value, keras.Variable) else compute()
 
 
 def scale_and_zero_point(lo, hi):
@@ -116,10 +127,30 @@ def scale_and_zero_point(lo, hi):
     converter computes in float64 and stores float32; a float32 difference
     of the bounds differs from that in the last bit for about a quarter of
     the ranges, and XNNPACK's requantization multiplies by these bits."""
-    lo, hi = ops.cast(lo, "float64"), ops.cast(hi, "float64")
+    xp = _array_module(lo, hi)
+    if xp is np:  # the bounds as float32 first: the fake-quant op's
+        lo, hi = np.float64(np.float32(lo)), np.float64(np.float32(hi))
+    else:
+        lo, hi = ops.cast(lo, "float64"), ops.cast(hi, "float64")
     scale = (hi - lo) / 255.0
-    zero_point = ops.clip(ops.round(-128.0 - lo / scale), -128.0, 127.0)
+    zero_point = xp.clip(xp.round(-128.0 - lo / scale), -128.0, 127.0)
+    if xp is np:
+        return np.float32(scale), np.float32(zero_point)
     return ops.cast(scale, "float32"), ops.cast(zero_point, "float32")
+
+
+def _array_module(*values):
+    """numpy where every value is known now (eager weights, constants),
+    else keras ops: eagerly, each keras op costs more than numpy's whole
+    computation of a range, and a QAT forward pass computes a thousand."""
+    return np if not any(ops.is_tensor(v) or isinstance(v, keras.Variable) for v in values) else ops
+
+
+def _value_now(variable):
+    """The variable's value as numpy where it can be read (eagerly), else the variable."""
+    import tensorflow as tf
+
+    return variable.numpy() if tf.executing_eagerly() else variable
 
 
 def weight_scales(bound):
@@ -274,17 +305,12 @@ class ActivationQuantizer(keras.layers.Layer):
         return _traced_constant(self, "range", self._tracked_range)
 
     def _tracked_range(self):
-        lo = ops.minimum(ops.min(self.range_min), 0.0)
-        hi = ops.maximum(ops.maximum(ops.max(self.range_max), 0.0), lo + MIN_RANGE_WIDTH)
-        if self.symmetric:  # [-128, 127] steps around zero point 0
-            hi = ops.maximum(hi, -lo * (127.0 / 128.0))
-            lo = -hi * (128.0 / 127.0)
-        return lo, hi
+        return value_range(_value_now(self.range_min), _value_now(self.range_max), self.symmetric)
 
     def params(self):
         """[scale, zero point] of the int8 tensor."""
-        return _traced_constant(self, "params", lambda: ops.stack(scale_and_zero_point(
-            *(ops.convert_to_tensor(v, "float32") for v in self.quantization_range()))))
+        return _traced_constant(self, "params", lambda: ops.convert_to_tensor(
+            ops.stack(scale_and_zero_point(*self.quantization_range())), "float32"))
 
     def _track(self, x, slot: int):
         x = ops.stop_gradient(ops.cast(x, "float32"))
@@ -353,7 +379,8 @@ def with_channel_scales(spec, with_kernel_scales: bool):
 def kernel_bound(kernel, channel_axis: int):
     """The per-output-channel max |kernel|: the narrow int8 range of each channel is [-bound, bound]."""
     axes = [a for a in range(len(kernel.shape)) if a != channel_axis % len(kernel.shape)]
-    return ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel), axis=axes), 1e-8))
+    return _of_weight(kernel, f"bound{channel_axis}",
+                      lambda: ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel), axis=axes), 1e-8)))
 
 
 def fake_quant_kernel(kernel, channel_axis: int):
@@ -367,9 +394,13 @@ def round_kernel_to_grid(kernel, reduced_axes=None):
     ``reduced_axes``, by default the last axis of a Dense kernel), with a
     straight-through gradient (see the module docstring)."""
     axes = list(range(len(kernel.shape) - 1)) if reduced_axes is None else list(reduced_axes)
-    scale = ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel), axis=axes, keepdims=True), 1e-8)) / 127.0
-    rounded = ops.clip(ops.round(kernel / scale), -127.0, 127.0) * scale
-    return kernel + ops.stop_gradient(rounded - kernel)
+
+    def on_grid():
+        scale = ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel), axis=axes, keepdims=True), 1e-8)) / 127.0
+        rounded = ops.clip(ops.round(kernel / scale), -127.0, 127.0) * scale
+        return kernel + ops.stop_gradient(rounded - kernel)
+
+    return _of_weight(kernel, f"grid{axes}", on_grid)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -647,9 +678,26 @@ class QuantizedPoints:
 def fake_quant_constant(value):
     """Per-tensor int8 over the value's own range (with zero), as the
     converter quantizes a constant operand; straight-through gradient."""
-    lo = ops.stop_gradient(ops.minimum(ops.min(value), 0.0))
-    hi = ops.stop_gradient(ops.maximum(ops.maximum(ops.max(value), 0.0), lo + MIN_RANGE_WIDTH))
+    lo, hi = value_range(ops.stop_gradient(value), ops.stop_gradient(value))
     return _fake_quant(value, lo, hi)
+
+
+def value_range(minima, maxima, symmetric: bool = False):
+    """The int8 range [lo, hi] of values whose minima and maxima are given:
+    zero included, at least MIN_RANGE_WIDTH wide; ``symmetric``: around
+    zero point 0 ([-128, 127] steps). In float32, as the fake-quant op
+    reads it; numpy where the values are known now."""
+    import tensorflow as tf
+
+    if ops.is_tensor(minima) and tf.executing_eagerly():
+        minima, maxima = np.asarray(minima), np.asarray(maxima)
+    xp, f32 = _array_module(minima, maxima), np.float32
+    lo = xp.minimum(xp.min(minima), f32(0.0))
+    hi = xp.maximum(xp.maximum(xp.max(maxima), f32(0.0)), lo + f32(MIN_RANGE_WIDTH))
+    if symmetric:
+        hi = xp.maximum(hi, -lo * f32(127.0 / 128.0))
+        lo = -hi * f32(128.0 / 127.0)
+    return lo, hi
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
