@@ -107,11 +107,15 @@ def _traced_constant(owner, what: str, compute):
 
 
 def _fake_quant(x, lo, hi, **kwargs):
-    if not kwargs and np.ndim(lo) == 0 and _array_module(lo, hi) is np:
+    if not kwargs and np.ndim(lo) == 0 and _array_module(lo, hi) is np:  # a range known now
         import tensorflow as tf
 
-        # a range known now: the op with the range as attributes (one graph node or eager op, not seven)
-        return tf.quantization.fake_quant_with_min_max_args(x, min=float(lo), max=float(hi), num_bits=8)
+        if _exporting():  # the converter reads the range from the op's attributes: one graph node
+            return tf.quantization.fake_quant_with_min_max_args(x, min=float(lo), max=float(hi), num_bits=8)
+        # The op keras calls, without its reshapes and casts. (The attribute
+        # op rounds about 3 values in 10^6 the other way: training in a
+        # graph, which reads the range from variables, would then differ.)
+        return tf.quantization.fake_quant_with_min_max_vars(x, np.float32(lo), np.float32(hi), num_bits=8)
     return keras.quantizers.fake_quant_with_min_max_vars(x, lo, hi, num_bits=8, **kwargs)
 
 
@@ -313,16 +317,22 @@ class ActivationQuantizer(keras.layers.Layer):
             ops.stack(scale_and_zero_point(*self.quantization_range())), "float32"))
 
     def _track(self, x, slot: int):
-        x = ops.stop_gradient(ops.cast(x, "float32"))
-        finite = ops.isfinite(x)
-        values = ops.where(finite, x, ops.zeros_like(x))
-        batch_min, batch_max = ops.min(values), ops.max(values)
-        this_slot = ops.logical_and(ops.arange(self.slots) == slot, ops.any(finite))
-        seen = self.batches_seen
-        rate = ops.minimum(self.momentum, seen / (seen + 1.0))
-        self.range_min.assign(ops.where(this_slot, rate * self.range_min + (1.0 - rate) * batch_min, self.range_min))
-        self.range_max.assign(ops.where(this_slot, rate * self.range_max + (1.0 - rate) * batch_max, self.range_max))
-        self.batches_seen.assign(seen + ops.cast(this_slot, "float32"))
+        import tensorflow as tf
+
+        f32 = np.float32
+        if tf.executing_eagerly():  # numpy: the same float32 arithmetic at a fraction of the eager ops' cost
+            xp, x = np, np.asarray(x, "float32")
+        else:
+            xp, x = ops, ops.stop_gradient(ops.cast(x, "float32"))
+        finite = xp.isfinite(x)
+        values = xp.where(finite, x, xp.zeros_like(x))
+        batch_min, batch_max = xp.min(values), xp.max(values)
+        this_slot = xp.logical_and(xp.arange(self.slots) == slot, xp.any(finite))
+        seen, range_min, range_max = (_value_now(v) for v in (self.batches_seen, self.range_min, self.range_max))
+        rate = xp.minimum(f32(self.momentum), seen / (seen + f32(1.0)))
+        self.range_min.assign(xp.where(this_slot, rate * range_min + (f32(1.0) - rate) * batch_min, range_min))
+        self.range_max.assign(xp.where(this_slot, rate * range_max + (f32(1.0) - rate) * batch_max, range_max))
+        self.batches_seen.assign(seen + xp.where(this_slot, f32(1.0), f32(0.0)))
 
     def compute_output_spec(self, x, with_params: bool = False, **kwargs):
         spec = keras.KerasTensor(x.shape, x.dtype)
