@@ -193,6 +193,28 @@ def test_trained_ranges_are_the_ranges_in_the_file(trained):
     assert round(1 / 256, 7) in scales   # fixed softmax / sigmoid output range
 
 
+def test_a_training_step_computes_the_same_eagerly_and_in_a_graph(trained):
+    """Eagerly, ranges are computed in numpy; `edgevit qat` trains in a
+    graph, where they are ops on the variables: same outputs, same ranges."""
+    import tensorflow as tf
+
+    _, qat, _ = trained
+    x, _ = synthetic(16, 5)
+    before = {id(v): np.asarray(v) for v in qat.variables}
+    results = []
+    for forward in (qat, tf.function(qat)):
+        outputs = np.asarray(forward(x, training=True))
+        results.append((outputs, [np.asarray(v) for v in qat.non_trainable_variables]))
+        for variable in qat.variables:
+            variable.assign(before[id(variable)])
+    (eager, eager_ranges), (graph, graph_ranges) = results
+    np.testing.assert_array_equal(eager, graph)
+    for eager_range, graph_range in zip(eager_ranges, graph_ranges):
+        np.testing.assert_array_equal(eager_range, graph_range)
+    moved = [not np.array_equal(r, before[id(v)]) for v, r in zip(qat.non_trainable_variables, eager_ranges)]
+    assert sum(moved) > 10  # the step did track ranges
+
+
 def test_qat_model_saves_and_reloads_with_identical_outputs(trained, tmp_path):
     _, qat, _ = trained
     path = tmp_path / "tiny_qat.keras"
