@@ -1,9 +1,9 @@
 """Quantization-aware layers: fake quantization where TFLite quantizes.
 
 Every tensor that becomes an int8 tensor of the TFLite graph passes through
-``keras.quantizers.fake_quant_with_min_max_vars`` (TF backend:
-``tf.quantization.fake_quant_with_min_max_vars*``), whose ranges the
-converter takes as the tensor's scale and zero point. So the Keras model
+a TF fake-quant op (``keras.quantizers.fake_quant_with_min_max_vars``, or
+the op it calls where the range is already known, see ``_fake_quant``),
+whose ranges the converter takes as the tensor's scale and zero point. So the Keras model
 computes in training what the int8 file computes on the phone.
 
 - Activations: :class:`ActivationQuantizer`, one per-tensor range tracked by
