@@ -150,11 +150,13 @@ def _array_module(*values):
     return np if not any(ops.is_tensor(v) or isinstance(v, keras.Variable) for v in values) else ops
 
 
-def _value_now(variable):
-    """The variable's value as numpy where it can be read (eagerly), else the variable."""
+def _value_now(value):
+    """A variable's or tensor's value as numpy where it can be read
+    (eagerly), else the variable or tensor itself."""
     import tensorflow as tf
 
-    return variable.numpy() if tf.executing_eagerly() else variable
+    known = tf.executing_eagerly() and (ops.is_tensor(value) or isinstance(value, keras.Variable))
+    return np.asarray(value) if known else value
 
 
 def weight_scales(bound):
@@ -313,17 +315,12 @@ class ActivationQuantizer(keras.layers.Layer):
 
     def params(self):
         """[scale, zero point] of the int8 tensor."""
-        return _traced_constant(self, "params", lambda: ops.convert_to_tensor(
-            ops.stack(scale_and_zero_point(*self.quantization_range())), "float32"))
+        return _traced_constant(self, "params", lambda: ops.stack(scale_and_zero_point(*self.quantization_range())))
 
     def _track(self, x, slot: int):
-        import tensorflow as tf
-
-        f32 = np.float32
-        if tf.executing_eagerly():  # numpy: the same float32 arithmetic at a fraction of the eager ops' cost
-            xp, x = np, np.asarray(x, "float32")
-        else:
-            xp, x = ops, ops.stop_gradient(ops.cast(x, "float32"))
+        # eagerly in numpy: the same float32 arithmetic at a fraction of the eager ops' cost
+        x = _value_now(ops.stop_gradient(ops.cast(x, "float32")))
+        xp, f32 = _array_module(x), np.float32
         finite = xp.isfinite(x)
         values = xp.where(finite, x, xp.zeros_like(x))
         batch_min, batch_max = xp.min(values), xp.max(values)
@@ -697,10 +694,7 @@ def value_range(minima, maxima, symmetric: bool = False):
     zero included, at least MIN_RANGE_WIDTH wide; ``symmetric``: around
     zero point 0 ([-128, 127] steps). In float32, as the fake-quant op
     reads it; numpy where the values are known now."""
-    import tensorflow as tf
-
-    if ops.is_tensor(minima) and tf.executing_eagerly():
-        minima, maxima = np.asarray(minima), np.asarray(maxima)
+    minima, maxima = _value_now(minima), _value_now(maxima)
     xp, f32 = _array_module(minima, maxima), np.float32
     lo = xp.minimum(xp.min(minima), f32(0.0))
     hi = xp.maximum(xp.maximum(xp.max(maxima), f32(0.0)), lo + f32(MIN_RANGE_WIDTH))
