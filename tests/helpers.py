@@ -76,17 +76,29 @@ def exports_within_floor(tmp_path, name, precision, size, model=None):
     return report
 
 
+def outputs(model, x):
+    """Inference outputs computed eagerly: no per-model graph trace, as
+    ``model.predict`` would pay (seconds for the deeper families)."""
+    return np.asarray(model(x, training=False))
+
+
+def round_trip_outputs(tmp_path, model, x):
+    """``model``'s outputs on ``x`` after asserting that its ``.keras`` file
+    reloads under the same name with identical outputs."""
+    import keras
+
+    out = outputs(model, x)
+    model.save(tmp_path / "m.keras")
+    reloaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert reloaded.name == model.name
+    np.testing.assert_array_equal(out, outputs(reloaded, x))
+    return out
+
+
 def round_trips_and_converts(tmp_path, name, size, precisions=("fp32", "int8")):
     """Output shape, an identical ``.keras`` round trip, then each precision
     through :func:`exports_within_floor`; returns the model and the reports."""
-    import keras
-
     model = edgevit.create_model(name, num_classes=10, input_size=size)
     x = np.random.default_rng(1).random((2, size, size, 3), dtype="float32")
-    out = model.predict(x, verbose=0)
-    assert out.shape == (2, 10)
-    model.save(tmp_path / "m.keras")
-    reloaded = keras.saving.load_model(tmp_path / "m.keras")
-    assert reloaded.name == name
-    np.testing.assert_array_equal(out, reloaded.predict(x, verbose=0))
+    assert round_trip_outputs(tmp_path, model, x).shape == (2, 10)
     return model, {p: exports_within_floor(tmp_path, name, p, size, model=model) for p in precisions}

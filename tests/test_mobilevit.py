@@ -5,7 +5,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import keras
 
 import edgevit
 from edgevit.export.convert import PRECISIONS, convert
@@ -15,7 +14,7 @@ from edgevit.litert.flatbuffer import read
 from edgevit.litert.nnapi_rules import check_nnapi
 from edgevit.litert.xnnpack import xnnpack_plan
 from edgevit.registry import get_spec
-from tests.helpers import assert_deployable, export_variant
+from tests.helpers import assert_deployable, export_variant, round_trip_outputs
 
 # Trainable parameters of the official implementations (1000 classes).
 OFFICIAL_PARAMS = {
@@ -55,11 +54,7 @@ def test_any_multiple_of_32_builds_and_runs(name, size):
 def test_keras_file_round_trip_is_identical(tmp_path, name):
     model = edgevit.create_model(name, num_classes=5, input_size=SMALL_SIZE)
     x = np.random.default_rng(1).random((2, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
-    path = tmp_path / "m.keras"
-    model.save(path)
-    reloaded = keras.saving.load_model(path)
-    assert reloaded.name == name
-    np.testing.assert_array_equal(model.predict(x, verbose=0), reloaded.predict(x, verbose=0))
+    round_trip_outputs(tmp_path, model, x)
 
 
 @pytest.mark.parametrize("name", SMALLEST[:3])
