@@ -76,10 +76,12 @@ def exports_within_floor(tmp_path, name, precision, size, model=None):
     return report
 
 
-def outputs(model, x):
-    """Inference outputs computed eagerly: no per-model graph trace, as
-    ``model.predict`` would pay (seconds for the deeper families)."""
-    return np.asarray(model(x, training=False))
+def outputs(model, x, batch_size: int = 64):
+    """Inference outputs computed eagerly, ``batch_size`` images at a time: no
+    per-model graph trace, as ``model.predict`` would pay (seconds for the
+    deeper families)."""
+    return np.concatenate([np.asarray(model(x[i:i + batch_size], training=False))
+                           for i in range(0, len(x), batch_size)])
 
 
 def round_trip_outputs(tmp_path, model, x):

@@ -3,7 +3,6 @@ deployment rules."""
 import numpy as np
 import pytest
 
-
 import edgevit
 from edgevit.export.convert import PRECISIONS
 from edgevit.info import count_params

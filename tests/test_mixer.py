@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-
 import edgevit
 from edgevit.export.convert import PRECISIONS
 from edgevit.info import count_params

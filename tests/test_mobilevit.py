@@ -5,7 +5,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-
 import edgevit
 from edgevit.export.convert import PRECISIONS, convert
 from edgevit.export.graph import describe

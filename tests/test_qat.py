@@ -28,6 +28,7 @@ from edgevit.quantize.registry import QuantizeRule, register
 from edgevit.registry import get_spec
 from edgevit.saving import load_model
 from edgevit.train.data import find_dataset, load_split
+from tests.helpers import outputs
 
 SIZE = 32
 CLASSES = 3
@@ -91,10 +92,6 @@ def trained():
                 keras.losses.SparseCategoricalCrossentropy(from_logits=True), run_eagerly=True)
     qat.fit(x, y, batch_size=32, epochs=2, verbose=0)
     return model, qat, convert(qat, "int8", None, "int8")
-
-
-def predict(model, x):
-    return np.concatenate([np.asarray(model(x[i:i + 64], training=False)) for i in range(0, len(x), 64)])
 
 
 def test_rewrite_folds_batchnorm_and_quantizes_every_internal_op():
@@ -172,7 +169,7 @@ def test_qat_int8_file_follows_the_keras_model(trained, tmp_path):
     path = tmp_path / "qat.tflite"
     path.write_bytes(content)
     x, _ = synthetic(200, 7)
-    expected = predict(qat, x)
+    expected = outputs(qat, x)
     actual = run_in_child(path, x, num_threads=2)
     result = agreement(expected, actual)
     assert result["top1_agreement"] >= 0.995, result
@@ -203,8 +200,8 @@ def test_a_training_step_computes_the_same_eagerly_and_in_a_graph(trained):
     before = {id(v): np.asarray(v) for v in qat.variables}
     results = []
     for forward in (qat, tf.function(qat)):
-        outputs = np.asarray(forward(x, training=True))
-        results.append((outputs, [np.asarray(v) for v in qat.non_trainable_variables]))
+        trained_outputs = np.asarray(forward(x, training=True))
+        results.append((trained_outputs, [np.asarray(v) for v in qat.non_trainable_variables]))
         for variable in qat.variables:
             variable.assign(before[id(variable)])
     (eager, eager_ranges), (graph, graph_ranges) = results
@@ -222,7 +219,7 @@ def test_qat_model_saves_and_reloads_with_identical_outputs(trained, tmp_path):
     reloaded = keras.saving.load_model(path, compile=False)
     x, _ = synthetic(8, 3)
     assert is_qat_model(reloaded)
-    np.testing.assert_array_equal(predict(reloaded, x), predict(qat, x))
+    np.testing.assert_array_equal(outputs(reloaded, x), outputs(qat, x))
     assert quantization_ranges(reloaded) == quantization_ranges(qat)
 
 
@@ -310,7 +307,7 @@ def test_int8_file_computes_exactly_what_the_qat_model_computes(tmp_path):
     qat = quantize_model(model, x, input_range=(-4.0, 4.0))
     path = tmp_path / "attention.tflite"
     path.write_bytes(convert(qat, "int8", None, "int8"))
-    np.testing.assert_allclose(run_in_child(path, x), predict(qat, x), atol=1e-5)  # an int8 step: 0.02
+    np.testing.assert_allclose(run_in_child(path, x), outputs(qat, x), atol=1e-5)  # an int8 step: 0.02
 
 
 def test_int8_file_computes_exactly_what_a_convolutional_qat_model_computes(tmp_path):
@@ -333,7 +330,7 @@ def test_int8_file_computes_exactly_what_a_convolutional_qat_model_computes(tmp_
     qat = quantize_model(model, x, input_range=(-4.0, 4.2))
     path = tmp_path / "convnet.tflite"
     path.write_bytes(convert(qat, "int8", None, "int8"))
-    np.testing.assert_array_equal(run_in_child(path, x), predict(qat, x))
+    np.testing.assert_array_equal(run_in_child(path, x), outputs(qat, x))
 
 
 def photo_folder(root, classes=("astronaut", "coffee"), per_class=4):
@@ -380,7 +377,7 @@ def test_every_family_trains_saves_and_converts_with_trained_ranges(name, photos
     qat.fit(x, y, batch_size=len(x), epochs=1, verbose=0)  # one step: eager steps are slow
     qat.save(tmp_path / f"{name}_qat.keras")
     reloaded = load_model(tmp_path / f"{name}_qat.keras")
-    np.testing.assert_array_equal(predict(reloaded, x[:2]), predict(qat, x[:2]))
+    np.testing.assert_array_equal(outputs(reloaded, x[:2]), outputs(qat, x[:2]))
     content = convert(reloaded, "int8", None, "int8")
     summary = describe(content)
     assert not summary.float_ops(), [op.name for op in summary.float_ops()]
