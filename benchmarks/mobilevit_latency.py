@@ -8,9 +8,14 @@ Reports medians and the ratio of each precision to the same model's fp32.
     python benchmarks/mobilevit_latency.py                       # the default set
     python benchmarks/mobilevit_latency.py --models mobilevit_v3_xxs --rounds 5 --json out.json
 
-The PyTorch route: where timm and litert-torch are installed (`pip install
-timm litert-torch`), MobileViT v1 models are also exported from timm with
-litert-torch and timed in the same run. Both files then compute the same
+The PyTorch route: MobileViT v1 models are also exported from timm with
+litert-torch and timed in the same run, where a Python with torch, timm and
+litert-torch is at hand: this one, or another given with --pytorch-python
+(litert-torch wants its own torch release, so a venv of its own is the easy
+way: `python -m venv pt && pt/bin/pip install torch==2.14.1 timm litert-torch
+&& pt/bin/pip install --no-deps -e .`). The export runs in a child process:
+litert-torch's converter and TensorFlow's, after several conversions in one
+process, crashed it (segmentation fault). Both files compute the same
 function: timm's model gets random weights of a sensible scale (timm
 zero-initialises the last BatchNorm of each residual block, and the converter
 deletes such dead branches: a file with two MobileNetV2 blocks fewer would be
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,45 +53,56 @@ PYTORCH_ROUTE_TARGET = 0.9  # edgevit fp32 / PyTorch-route fp32, same architectu
 TIMM_TWINS = {"mobilevit_v1_xxs": "mobilevit_xxs", "mobilevit_v1_xs": "mobilevit_xs", "mobilevit_v1_s": "mobilevit_s"}
 
 
-def pytorch_route(name: str, size: int, out_dir: Path) -> tuple[dict | None, str | None]:
-    """(file entry of timm's twin exported with litert-torch, edgevit weights
-    file holding the same weights), or (None, None) where timm/litert-torch
-    are missing or the model has no timm twin."""
+# Runs in the PyTorch Python: timm's twin with random weights of a sensible
+# scale, its state dict as .safetensors and its litert-torch export.
+PYTORCH_ROUTE_CHILD = r"""
+import sys, time
+import litert_torch, torch
+from edgevit.converters.checkpoints import write_safetensors
+from edgevit.converters.parity import import_timm, randomize_
+timm_name, size, checkpoint, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+module = import_timm().create_model(timm_name, pretrained=False).eval()
+randomize_(module, seed=0)
+write_safetensors({k: v.detach().numpy() for k, v in module.state_dict().items()}, checkpoint)
+start = time.perf_counter()
+litert_torch.convert(module, (torch.zeros(1, 3, size, size),)).export(out)
+print("convert_seconds", time.perf_counter() - start)
+"""
+
+
+def pytorch_route(name: str, size: int, out_dir: Path, python: str) -> tuple[dict | None, str | None]:
+    """(file entry of timm's twin exported with litert-torch by ``python``,
+    edgevit weights file holding the same weights), or (None, None) where
+    that Python lacks timm/litert-torch or the model has no timm twin."""
     if name not in TIMM_TWINS:
         return None, None
-    try:
-        import litert_torch
-        import torch
+    from edgevit.converters.api import import_weights
 
-        from edgevit.converters.api import import_weights
-        from edgevit.converters.checkpoints import write_safetensors
-        from edgevit.converters.parity import import_timm, randomize_
-        timm = import_timm()
-    except ImportError as err:
-        print(f"PyTorch route skipped for {name}: {err}", file=sys.stderr)
-        return None, None
-    module = timm.create_model(TIMM_TWINS[name], pretrained=False).eval()
-    randomize_(module, seed=0)
     checkpoint = out_dir / f"{name}_timm.safetensors"
-    write_safetensors({k: v.detach().numpy() for k, v in module.state_dict().items()}, checkpoint)
+    out = out_dir / f"{name}_pytorch_route_fp32.tflite"
+    proc = subprocess.run([python, "-c", PYTORCH_ROUTE_CHILD, TIMM_TWINS[name], str(size), str(checkpoint), str(out)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0 or not out.exists():
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        print(f"PyTorch route skipped for {name} (exit {proc.returncode}): {lines[-1] if lines else ''}",
+              file=sys.stderr)
+        return None, None
     weights = out_dir / f"{name}.weights.h5"
     import_weights(checkpoint, name, weights, source="timm")
-    out = out_dir / f"{name}_pytorch_route_fp32.tflite"
-    start = time.perf_counter()
-    litert_torch.convert(module, (torch.zeros(1, 3, size, size),)).export(str(out))
+    seconds = float(proc.stdout.split("convert_seconds")[-1])
     entry = {"model": name, "precision": "pytorch_route_fp32", "path": out,
-             "convert_seconds": round(time.perf_counter() - start, 1), "size_bytes": out.stat().st_size}
+             "convert_seconds": round(seconds, 1), "size_bytes": out.stat().st_size}
     return entry, str(weights)
 
 
-def convert_all(models, precisions, size, calib_samples, out_dir: Path) -> list[dict]:
+def convert_all(models, precisions, size, calib_samples, out_dir: Path, pytorch_python: str) -> list[dict]:
     import edgevit
     from edgevit.export.pipeline import ExportOptions, export
     from edgevit.registry import get_spec
 
     files = []
     for name in models:
-        twin, weights = pytorch_route(name, size, out_dir)
+        twin, weights = pytorch_route(name, size, out_dir, pytorch_python)
         for precision in precisions:
             model = edgevit.create_model(name, input_size=size, weights=weights)
             out = out_dir / f"{name}_{precision}.tflite"
@@ -174,11 +191,14 @@ def main(argv=None) -> int:
     parser.add_argument("--runs-per-round", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--calib-samples", type=int, default=64)
+    parser.add_argument("--pytorch-python", default=sys.executable,
+                        help="Python with torch, timm and litert-torch for the PyTorch route (default: this one).")
     parser.add_argument("--json", dest="json_path", default=None, help="Also write the rows as JSON here.")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="edgevit-bench-") as tmp:
-        files = convert_all(args.models, args.precisions, args.input_size, args.calib_samples, Path(tmp))
+        files = convert_all(args.models, args.precisions, args.input_size, args.calib_samples, Path(tmp),
+                            args.pytorch_python)
         time_interleaved(files, args.threads, args.rounds, args.runs_per_round, args.warmup)
     rows = summarise(files, args.threads)
 
