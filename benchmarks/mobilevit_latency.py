@@ -213,6 +213,9 @@ def main(argv=None) -> int:
                 [[row.get(c, "") for c in columns] for row in rows])
     if host.endswith("int8 dot product: none)"):
         print("This CPU has no int8 dot product: the int8 ratios below do not represent phones or VNNI hosts.")
+    elif "amx_int8" in host:
+        print("XNNPACK runs int8 GEMMs on AMX tiles here: int8 ratios come out lower than on CPUs with "
+              "VNNI or Arm dotprod/i8mm only (docs/profiling.md, kernel by kernel).")
     by_key = {(r["model"], r["precision"]): r for r in rows}
     for (name, precision), target in TARGETS.items():
         row = by_key.get((name, precision))
