@@ -52,9 +52,10 @@ FAMILIES = [
 
 CHILD = r"""
 import sys, time, numpy as np
-from ai_edge_litert.interpreter import Interpreter
+from pathlib import Path
+from edgevit.litert.interpreter import load_interpreter
 path, threads, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-interp = Interpreter(model_path=path, num_threads=threads)
+interp = load_interpreter(Path(path).read_bytes(), num_threads=threads)
 interp.allocate_tensors()
 for detail in interp.get_input_details():
     interp.set_tensor(detail["index"], np.random.default_rng(0).random(detail["shape"]).astype(detail["dtype"]))
@@ -110,7 +111,8 @@ def profile(path: Path, threads: int, runs: int, frequency: int) -> dict:
     per_run = 1e3 / frequency / runs
     families: dict[str, float] = {}
     for symbol, count in samples.items():
-        families[family_of(symbol)] = families.get(family_of(symbol), 0.0) + count * per_run
+        family = family_of(symbol)
+        families[family] = families.get(family, 0.0) + count * per_run
     kernels = sorted(((s, c * per_run) for s, c in samples.items()), key=lambda kv: -kv[1])
     return {"file": str(path), "threads": threads, "runs": runs, "median_ms": round(median_ms, 3),
             "cpu_ms": round(sum(c for _, c in kernels), 3),

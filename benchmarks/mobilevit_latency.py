@@ -77,14 +77,14 @@ def pytorch_route(name: str, size: int, out_dir: Path, python: str) -> tuple[dic
     if name not in TIMM_TWINS:
         return None, None
     from edgevit.converters.api import import_weights
+    from edgevit.litert.interpreter import describe_child_failure
 
     checkpoint = out_dir / f"{name}_timm.safetensors"
     out = out_dir / f"{name}_pytorch_route_fp32.tflite"
     proc = subprocess.run([python, "-c", PYTORCH_ROUTE_CHILD, TIMM_TWINS[name], str(size), str(checkpoint), str(out)],
                           capture_output=True, text=True)
     if proc.returncode != 0 or not out.exists():
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        print(f"PyTorch route skipped for {name} (exit {proc.returncode}): {lines[-1] if lines else ''}",
+        print(f"PyTorch route skipped for {name}: {describe_child_failure(proc.returncode, proc.stderr)}",
               file=sys.stderr)
         return None, None
     weights = out_dir / f"{name}.weights.h5"
