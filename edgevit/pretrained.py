@@ -8,7 +8,7 @@ Hub, so that ``HF_ENDPOINT`` mirrors, ``HF_HOME``/``HF_HUB_CACHE``, tokens and
 ``HF_HUB_OFFLINE`` work as usual; ``keras.utils.get_file`` for plain URLs,
 cached under ``KERAS_HOME``), verifies its sha256 before anything reads it,
 imports it with :mod:`edgevit.converters` (BGR-trained weights get their stem
-convolution's input channels swapped, so every model takes RGB) and caches
+convolution's input channels reversed, so every model takes RGB) and caches
 the Keras weights per (model, tag, input size) under ``EDGEVIT_CACHE``
 (default ``~/.cache/edgevit``). A cache entry whose file does not hash to its
 manifest is re-imported, never used; every file is written under a temporary
@@ -131,9 +131,7 @@ def cached_weights(spec: ModelSpec, input_size: int, log=_stderr) -> Path:
 
         log(f"Importing {entry.tag} into {spec.name} at {input_size}x{input_size}")
         model = import_weights(checkpoint, spec.name, source=entry.naming, num_classes=IMAGENET_CLASSES,
-                               input_size=input_size).model
-    if entry.channel_order == "BGR":
-        swap_stem_channels(model)
+                               input_size=input_size, channel_order=entry.channel_order).model
     _write_entry(model, weights, manifest, {**expected, "source": entry.where,
                                             "checkpoint_sha256": checkpoint_sha256,
                                             "channel_order_in_checkpoint": entry.channel_order})
@@ -183,26 +181,6 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def swap_stem_channels(model) -> None:
-    """Reverse the input channels of the convolution that reads the image
-    (through padding only, which keeps channels apart), so a model trained on
-    BGR pixels computes the same on RGB ones."""
-    import keras
-
-    tensor = model.inputs[0]
-    while True:
-        readers = [layer for layer in model.layers
-                   if not isinstance(layer, keras.layers.InputLayer) and layer.input is tensor]
-        layer = readers[0] if len(readers) == 1 else None
-        if isinstance(layer, keras.layers.Conv2D) and layer.kernel.shape[2] == 3:
-            layer.kernel.assign(keras.ops.flip(layer.kernel, axis=2))
-            return
-        if not isinstance(layer, keras.layers.ZeroPadding2D):
-            raise EdgevitError(f"{model.name}: the image does not go straight into one convolution, so BGR "
-                               "weights cannot be turned into RGB ones by swapping its input channels.")
-        tensor = layer.output
 
 
 # --- fetching and verifying checkpoints -----------------------------------------------------------
