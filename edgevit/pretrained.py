@@ -250,7 +250,10 @@ def hub_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
                            f"{INSTEAD}.")
     log(f"Downloading {what} from {constants.ENDPOINT}")
     try:
-        path = Path(huggingface_hub.hf_hub_download(entry.location, entry.file))
+        from edgevit import __version__
+
+        path = Path(huggingface_hub.hf_hub_download(entry.location, entry.file, library_name="edgevit",
+                                                    library_version=__version__))
     except Exception as err:
         raise _unreachable(what, constants.ENDPOINT, err) from None
     return path, _verified(path, expected, what, source, also_remove=[Path(os.path.realpath(path))])

@@ -61,8 +61,8 @@ class Pretrained:
     checkpoint). ``naming`` is the importer that reads it (``timm``,
     ``cvnets``, ``huggingface``). ``top1`` is the ImageNet-1k top-1 the
     publisher reports for this file, measured with the variant's registered
-    preprocessing. ``channel_order`` is the order the weights expect: "BGR"
-    checkpoints get their stem convolution's input channels swapped at
+    preprocessing. ``channel_order`` is what the checkpoint was trained on:
+    a "BGR" one gets its stem convolution's input channels reversed at
     import, so every edgevit model takes RGB. ``sha256`` pins the file; Hub
     files without it are checked against the Hub's own LFS sha256.
     """
@@ -223,9 +223,10 @@ def create_model(name: str, num_classes: int = 1000, input_size: int | None = No
     ``input_size x input_size x 3`` input.
 
     ``weights`` is a Keras weights file (``.weights.h5``), a ``.keras`` file
-    of the same architecture, or ``"imagenet"``: the official ImageNet weights
-    (downloaded, verified and cached by :mod:`edgevit.pretrained`; with
-    another ``num_classes`` every weight but the classifier's). ``options`` go to the family builder, as timm's
+    of the same architecture, or ``"imagenet"``: the official ImageNet
+    weights (downloaded, verified and cached by :mod:`edgevit.pretrained`;
+    with another ``num_classes``, every weight but the classifier's).
+    ``options`` go to the family builder, as timm's
     ``create_model`` passes its keyword arguments on: ``drop_path_rate``
     (stochastic depth) for the ViT-style and MLP families, ``dropout``,
     ``attn_dropout``, ``ffn_dropout`` and ``classifier_dropout`` for MobileViT;
