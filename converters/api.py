@@ -8,7 +8,7 @@ from edgevit.errors import EdgevitError
 
 from .checkpoints import WEIGHTS_SUFFIX, load_checkpoint, save_weights_atomic
 from .registry import IMPORTERS, Importer
-from .rules import assign, match_score, plan
+from .rules import Target, assign, match_score, plan, take_rgb
 
 # Every Importer.source; `edgevit import-weights --source` offers these (and auto).
 SOURCES = ("timm", "cvnets", "huggingface")
@@ -28,6 +28,21 @@ def sources_for(model_name: str) -> list[str]:
     from edgevit.registry import get_spec
 
     return sorted(importers_for(get_spec(model_name).family))
+
+
+CHANNEL_ORDERS = ("RGB", "BGR")
+
+
+def targets_for(model, importer: Importer, channel_order: str | None = None) -> list[Target]:
+    """Where each weight of ``model`` comes from in ``importer``'s naming;
+    a checkpoint trained on BGR (``channel_order``, default: what the
+    source's official checkpoints were trained on) is read so that the model
+    takes RGB. ``export_state_dict`` of these targets writes a checkpoint in
+    the source's own convention."""
+    targets = plan(model, importer.rules(model), importer.source)
+    if (channel_order or importer.channel_order(model)) == "BGR":
+        take_rgb(targets, model)
+    return targets
 
 
 @dataclass
@@ -56,14 +71,18 @@ def _head_classes(importer, model, rules, ckpt) -> int | None:
 
 def import_weights(checkpoint: str | Path, model: str, output: str | Path | None = None, *,
                    source: str = "auto", num_classes: int | None = None,
-                   input_size: int | None = None) -> ImportResult:
+                   input_size: int | None = None, channel_order: str | None = None) -> ImportResult:
     """Import ``checkpoint`` into the edgevit variant ``model``.
 
     ``source`` is ``timm``, ``cvnets`` or ``huggingface`` (``auto`` picks
     the naming the checkpoint uses). ``num_classes`` defaults to the checkpoint's
     classifier; ``input_size`` defaults to the variant's, and position
-    embeddings are resampled when it differs from the checkpoint's. The
-    weights are written to ``output`` (a ``.weights.h5`` file) when given.
+    embeddings are resampled when it differs from the checkpoint's.
+    ``channel_order`` is what the checkpoint was trained on ("RGB" or "BGR";
+    default: what the source's official checkpoints of the model were
+    trained on): a BGR checkpoint's stem is turned to take RGB, as every
+    edgevit model does. The weights are written to ``output`` (a
+    ``.weights.h5`` file) when given.
     """
     from edgevit.registry import get_spec
 
@@ -73,6 +92,8 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
         raise EdgevitError(f"No checkpoint importer for {spec.family} models yet.")
     if source != "auto" and source not in available:
         raise EdgevitError(f"{model} imports {', '.join(sorted(available))} checkpoints, not {source!r}.")
+    if channel_order not in (None, *CHANNEL_ORDERS):
+        raise EdgevitError(f"Channel order {channel_order!r} is none of {', '.join(CHANNEL_ORDERS)}.")
     if output is not None and not str(output).endswith(WEIGHTS_SUFFIX):
         raise EdgevitError(f"Output {str(output)!r} must end in {WEIGHTS_SUFFIX} (a Keras weights file).")
     ckpt = load_checkpoint(checkpoint)
@@ -95,8 +116,8 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
     rules = importer.rules(probe)
     classes = num_classes or _head_classes(importer, probe, rules, ckpt) or 1000
     keras_model = probe if classes == (num_classes or 1000) else _build(spec, classes, input_size)
-    targets = plan(keras_model, importer.rules(keras_model), importer.source)
-    stats = assign(keras_model, targets, ckpt, importer.source)
+    order = channel_order or importer.channel_order(keras_model)
+    stats = assign(keras_model, targets_for(keras_model, importer, order), ckpt, importer.source)
     report = {
         "checkpoint": str(checkpoint),
         "entry": ckpt.entry,
@@ -108,6 +129,7 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
         "num_classes": classes,
         "input_size": int(keras_model.inputs[0].shape[1]),
         "resampled": stats.get("resampled", []),
+        "channel_order": order if order == "RGB" else f"{order} (stem input channels reversed: the model takes RGB)",
         "output": None,
     }
     if output is not None:

@@ -65,17 +65,22 @@ V2_RULES = _COMMON + [
     Rule(r"head\.fc", "classifier.1"),
 ]
 
+# ml-cvnets v0.1 (d38a116, data/datasets/dataset_base.py) reads training and
+# validation images with cv2.imread: Apple's MobileViT v1 files and the
+# MobileViTv3 files trained on it (XXS/XS/S, _L2) expect BGR. v0.2 (84d992f,
+# data/datasets/classification/imagenet.py) reads them with PIL: RGB.
 register(Importer("cvnets", "mobilevit_v1", lambda model: V1_RULES, reference=f"{CVNETS}/tree/{CVNETS_V1_COMMIT}",
-                  notes="ml-cvnets MobileViT v1 (mobilevit_xxs/xs/s.pt)"))
+                  notes="ml-cvnets MobileViT v1 (mobilevit_xxs/xs/s.pt)", channel_order=lambda model: "BGR"))
 register(Importer("cvnets", "mobilevit_v2", lambda model: V2_RULES, reference=f"{CVNETS}/tree/{CVNETS_V2_COMMIT}",
                   notes="ml-cvnets MobileViT v2 (mobilevitv2-0.5 ... 2.0.pt)"))
 
 
-def _v3_rules(model):
+def _v1_based(model) -> bool:
     """v3 has v1 blocks (MultiHeadAttention, fusion) or v2 blocks (no fusion)."""
-    v1_based = any(layer.name.endswith(".fusion.conv") for layer in model.layers)
-    return V1_RULES if v1_based else V2_RULES
+    return any(layer.name.endswith(".fusion.conv") for layer in model.layers)
 
 
-register(Importer("cvnets", "mobilevit_v3", _v3_rules, reference=f"{V3}/tree/{MOBILEVITV3_COMMIT}",
-                  notes="MobileViTv3 release checkpoint_ema_best.pt (cvnets naming)"))
+register(Importer("cvnets", "mobilevit_v3", lambda model: V1_RULES if _v1_based(model) else V2_RULES,
+                  reference=f"{V3}/tree/{MOBILEVITV3_COMMIT}",
+                  notes="MobileViTv3 release checkpoint_ema_best.pt (cvnets naming)",
+                  channel_order=lambda model: "BGR" if _v1_based(model) else "RGB"))

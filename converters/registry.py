@@ -18,6 +18,9 @@ class Importer:
     reference: str = ""
     head: tuple[str, ...] = ("head.fc",)  # Keras classifier layer(s)
     notes: str = ""
+    # The channel order the source's checkpoints of a model were trained on;
+    # a BGR one gets its stem kernel's input channels reversed at import.
+    channel_order: Callable[[object], str] = lambda model: "RGB"
 
 
 IMPORTERS: dict[tuple[str, str], Importer] = {}

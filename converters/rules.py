@@ -127,6 +127,37 @@ def plan(model, rules: list[Rule], source: str) -> list[Target]:
     return targets
 
 
+def stem_conv(model):
+    """The convolution that reads the image: straight after the input, or
+    after padding only (which keeps the channels apart)."""
+    import keras
+
+    tensor = model.inputs[0]
+    while True:
+        readers = [layer for layer in model.layers
+                   if not isinstance(layer, keras.layers.InputLayer) and layer.input is tensor]
+        layer = readers[0] if len(readers) == 1 else None
+        if isinstance(layer, keras.layers.Conv2D) and layer.kernel.shape[2] == 3:
+            return layer
+        if not isinstance(layer, keras.layers.ZeroPadding2D):
+            raise EdgevitError(f"{model.name}: the image does not go straight into one convolution, so a BGR "
+                               "checkpoint cannot be made to take RGB by reversing its input channels.")
+        tensor = layer.output
+
+
+def take_rgb(targets: list[Target], model) -> None:
+    """Make ``targets`` read a BGR-trained checkpoint into a model that takes
+    RGB: the stem kernel's input channels are reversed on the way in (and
+    out, when a checkpoint is written in the source's convention)."""
+    path = stem_conv(model).kernel.path
+    stem = next((t for t in targets if t.path == path), None)
+    if stem is None:
+        raise EdgevitError(f"{model.name}: no checkpoint tensor feeds the stem convolution {path!r}.")
+    transform, inverse = stem.transform, stem.inverse
+    stem.transform = lambda w, shape: transform(w, shape)[:, :, ::-1, :]
+    stem.inverse = lambda w, as_conv: inverse(w[:, :, ::-1, :], as_conv)
+
+
 def ignored(key: str) -> bool:
     return key.rsplit(".", 1)[-1] in IGNORED_SUFFIXES
 

@@ -35,4 +35,5 @@ def model_info(name: str, input_size: int | None = None) -> dict:
         "reference": spec.reference,
         "checkpoint_formats": list(spec.checkpoint_formats),
         "preprocessing": spec.preprocessing_at(size).to_dict(),
+        "pretrained": spec.pretrained.to_dict() if spec.pretrained else {"unavailable": "none registered"},
     }

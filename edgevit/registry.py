@@ -11,7 +11,7 @@ import difflib
 import fnmatch
 import inspect
 from dataclasses import asdict, dataclass, field
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from edgevit.errors import EdgevitError
 
@@ -51,6 +51,75 @@ class Preprocessing:
 
 
 @dataclass(frozen=True)
+class Pretrained:
+    """Where a variant's official ImageNet weights live (``weights="imagenet"``).
+
+    ``location`` is a Hugging Face Hub repository (``source="hub"``, read
+    with huggingface_hub) or a URL (``source="url"``, read with
+    ``keras.utils.get_file``); ``file`` is the checkpoint in the repository,
+    or the member of the downloaded archive (empty: the URL is the
+    checkpoint). ``naming`` is the importer that reads it (``timm``,
+    ``cvnets``, ``huggingface``). ``top1`` is the ImageNet-1k top-1 the
+    publisher reports for this file, measured with the variant's registered
+    preprocessing. ``channel_order`` is what the checkpoint was trained on:
+    a "BGR" one gets its stem convolution's input channels reversed at
+    import, so every edgevit model takes RGB. ``sha256`` pins the file; Hub
+    files without it are checked against the Hub's own LFS sha256.
+    """
+
+    tag: str
+    source: str
+    location: str
+    file: str
+    naming: str
+    top1: float
+    licence: str
+    channel_order: str = "RGB"
+    sha256: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The checkpoint as a user would look it up."""
+        if self.source == "hub":
+            return f"https://huggingface.co/{self.location} ({self.file})"
+        return self.location + (f" ({self.file})" if self.file else "")
+
+    def to_dict(self) -> dict:
+        return {"tag": self.tag, "source": self.where, "naming": self.naming, "top1": self.top1,
+                "licence": self.licence, "checkpoint_channel_order": self.channel_order, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Unpublished:
+    """A variant whose official ImageNet weights cannot be fetched: ``reason``
+    says where they live, if anywhere."""
+
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"unavailable": self.reason}
+
+
+def timm_weights(tag: str, top1: float, licence: str, *, file: str = "model.safetensors") -> Pretrained:
+    """timm's copy on the Hub, ``timm/<tag>`` (timm's own ImageNet top-1 for it)."""
+    return Pretrained(tag, "hub", f"timm/{tag}", file, "timm", top1, licence)
+
+
+def hub_weights(repo: str, file: str, top1: float, licence: str, *, naming: str) -> Pretrained:
+    """A Hub repository that is not timm's (e.g. ``microsoft/cvt-13``)."""
+    return Pretrained(repo, "hub", repo, file, naming, top1, licence)
+
+
+def url_weights(url: str, member: str, top1: float, licence: str, *, tag: str, naming: str,
+                channel_order: str = "RGB", sha256: str | None = None) -> Pretrained:
+    """A plain URL: the checkpoint itself, or an archive holding ``member``."""
+    return Pretrained(tag, "url", url, member, naming, top1, licence, channel_order, sha256)
+
+
+PretrainedTable = Mapping[str, "Pretrained | Unpublished"]
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     family: str
@@ -61,6 +130,7 @@ class ModelSpec:
     reference: str = ""
     checkpoint_formats: tuple[str, ...] = ()
     options: tuple[str, ...] = ()
+    pretrained: Pretrained | Unpublished | None = None
 
     def preprocessing_at(self, input_size: int | None) -> Preprocessing:
         if input_size is None or input_size == self.preprocessing.input_size:
@@ -80,10 +150,13 @@ def builder_options(family_builder: Callable) -> tuple[str, ...]:
 
 def register_model(*, family: str, default_input_size: int, preprocessing: Preprocessing,
                    input_size_multiple: int = 32, reference: str = "",
-                   checkpoint_formats: tuple[str, ...] = (), options: tuple[str, ...] = ()):
+                   checkpoint_formats: tuple[str, ...] = (), options: tuple[str, ...] = (),
+                   pretrained: PretrainedTable | None = None):
     """Register the decorated builder ``fn(num_classes, input_size, **options)
     -> keras.Model`` under its function name; ``options`` names the keyword
-    arguments it accepts (see :func:`builder_options`)."""
+    arguments it accepts (see :func:`builder_options`). ``pretrained`` is the
+    family's table of official ImageNet weights by variant name (one line
+    per variant, as timm's ``default_cfgs``), read by ``weights="imagenet"``."""
 
     def decorator(fn):
         name = fn.__name__
@@ -92,7 +165,8 @@ def register_model(*, family: str, default_input_size: int, preprocessing: Prepr
         _REGISTRY[name] = ModelSpec(
             name=name, family=family, builder=fn, default_input_size=default_input_size,
             preprocessing=preprocessing, input_size_multiple=input_size_multiple,
-            reference=reference, checkpoint_formats=checkpoint_formats, options=tuple(options))
+            reference=reference, checkpoint_formats=checkpoint_formats, options=tuple(options),
+            pretrained=(pretrained or {}).get(name))
         return fn
 
     return decorator
@@ -148,8 +222,11 @@ def create_model(name: str, num_classes: int = 1000, input_size: int | None = No
     """Build a registered model as a Keras functional model with a static
     ``input_size x input_size x 3`` input.
 
-    ``weights`` is a Keras weights file (``.weights.h5``) or a ``.keras`` file
-    of the same architecture. ``options`` go to the family builder, as timm's
+    ``weights`` is a Keras weights file (``.weights.h5``), a ``.keras`` file
+    of the same architecture, or ``"imagenet"``: the official ImageNet
+    weights (downloaded, verified and cached by :mod:`edgevit.pretrained`;
+    with another ``num_classes``, every weight but the classifier's).
+    ``options`` go to the family builder, as timm's
     ``create_model`` passes its keyword arguments on: ``drop_path_rate``
     (stochastic depth) for the ViT-style and MLP families, ``dropout``,
     ``attn_dropout``, ``ffn_dropout`` and ``classifier_dropout`` for MobileViT;
@@ -162,8 +239,14 @@ def create_model(name: str, num_classes: int = 1000, input_size: int | None = No
     if num_classes < 1:
         raise EdgevitError(f"--num-classes must be at least 1, got {num_classes}.")
     check_options(spec, options)
+    from edgevit.pretrained import entry_of, is_imagenet, load_imagenet
+
+    if is_imagenet(weights):
+        entry_of(spec)  # a model without official weights fails before it is built
     model = spec.builder(num_classes=num_classes, input_size=input_size, **options)
-    if weights is not None:
+    if is_imagenet(weights):
+        load_imagenet(model, spec)
+    elif weights is not None:
         from edgevit.saving import load_weights_into
 
         load_weights_into(model, weights)

@@ -36,6 +36,8 @@ def test_info_reports_parameters_macs_and_preprocessing():
     assert info["parameters"] == 1_249_448
     assert info["input_size"] == 256 and info["preprocessing"]["value_range"] == [0.0, 1.0]
     assert 250e6 < info["macs"] < 350e6
+    assert info["pretrained"]["tag"] == "mobilevitv3_XXS_e300_7098" and info["pretrained"]["top1"] == 70.98
+    assert info["pretrained"]["licence"].startswith("non-commercial only")
 
 
 def test_unknown_model_suggests_close_names():
@@ -102,6 +104,10 @@ def test_convert_int8_end_to_end_json(tmp_path):
     for path in report["files"].values():
         assert (tmp_path / path.split("/")[-1]).exists()
     assert "Validating" in proc.stderr
+    # random weights: the report says how to get real ones
+    assert report["weights"] == "random-init"
+    assert "`edgevit convert --int8 mobilevit_v3_xxs --weights imagenet` (mobilevitv3_XXS_e300_7098" \
+        in report["weights_hint"]
 
 
 def test_convert_keras_file_round_trip(tmp_path):

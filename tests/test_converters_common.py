@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 import edgevit
 from edgevit.converters import import_weights, sources_for
-from edgevit.converters.api import SOURCES, importers_for
+from edgevit.converters.api import SOURCES, importers_for, targets_for
 from edgevit.converters.checkpoints import read_safetensors, write_safetensors
 from edgevit.converters.layouts import resample_pos_embed
 from edgevit.converters.registry import IMPORTERS
-from edgevit.converters.rules import export_state_dict, plan
+from edgevit.converters.rules import export_state_dict
 from edgevit import EdgevitError
 from edgevit.cli import main
 from edgevit.resample import resample_grid
@@ -27,7 +27,7 @@ def v3_checkpoint(tmp_path_factory):
     """A cvnets-named MobileViTv3-XXS state dict as .safetensors and the model it came from."""
     model = edgevit.create_model("mobilevit_v3_xxs", **SMALL)
     importer = importers_for("mobilevit_v3")["cvnets"]
-    state = export_state_dict(plan(model, importer.rules(model), "cvnets"))
+    state = export_state_dict(targets_for(model, importer))
     path = tmp_path_factory.mktemp("ckpt") / "checkpoint_ema_best.safetensors"
     write_safetensors(state, path)
     return path, state, model

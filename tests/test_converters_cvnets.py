@@ -13,6 +13,9 @@ hash of the sorted ``name:shape`` list of the official model's state dict
 
 Against those official models, with random weights, the imported edgevit
 models agree to <= 3e-5 max abs logit difference (converters/README.md).
+Checkpoints trained on ml-cvnets v0.1 (MobileViT v1, the v1-based v3) take
+BGR; their import reverses the stem's input channels so the model takes RGB,
+and writing one (``targets_for``) reverses them back.
 """
 import functools
 import hashlib
@@ -22,9 +25,9 @@ import pytest
 
 import edgevit
 from edgevit.converters import import_weights
-from edgevit.converters.api import importers_for
+from edgevit.converters.api import importers_for, targets_for
 from edgevit.converters.checkpoints import write_safetensors
-from edgevit.converters.rules import export_state_dict, plan
+from edgevit.converters.rules import export_state_dict
 from edgevit.registry import get_spec
 
 OFFICIAL = {
@@ -47,7 +50,7 @@ SIZE = 64  # tensor shapes do not depend on the input size
 
 def cvnets_state_dict(model):
     importer = importers_for(get_spec(model.name).family)["cvnets"]
-    return export_state_dict(plan(model, importer.rules(model), "cvnets"))
+    return export_state_dict(targets_for(model, importer))
 
 
 @functools.cache
@@ -135,3 +138,17 @@ def test_low_latency_checkpoint_and_full_model_report_missing_and_extra_tensors(
                                                    r"'layer_4\.1\.global_rep\.2\.pre_norm_mha\.0\.weight'.* and "
                                                    r"has 2 it has no place for.*'layer_4.1.global_rep.2.weight'"):
         import_weights(path, "mobilevit_v3_xxs", input_size=SIZE)
+
+
+@pytest.mark.parametrize("name,trained_on", [("mobilevit_v3_xxs", "BGR"), ("mobilevit_v3_050", "RGB")])
+def test_checkpoints_trained_on_bgr_give_a_model_that_takes_rgb(tmp_path, name, trained_on):
+    """The imported model on RGB pixels computes what the checkpoint's own
+    network (its tensors read as they are) computes on the pixels it was
+    trained on."""
+    path = write_checkpoint(source_model(name)[1], tmp_path)
+    imported = import_weights(path, name, input_size=SIZE)
+    as_is = import_weights(path, name, input_size=SIZE, channel_order="RGB").model
+    assert imported.report["channel_order"].startswith(trained_on)
+    rgb = np.random.default_rng(0).random((2, SIZE, SIZE, 3), dtype=np.float32)
+    trained = rgb[..., ::-1] if trained_on == "BGR" else rgb
+    np.testing.assert_allclose(imported.model(rgb, training=False), as_is(trained, training=False), atol=1e-5)

@@ -7,23 +7,31 @@ from pathlib import Path
 import click
 
 from edgevit.cli.options import InputSize, classifier_classes, precision_options
-from edgevit.cli.output import print_json, print_table, user_errors
+from edgevit.cli.output import log, print_json, print_table, user_errors
 from edgevit.errors import EdgevitError
 from edgevit.native_output import import_tensorflow_quietly
 
 
 @click.command("list")
 @click.argument("pattern", required=False)
+@click.option("--pretrained", is_flag=True,
+              help="Only models with official ImageNet weights (--weights imagenet), with their tag, source, "
+                   "top-1, preprocessing and licence.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @user_errors
-def list_command(pattern, as_json):
+def list_command(pattern, pretrained, as_json):
     """List registered models (optionally matching a shell PATTERN, e.g. 'mobilevit_v3*')."""
     import_tensorflow_quietly()  # the registry builds on Keras
-    from edgevit.registry import get_spec, list_models
+    from edgevit.registry import Pretrained, get_spec, list_models
 
     specs = [get_spec(n) for n in list_models(pattern)]
+    if pretrained:
+        specs = [s for s in specs if isinstance(s.pretrained, Pretrained)]
     if not specs:
-        raise EdgevitError(f"No model matches {pattern!r}.")
+        raise EdgevitError(f"No model{' with ImageNet weights' if pretrained else ''} matches {pattern!r}.")
+    if pretrained:
+        _print_pretrained(specs, as_json)
+        return
     if as_json:
         print_json([{"name": s.name, "family": s.family, "input_size": s.default_input_size} for s in specs])
         return
@@ -31,33 +39,68 @@ def list_command(pattern, as_json):
                 [[s.name, s.family, s.default_input_size] for s in specs])
 
 
+def _print_pretrained(specs, as_json: bool) -> None:
+    if as_json:
+        print_json([{"name": s.name, **s.pretrained.to_dict(), "preprocessing": s.preprocessing.to_dict()}
+                    for s in specs])
+        return
+    rows = [[s.name, s.pretrained.where, f"{s.pretrained.top1}%", _fmt_preprocessing(s.preprocessing),
+             s.pretrained.channel_order, s.pretrained.licence] for s in specs]
+    print_table("Official ImageNet weights (--weights imagenet): top-1 as published, measured with this "
+                "preprocessing; 'trained on' BGR weights are made RGB at import",
+                ["model", "checkpoint", "top-1", "preprocessing", "trained on", "licence"], rows, width=180)
+
+
+def _fmt_preprocessing(pre) -> str:
+    if pre.mean == (0.0, 0.0, 0.0) and pre.std == (1.0, 1.0, 1.0):
+        norm = "pixels in [0, 1]"
+    elif pre.mean == (0.5, 0.5, 0.5) and pre.std == (0.5, 0.5, 0.5):
+        norm = "mean/std 0.5"
+    else:
+        norm = f"mean {list(pre.mean)} std {list(pre.std)}"
+    return f"shorter side {pre.resize_size} ({pre.interpolation}), crop {pre.input_size}, {norm}"
+
+
 @click.command("info")
 @click.argument("name")
 @click.option("--input-size", type=InputSize(), default=None, help="Count MACs at this input size.")
+@click.option("--weights", type=click.Choice(["imagenet"], case_sensitive=False), default=None,
+              help="Also fetch, verify, import and cache the official ImageNet weights (e.g. before going offline) "
+                   "and say where they are.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @user_errors
-def info_command(name, input_size, as_json):
-    """Parameters, MACs, input size and preprocessing of model NAME (a registered name, see `edgevit list`)."""
+def info_command(name, input_size, weights, as_json):
+    """Parameters, MACs, input size, preprocessing and official ImageNet weights (tag, source, top-1, licence)
+    of model NAME (a registered name, see `edgevit list`)."""
     if Path(name).suffix in (".tflite", ".keras", ".h5") or Path(name).is_file():
         raise EdgevitError(f"{name!r} is a file; `edgevit info` describes registered models (`edgevit list`). "
                            "For a converted .tflite file, its NAME.json holds the metadata and "
                            "`edgevit check FILE.tflite` lists its ops per delegate.")
     import_tensorflow_quietly()
     from edgevit.info import model_info
+    from edgevit.pretrained import cached_weights, entry_of
+    from edgevit.registry import get_spec
 
+    if weights is not None:
+        entry_of(get_spec(name))  # no official weights: say so before any work
     info = model_info(name, input_size=input_size)
+    if weights is not None:
+        info["pretrained"]["cached"] = str(cached_weights(get_spec(name), info["input_size"], log=log))
     if as_json:
         print_json(info)
         return
-    rows = [[k, v] for k, v in info.items() if k != "preprocessing"]
+    rows = [[k, v] for k, v in info.items() if k not in ("preprocessing", "pretrained")]
     rows += [[f"preprocessing.{k}", v] for k, v in info["preprocessing"].items()]
+    rows += [[f"imagenet_weights.{k}", v] for k, v in info["pretrained"].items() if v is not None]
     print_table(name, ["field", "value"], rows)
 
 
 @click.command("convert")
 @click.argument("model")
 @precision_options
-@click.option("--weights", type=str, default=None, help="Keras weights (.weights.h5 or .keras).")
+@click.option("--weights", type=str, default=None,
+              help="Keras weights (.weights.h5 or .keras), or `imagenet`: the official ImageNet weights, "
+                   "downloaded, verified and cached (`edgevit list --pretrained`).")
 @click.option("--input-size", type=InputSize(), default=None,
               help="Square input size (multiple of the patch grid).")
 @click.option("--num-classes", type=int, default=None, callback=classifier_classes,
@@ -85,6 +128,8 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
         check_output_paths(ExportFiles.beside(Path(output)))  # before the model is built, not after converting
     import_tensorflow_quietly()
     from edgevit.export.report import print_report
+    from edgevit.pretrained import IMAGENET_CLASSES, RANDOM_INIT, is_imagenet
+    from edgevit.pretrained import weights_label as weights_label_of
     from edgevit.saving import resolve_model
 
     if android_demo is not None:
@@ -95,10 +140,12 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     progress.step(f"Building {model}")
     keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
     from_file = model.endswith(".keras")
-    weights_label = weights or (model if from_file else "random-init")
+    imagenet = is_imagenet(weights)
+    weights_label = weights_label_of(spec) if imagenet else weights or (model if from_file else RANDOM_INIT)
     opts = ExportOptions(precision=precision, io_dtype=io_dtype, calib_dir=calib_dir,
                          calib_samples=calib_samples, output=output, weights_label=weights_label,
                          recalibrate_batchnorm=weights is None and not from_file,
+                         show_top5_photos=imagenet and num_classes in (None, IMAGENET_CLASSES),
                          diagnose_below_cosine=0.98, **({"gpu_images": 0} if no_gpu_run else {}))
     result = export(keras_model, spec, opts, progress)
     bundled = None

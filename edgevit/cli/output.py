@@ -77,7 +77,7 @@ def print_json(obj) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=False))
 
 
-def print_table(title: str | None, columns: list[str], rows: list[list], stream=None) -> None:
+def print_table(title: str | None, columns: list[str], rows: list[list], stream=None, width: int | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -86,7 +86,7 @@ def print_table(title: str | None, columns: list[str], rows: list[list], stream=
         table.add_column(col, overflow="fold")
     for row in rows:
         table.add_row(*[str(v) for v in row])
-    Console(file=stream or sys.stdout, width=max(100, len(columns) * 14)).print(table)
+    Console(file=stream or sys.stdout, width=width or max(100, len(columns) * 14)).print(table)
 
 
 def log(message: str) -> None:

@@ -54,7 +54,9 @@ def _common_options(fn):
     options = [
         click.option("--data", "data_dir", required=True, metavar="DIR",
                      help="Image folder: DIR/train/<class>/*, DIR/val/<class>/* (or DIR/<class>/* with --val-split)."),
-        click.option("--weights", default=None, help="Start from these weights (.weights.h5 or .keras)."),
+        click.option("--weights", default=None,
+                     help="Start from these weights (.weights.h5 or .keras), or `imagenet`: the official ImageNet "
+                          "weights, with a new classifier when DIR has another number of classes."),
         click.option("--epochs", type=click.IntRange(1, 10000), default=None),
         click.option("--batch-size", type=click.IntRange(1, 4096), default=32, show_default=True),
         click.option("--lr", type=float, default=None, callback=positive_learning_rate,

@@ -20,9 +20,14 @@ from edgevit.native_output import import_tensorflow_quietly, native_output_captu
               help="Classifier classes (default: the checkpoint's).")
 @click.option("--input-size", type=InputSize(), default=None,
               help="Square input size; position embeddings are resampled to it (default: the variant's).")
+@click.option("--trained-on", "channel_order", type=click.Choice(["auto", "rgb", "bgr"], case_sensitive=False),
+              default="auto", show_default=True,
+              help="Channel order of the checkpoint's training images (auto: BGR for Apple cvnets v0.1 MobileViT v1 "
+                   "and the v1-based MobileViTv3 files, RGB otherwise); BGR checkpoints get their stem's input "
+                   "channels reversed, so the model takes RGB like every edgevit model.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @user_errors
-def import_weights_command(checkpoint, model_name, output, source, num_classes, input_size, as_json):
+def import_weights_command(checkpoint, model_name, output, source, num_classes, input_size, channel_order, as_json):
     """Import CHECKPOINT (timm / cvnets / MobileViTv3 .pth/.pt/.bin/.safetensors,
     Hugging Face CvT) into edgevit MODEL and write a .weights.h5 file for
     `edgevit convert MODEL --weights FILE`."""
@@ -37,7 +42,8 @@ def import_weights_command(checkpoint, model_name, output, source, num_classes, 
 
     with native_output_captured():  # TensorFlow's native start-up chatter
         result = import_weights(checkpoint, model_name, output, source=source, num_classes=num_classes,
-                                input_size=input_size)
+                                input_size=input_size,
+                                channel_order=None if channel_order == "auto" else channel_order.upper())
     report = dict(result.report)
     report["ignored"] = len(report["ignored"])  # buffers such as num_batches_tracked
     if as_json:

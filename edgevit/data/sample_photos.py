@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from edgevit.data.images import open_rgb, to_model_input
+from edgevit.data.images import load_images, open_rgb, to_model_input
 from edgevit.registry import Preprocessing
 
 # file name in skimage/data -> licence stated by scikit-image
@@ -34,6 +34,11 @@ HELD_OUT_PHOTOS = {
 }
 SOURCE_NOTE = ("scikit-image sample photos (public domain / CC0), "
                "random crops and mirror images")
+# Said where a trained model is calibrated on them: eight photos check that
+# the file still recognises things, but a deployed model's ranges should come
+# from the images it will see.
+FEW_PHOTOS_NOTE = (f"{len(CALIBRATION_PHOTOS)} photos: enough to check the file; for the best int8 ranges "
+                   "calibrate on 100+ images of your own domain (--calib DIR)")
 
 
 def photo_dir() -> Path:
@@ -66,3 +71,11 @@ def sample_batch(pre: Preprocessing, count: int, held_out: bool = False, seed: i
         views.extend(_views(open_rgb(photo_dir() / name), per_photo, rng, pre))
     order = rng.permutation(len(views))[:count]
     return np.stack([views[i] for i in order]).astype(np.float32)
+
+
+def held_out_photos(pre: Preprocessing) -> tuple[list[str], np.ndarray]:
+    """The held-out photos whole, as the model evaluates them (resize,
+    centre crop): (file names, [N, H, W, 3] batch)."""
+    names = list(HELD_OUT_PHOTOS)
+    batch, _ = load_images([photo_dir() / name for name in names], pre)
+    return names, batch.astype(np.float32)

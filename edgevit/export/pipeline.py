@@ -32,6 +32,7 @@ from edgevit.export.run_model import run_in_child
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
+from edgevit.pretrained import RANDOM_INIT, random_init_hint
 from edgevit.registry import ModelSpec
 from edgevit.saving import check_writable, class_names_of
 
@@ -50,7 +51,7 @@ class ExportOptions:
     calib_samples: int = 64
     validation_samples: int = DEFAULT_VALIDATION_SAMPLES
     output: str | None = None
-    weights_label: str = "random-init"
+    weights_label: str = RANDOM_INIT
     recalibrate_batchnorm: bool = False
     validation_threads: int = 2
     # When a quantized file agrees poorly with the Keras model, compare it
@@ -59,6 +60,9 @@ class ExportOptions:
     # Held-out images the file also runs on with LiteRT's GPU accelerator
     # against XNNPACK, where a Vulkan device exists (0: no GPU run).
     gpu_images: int = DEFAULT_GPU_IMAGES
+    # A model with ImageNet weights: the report lists the top-5 labels of the
+    # Keras model and of the file side by side on the held-out photos.
+    show_top5_photos: bool = False
 
 
 class Progress:
@@ -149,7 +153,8 @@ def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
     if opts.calib_dir is None:
         calib = sample_photos.sample_batch(pre, opts.calib_samples) if need_calibration else None
         val = sample_photos.sample_batch(pre, opts.validation_samples, held_out=True)
-        source = ImageSources(f"default: {sample_photos.SOURCE_NOTE}" if need_calibration else None,
+        calib_note = f"; {sample_photos.FEW_PHOTOS_NOTE}" if opts.show_top5_photos else ""
+        source = ImageSources(f"default: {sample_photos.SOURCE_NOTE}{calib_note}" if need_calibration else None,
                               f"default: held-out {sample_photos.SOURCE_NOTE}")
         return calib, val, source
     files = list_images(opts.calib_dir)
@@ -200,6 +205,24 @@ def validate(model, staged_model: Path, images: np.ndarray, threads: int, progre
     expected = np.asarray(model.predict(images, batch_size=8, verbose=0))
     actual = run_in_child(staged_model, images, num_threads=threads)
     return agreement(expected, actual), time.perf_counter() - start
+
+
+def top5_on_photos(model, staged_model: Path, pre, labels: list[str], threads: int,
+                   progress: Progress) -> list[dict]:
+    """Per held-out photo (whole, with the model's preprocessing), the top-5
+    labels and probabilities of the Keras model and of the staged file."""
+    names, photos = sample_photos.held_out_photos(pre)
+    progress.step(f"Classifying {len(names)} sample photos with the Keras model and the file")
+    keras_logits = np.asarray(model.predict(photos, batch_size=8, verbose=0))
+    file_logits = run_in_child(staged_model, photos, num_threads=threads)
+    return [{"photo": name, "keras": _top5(k, labels), "file": _top5(f, labels)}
+            for name, k, f in zip(names, keras_logits, file_logits)]
+
+
+def _top5(logits: np.ndarray, labels: list[str]) -> list[list]:
+    z = logits.astype(np.float64) - logits.max()
+    probs = np.exp(z) / np.exp(z).sum()
+    return [[labels[i], round(float(probs[i]), 4)] for i in np.argsort(-probs)[:5]]
 
 
 def gpu_run(staged_model: Path, images: np.ndarray, precision: str, progress: Progress) -> GpuRun:
@@ -289,6 +312,11 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             op_histogram=summary.op_histogram, macs=summary.macs, max_rank=summary.max_rank,
             checks=checked.checks, delegates=checked.delegates, images=job.images, agreement=agreement_stats,
             convert_seconds=convert_seconds, validate_seconds=validate_seconds)
+        if opts.weights_label == RANDOM_INIT:
+            result.weights_hint = random_init_hint(spec, opts.precision)
+        if opts.show_top5_photos:
+            result.top5_photos = top5_on_photos(model, staged, spec.preprocessing_at(job.input_size),
+                                                packaged.labels, opts.validation_threads, progress)
         if opts.gpu_images:
             result.gpu_run = gpu_run(staged, job.validation[:opts.gpu_images], opts.precision, progress)
             run = result.gpu_run

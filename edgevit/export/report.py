@@ -83,4 +83,17 @@ def print_report(result: ExportResult, stream=None) -> None:
     for c in result.checks:
         checks.add_row(c.name, "[green]pass[/green]" if c.passed else "[red]FAIL[/red]", c.detail)
     console.print(checks)
+    if result.top5_photos:
+        photos = Table(title="top-5 on sample photos: Keras model | file", title_justify="left")
+        for col in ("photo", "Keras model", "file"):
+            photos.add_column(col, overflow="fold")
+        for row in result.top5_photos:
+            photos.add_row(row["photo"], _fmt_top5(row["keras"]), _fmt_top5(row["file"]))
+        console.print(photos)
     console.print("files: " + ", ".join(str(path) for path in result.files.all()))
+    if result.weights_hint:
+        console.print(result.weights_hint)
+
+
+def _fmt_top5(top5: list) -> str:
+    return "\n".join(f"{label} {prob * 100:.1f}%" for label, prob in top5)

@@ -77,6 +77,10 @@ class ExportResult:
     diagnosed: bool = False
     first_breaking_layer: dict | None = None
     gpu_run: GpuRun | None = None   # None: not asked for (ExportOptions.gpu_images = 0)
+    # Per sample photo, the Keras model's and the file's top-5 [label, probability]
+    # (None: not asked for, ExportOptions.show_top5_photos)
+    top5_photos: list[dict] | None = None
+    weights_hint: str | None = None  # how to get trained weights, for a random-init model
 
     @property
     def ops(self) -> int:
@@ -106,4 +110,8 @@ class ExportResult:
             report["first_breaking_layer"] = self.first_breaking_layer
         if self.gpu_run is not None:
             report["gpu_accelerator"] = self.gpu_run.to_dict()
+        if self.top5_photos is not None:
+            report["top5_photos"] = self.top5_photos
+        if self.weights_hint:
+            report["weights_hint"] = self.weights_hint
         return report

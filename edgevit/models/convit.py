@@ -29,7 +29,7 @@ from edgevit.layers.mha import (apply_scores, attention_scores, merge_heads, sof
                                 split_heads_transposed)
 from edgevit.layers.quantize_points import QuantizePoints
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights
 
 REFERENCE_CONVIT = "https://github.com/facebookresearch/convit (timm convit.py)"
 PREPROCESS_CONVIT = Preprocessing(224, 256, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
@@ -151,9 +151,18 @@ def build_convit(name: str, num_heads: int, num_classes: int, input_size: int, *
     return keras.Model(inputs, logits, name=name)
 
 
+# Official ImageNet weights (``weights="imagenet"``): Facebook's, as timm
+# hosts them; top-1 from timm.
+PRETRAINED = {
+    "convit_tiny": timm_weights("convit_tiny.fb_in1k", 73.140, "Apache-2.0"),
+    "convit_small": timm_weights("convit_small.fb_in1k", 81.412, "Apache-2.0"),
+    "convit_base": timm_weights("convit_base.fb_in1k", 82.296, "Apache-2.0"),
+}
+
 _CONVIT = dict(family="convit", default_input_size=224, preprocessing=PREPROCESS_CONVIT,
                input_size_multiple=PATCH_SIZE, reference=REFERENCE_CONVIT, checkpoint_formats=("timm",),
-               options=builder_options(build_convit))
+               options=builder_options(build_convit),
+               pretrained=PRETRAINED)
 
 
 @register_model(**_CONVIT)

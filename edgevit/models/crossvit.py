@@ -29,7 +29,7 @@ from edgevit.layers import (BicubicResize, HeadAttention, LayerNorm, PositionEmb
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.transformer import join_groups
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, image_input
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights
 
 REFERENCE_CROSSVIT = "https://github.com/IBM/CrossViT (timm crossvit.py)"
 # timm crossvit_*_240: bicubic, crop 0.875 (shorter side 274), ImageNet mean/std.
@@ -118,9 +118,21 @@ def build_crossvit(name: str, num_classes: int, input_size: int, *, drop_path_ra
     return keras.Model(inputs, layers.Average(name="head_average")(logits), name=name)
 
 
+# Official ImageNet weights (``weights="imagenet"``): IBM's, as timm hosts
+# them; top-1 from timm.
+PRETRAINED = {
+    "crossvit_tiny": timm_weights("crossvit_tiny_240.in1k", 73.352, "Apache-2.0"),
+    "crossvit_small": timm_weights("crossvit_small_240.in1k", 81.036, "Apache-2.0"),
+    "crossvit_base": timm_weights("crossvit_base_240.in1k", 82.212, "Apache-2.0"),
+    "crossvit_9": timm_weights("crossvit_9_240.in1k", 73.994, "Apache-2.0"),
+    "crossvit_15": timm_weights("crossvit_15_240.in1k", 81.522, "Apache-2.0"),
+    "crossvit_18": timm_weights("crossvit_18_240.in1k", 82.390, "Apache-2.0"),
+}
+
 _CROSSVIT = dict(family="crossvit", default_input_size=240, preprocessing=PREPROCESS_CROSSVIT,
                  input_size_multiple=SIZE_MULTIPLE, reference=REFERENCE_CROSSVIT, checkpoint_formats=("timm",),
-                 options=builder_options(build_crossvit))
+                 options=builder_options(build_crossvit),
+                 pretrained=PRETRAINED)
 
 
 @register_model(**_CROSSVIT)

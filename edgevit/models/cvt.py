@@ -24,12 +24,14 @@ from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.tokens import DropPath, drop_path_rates
 from edgevit.layers.transformer import join_groups, split_groups
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model, hub_weights
 
 REFERENCE_CVT = "https://github.com/microsoft/CvT (Hugging Face transformers CvtConfig)"
-# Official evaluation (TEST.INTERPOLATION 2 = PIL bilinear): shorter side
-# 256 (crop 0.875), centre crop 224, ImageNet mean/std.
-PREPROCESS_CVT = Preprocessing(224, 256, "bilinear", IMAGENET_MEAN, IMAGENET_STD)
+# Official evaluation (experiments/imagenet/cvt/cvt-*-224x224.yaml set
+# TEST.INTERPOLATION 3 = PIL bicubic over the default 2; the Hub's
+# preprocessor_config says resample 3 too): shorter side 256 (crop 0.875),
+# centre crop 224, ImageNet mean/std.
+PREPROCESS_CVT = Preprocessing(224, 256, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
 LN_EPS = 1e-5
 
 
@@ -109,8 +111,18 @@ def build_cvt(name: str, num_classes: int, input_size: int, *, drop_path_rate: f
     return keras.Model(inputs, logits, name=name)
 
 
+# Official ImageNet weights (``weights="imagenet"``): Microsoft's, on the
+# Hub in transformers' naming; top-1 from microsoft/CvT's README. cvt-21 has
+# no safetensors file, so it needs torch (pip install "edgevit[torch]").
+CVT_LICENCE = "MIT (github.com/microsoft/CvT; the Hub model card says Apache-2.0)"
+PRETRAINED = {
+    "cvt_13": hub_weights("microsoft/cvt-13", "model.safetensors", 81.6, CVT_LICENCE, naming="huggingface"),
+    "cvt_21": hub_weights("microsoft/cvt-21", "pytorch_model.bin", 82.5, CVT_LICENCE, naming="huggingface"),
+}
+
 _CVT = dict(family="cvt", default_input_size=224, preprocessing=PREPROCESS_CVT, input_size_multiple=16,
-            reference=REFERENCE_CVT, checkpoint_formats=("huggingface",), options=builder_options(build_cvt))
+            reference=REFERENCE_CVT, checkpoint_formats=("huggingface",), options=builder_options(build_cvt),
+            pretrained=PRETRAINED)
 
 
 @register_model(**_CVT)

@@ -29,7 +29,7 @@ from edgevit.layers.mha import apply_scores, attention_scores, merge_heads, spli
 from edgevit.layers.quantize_points import QuantizePoints
 from edgevit.layers.transformer import join_groups, split_groups
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, Unpublished, builder_options, register_model
 
 REFERENCE_DEEPVIT = "https://github.com/zhoudaquan/dvit_repo (DeepViT paper, Table 6: DeepViT-S 27M)"
 PREPROCESS_DEEPVIT = Preprocessing(224, 248, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
@@ -126,8 +126,14 @@ def build_deepvit(name: str, num_classes: int, input_size: int, *, drop_path_rat
     return keras.Model(inputs, logits, name=name)
 
 
+PRETRAINED = {
+    "deepvit_s": Unpublished("its authors share checkpoints only as Google Drive links in the README of "
+                             "github.com/zhoudaquan/dvit_repo, and edgevit has no importer for their naming yet"),
+}
+
+
 @register_model(family="deepvit", default_input_size=224, preprocessing=PREPROCESS_DEEPVIT,
                 input_size_multiple=PATCH_SIZE, reference=REFERENCE_DEEPVIT, checkpoint_formats=(),
-                options=builder_options(build_deepvit))
+                options=builder_options(build_deepvit), pretrained=PRETRAINED)
 def deepvit_s(num_classes: int = 1000, input_size: int = 224, **options):
     return build_deepvit("deepvit_s", num_classes, input_size, **options)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD
 from edgevit.models.vit import ViTConfig, build_vit
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights
 
 REFERENCE_DEIT = "https://github.com/facebookresearch/deit (timm deit.py)"
 # ImageNet mean/std, bicubic resize of the shorter side to 248, crop 224.
@@ -24,8 +24,20 @@ CONFIGS = {
     "deit_base_distilled": ViTConfig(16, 768, 12, 12, distilled=True),
 }
 
+# Official ImageNet weights (``weights="imagenet"``): Facebook's, as timm
+# hosts them; top-1 from timm.
+PRETRAINED = {
+    "deit_tiny": timm_weights("deit_tiny_patch16_224.fb_in1k", 72.190, "Apache-2.0"),
+    "deit_small": timm_weights("deit_small_patch16_224.fb_in1k", 79.856, "Apache-2.0"),
+    "deit_base": timm_weights("deit_base_patch16_224.fb_in1k", 81.980, "Apache-2.0"),
+    "deit_tiny_distilled": timm_weights("deit_tiny_distilled_patch16_224.fb_in1k", 74.538, "Apache-2.0"),
+    "deit_small_distilled": timm_weights("deit_small_distilled_patch16_224.fb_in1k", 81.204, "Apache-2.0"),
+    "deit_base_distilled": timm_weights("deit_base_distilled_patch16_224.fb_in1k", 83.384, "Apache-2.0"),
+}
+
 _DEIT = dict(family="deit", default_input_size=224, preprocessing=PREPROCESS_DEIT, input_size_multiple=16,
-             reference=REFERENCE_DEIT, checkpoint_formats=("timm",), options=builder_options(build_vit))
+             reference=REFERENCE_DEIT, checkpoint_formats=("timm",), options=builder_options(build_vit),
+             pretrained=PRETRAINED)
 
 
 @register_model(**_DEIT)

@@ -20,7 +20,7 @@ from keras import layers
 from edgevit.layers import LayerNorm, drop_path_rates, mlp, patch_embed
 from edgevit.layers.tokens import DropPath
 from edgevit.models.common import image_input, mean_pool_head, transpose_tokens
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, Unpublished, builder_options, register_model, timm_weights
 
 REFERENCE_TIMM_MIXER = "https://github.com/huggingface/pytorch-image-models (mlp_mixer.py)"
 # timm mixer_*_224 (Google in21k-ft-in1k weights): mean/std 0.5, bicubic,
@@ -72,9 +72,20 @@ def build_mixer(name: str, num_classes: int, input_size: int, *, drop_path_rate:
     return keras.Model(inputs, mean_pool_head(x, num_classes), name=name)
 
 
+# Official ImageNet weights (``weights="imagenet"``): Google's ImageNet-21k
+# pretrained, ImageNet-1k fine-tuned Mixer-B/16 as timm hosts it (top-1
+# from timm). Google published no Mixer-S/16 weights in that recipe.
+PRETRAINED = {
+    "mixer_s16": Unpublished("Google's only Mixer-S/16 ImageNet weights are the GSAM-trained JAX checkpoint "
+                             "gs://mixer_models/gsam/Mixer-S_16.npz (github.com/google-research/vision_transformer), "
+                             "which edgevit cannot import yet, and timm has none; mixer_b16 has official weights"),
+    "mixer_b16": timm_weights("mixer_b16_224.goog_in21k_ft_in1k", 76.616, "Apache-2.0"),
+}
+
 _MIXER = dict(family="mlp_mixer", default_input_size=224, preprocessing=PREPROCESS_MIXER,
               input_size_multiple=16, reference=REFERENCE_TIMM_MIXER, checkpoint_formats=("timm",),
-              options=builder_options(build_mixer))
+              options=builder_options(build_mixer),
+              pretrained=PRETRAINED)
 
 
 @register_model(**_MIXER)

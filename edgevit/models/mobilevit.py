@@ -23,14 +23,18 @@ from edgevit.layers import (Fold, LayerNorm, ResizeBilinear, Unfold, conv_norm_a
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.models.common import image_input
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights, url_weights
 
 PATCH_SIZE = 2
 REFERENCE_CVNETS = "https://github.com/apple/ml-cvnets"
 REFERENCE_V3 = "https://github.com/micronDLA/MobileViTv3"
-# ml-cvnets evaluates at 256x256 after resizing the shorter side to 288, on
-# pixels in [0, 1] with no mean/std normalisation.
-PREPROCESS_V1 = Preprocessing(input_size=256, resize_size=288, interpolation="bilinear")
+# ml-cvnets v0.1 (MobileViT v1, and MobileViTv3-XXS/XS/S on top of it)
+# evaluates at 256x256 after resizing the shorter side to 288 (OpenCV
+# bilinear), on pixels in [0, 1] with no mean/std normalisation.
+PREPROCESS_CVNETS_V01 = Preprocessing(input_size=256, resize_size=288, interpolation="bilinear")
+# timm evaluates its copies of the v1 weights with crop 0.9, bicubic
+# (timm's default_cfgs; results-imagenet.csv gives the top-1 below).
+PREPROCESS_V1 = Preprocessing(input_size=256, resize_size=284, interpolation="bicubic")
 NUM_HEADS = 4
 MAX_HEAD_CHANNELS = 960
 
@@ -59,6 +63,37 @@ CONFIGS = {
     "mobilevit_v3_xxs_l2": MobileViTConfig(2, (16, 24, 64, 80, 128), (64, 80, 96), (2, 2, 3), 3),
     "mobilevit_v3_xs_l2": MobileViTConfig(4, (32, 48, 96, 160, 160), (96, 120, 144), (2, 2, 3), 3),
     "mobilevit_v3_s_l2": MobileViTConfig(4, (32, 64, 128, 256, 320), (144, 192, 240), (2, 2, 3), 3),
+}
+
+CVNETS_LICENCE = "Apple ml-cvnets licence (https://github.com/apple/ml-cvnets/blob/main/LICENSE)"
+MOBILEVITV3_LICENCE = ("non-commercial only: Micron licence for personal, non-commercial use "
+                       "(https://github.com/micronDLA/MobileViTv3/blob/main/LICENSE), on Apple's ml-cvnets")
+MOBILEVITV3_RELEASE = "https://github.com/micronDLA/MobileViTv3/releases/download/v1.0.0/"
+
+
+def mobilevitv3_release(folder: str, top1: float, channel_order: str):
+    """A MobileViTv3 release checkpoint: ``checkpoint_ema_best.pt`` (the file
+    its README's accuracies come from) in the release's ``folder``.zip, whose
+    README gives no checksum."""
+    return url_weights(f"{MOBILEVITV3_RELEASE}{folder}.zip", f"{folder}/checkpoint_ema_best.pt", top1,
+                       MOBILEVITV3_LICENCE, tag=folder, naming="cvnets", channel_order=channel_order)
+
+
+# Official ImageNet weights (``weights="imagenet"``). v1: timm's copies of
+# Apple's weights, which take RGB (Apple's own .pt files take BGR; see
+# docs/pretrained.md for how this is known). v3: the MobileViTv3 release;
+# the v1-based variants were trained on cvnets v0.1, which reads images with
+# OpenCV (BGR), so their stem gets its input channels swapped at import.
+PRETRAINED = {
+    "mobilevit_v1_xxs": timm_weights("mobilevit_xxs.cvnets_in1k", 68.936, CVNETS_LICENCE),
+    "mobilevit_v1_xs": timm_weights("mobilevit_xs.cvnets_in1k", 74.618, CVNETS_LICENCE),
+    "mobilevit_v1_s": timm_weights("mobilevit_s.cvnets_in1k", 78.298, CVNETS_LICENCE),
+    "mobilevit_v3_xxs": mobilevitv3_release("mobilevitv3_XXS_e300_7098", 70.98, "BGR"),
+    "mobilevit_v3_xs": mobilevitv3_release("mobilevitv3_XS_e300_7671", 76.7, "BGR"),
+    "mobilevit_v3_s": mobilevitv3_release("mobilevitv3_S_e300_7930", 79.3, "BGR"),
+    "mobilevit_v3_xxs_l2": mobilevitv3_release("mobilevitv3_XXS_L2_e300_7023", 70.23, "BGR"),
+    "mobilevit_v3_xs_l2": mobilevitv3_release("mobilevitv3_XS_L2_e300_7610", 76.10, "BGR"),
+    "mobilevit_v3_s_l2": mobilevitv3_release("mobilevitv3_S_L2_e300_7906", 79.06, "BGR"),
 }
 
 # Official training settings, the builder's defaults; dropout only acts while training.
@@ -142,9 +177,11 @@ def build_mobilevit(name: str, num_classes: int = 1000, input_size: int = 256, *
 
 
 _V1 = dict(family="mobilevit_v1", default_input_size=256, preprocessing=PREPROCESS_V1,
-           reference=REFERENCE_CVNETS, checkpoint_formats=("timm", "cvnets"), options=builder_options(build_mobilevit))
-_V3 = dict(family="mobilevit_v3", default_input_size=256, preprocessing=PREPROCESS_V1,
-           reference=REFERENCE_V3, checkpoint_formats=("cvnets",), options=builder_options(build_mobilevit))
+           reference=REFERENCE_CVNETS, checkpoint_formats=("timm", "cvnets"), options=builder_options(build_mobilevit),
+           pretrained=PRETRAINED)
+_V3 = dict(family="mobilevit_v3", default_input_size=256, preprocessing=PREPROCESS_CVNETS_V01,
+           reference=REFERENCE_V3, checkpoint_formats=("cvnets",), options=builder_options(build_mobilevit),
+           pretrained=PRETRAINED)
 
 
 @register_model(**_V1)

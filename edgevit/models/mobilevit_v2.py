@@ -16,11 +16,12 @@ from keras import layers
 from edgevit.layers import (Fold, LayerNorm, Unfold, conv_norm_act, inverted_residual, make_divisible,
                             separable_attention_block)
 from edgevit.models.common import image_input
-from edgevit.models.mobilevit import (PATCH_SIZE, REFERENCE_CVNETS, REFERENCE_V3, classifier, mobilenet_stage,
-                                      patch_grid, resize_to, stem)
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.models.mobilevit import (CVNETS_LICENCE, PATCH_SIZE, REFERENCE_CVNETS, REFERENCE_V3, classifier,
+                                      mobilenet_stage, mobilevitv3_release, patch_grid, resize_to, stem)
+from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights
 
-# As v1 (shorter side 288, crop 256, no mean/std), resized bicubically.
+# ml-cvnets v0.2 evaluates at 256x256 after resizing the shorter side to 288
+# (bicubic), pixels in [0, 1], no mean/std; timm's crop 0.888 is the same.
 PREPROCESS_V2 = Preprocessing(input_size=256, resize_size=288, interpolation="bicubic")
 EXPAND_RATIO = 2
 FFN_MULTIPLIER = 2
@@ -96,11 +97,30 @@ def build_mobilevit_v2(name: str, num_classes: int = 1000, input_size: int = 256
     return keras.Model(inputs, outputs, name=name)
 
 
+# Official ImageNet weights (``weights="imagenet"``). cvnets v0.2 reads
+# images with PIL, so all of these take RGB. v2: timm's copies of Apple's
+# weights; 1.5-2.0 take Apple's ImageNet-21k pretrained, ImageNet-1k
+# fine-tuned weights at 256 (same size, same preprocessing, +1.1 top-1 over
+# the ImageNet-1k ones). v3: the MobileViTv3 release.
+PRETRAINED = {
+    "mobilevit_v2_050": timm_weights("mobilevitv2_050.cvnets_in1k", 70.156, CVNETS_LICENCE),
+    "mobilevit_v2_075": timm_weights("mobilevitv2_075.cvnets_in1k", 75.612, CVNETS_LICENCE),
+    "mobilevit_v2_100": timm_weights("mobilevitv2_100.cvnets_in1k", 78.088, CVNETS_LICENCE),
+    "mobilevit_v2_125": timm_weights("mobilevitv2_125.cvnets_in1k", 79.682, CVNETS_LICENCE),
+    "mobilevit_v2_150": timm_weights("mobilevitv2_150.cvnets_in22k_ft_in1k", 81.466, CVNETS_LICENCE),
+    "mobilevit_v2_175": timm_weights("mobilevitv2_175.cvnets_in22k_ft_in1k", 81.950, CVNETS_LICENCE),
+    "mobilevit_v2_200": timm_weights("mobilevitv2_200.cvnets_in22k_ft_in1k", 82.320, CVNETS_LICENCE),
+    "mobilevit_v3_050": mobilevitv3_release("mobilevitv3_0_5_0", 72.33, "RGB"),
+    "mobilevit_v3_075": mobilevitv3_release("mobilevitv3_0_7_5", 76.55, "RGB"),
+    "mobilevit_v3_100": mobilevitv3_release("mobilevitv3_1_0_0", 78.64, "RGB"),
+}
+
 _V2 = dict(family="mobilevit_v2", default_input_size=256, preprocessing=PREPROCESS_V2,
            reference=REFERENCE_CVNETS, checkpoint_formats=("timm", "cvnets"),
-           options=builder_options(build_mobilevit_v2))
+           options=builder_options(build_mobilevit_v2), pretrained=PRETRAINED)
 _V3 = dict(family="mobilevit_v3", default_input_size=256, preprocessing=PREPROCESS_V2,
-           reference=REFERENCE_V3, checkpoint_formats=("cvnets",), options=builder_options(build_mobilevit_v2))
+           reference=REFERENCE_V3, checkpoint_formats=("cvnets",), options=builder_options(build_mobilevit_v2),
+           pretrained=PRETRAINED)
 
 
 @register_model(**_V2)

@@ -22,7 +22,7 @@ from edgevit.layers import (PositionEmbedding, PrefixTokens, drop_path_rates, to
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights
 
 REFERENCE_PIT = "https://github.com/naver-ai/pit (timm pit.py)"
 PREPROCESS_PIT = Preprocessing(224, 248, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
@@ -90,8 +90,18 @@ def build_pit(name: str, num_classes: int, input_size: int, *, drop_path_rate: f
     return keras.Model(inputs, logits, name=name)
 
 
+# Official ImageNet weights (``weights="imagenet"``): NAVER's, as timm hosts
+# them; top-1 from timm.
+PRETRAINED = {
+    "pit_ti": timm_weights("pit_ti_224.in1k", 72.926, "Apache-2.0"),
+    "pit_xs": timm_weights("pit_xs_224.in1k", 78.196, "Apache-2.0"),
+    "pit_s": timm_weights("pit_s_224.in1k", 81.114, "Apache-2.0"),
+    "pit_b": timm_weights("pit_b_224.in1k", 82.458, "Apache-2.0"),
+}
+
 _PIT = dict(family="pit", default_input_size=224, preprocessing=PREPROCESS_PIT, input_size_multiple=8,
-            reference=REFERENCE_PIT, checkpoint_formats=("timm",), options=builder_options(build_pit))
+            reference=REFERENCE_PIT, checkpoint_formats=("timm",), options=builder_options(build_pit),
+            pretrained=PRETRAINED)
 
 
 @register_model(**_PIT)

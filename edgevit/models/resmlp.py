@@ -20,7 +20,7 @@ from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.quantize_points import QuantizePoints
 from edgevit.layers.tokens import DropPath
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, image_input, mean_pool_head, transpose_tokens
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights
 
 REFERENCE_TIMM_RESMLP = "https://github.com/facebookresearch/deit (timm mlp_mixer.py, ResBlock)"
 PREPROCESS_RESMLP = Preprocessing(224, 256, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
@@ -93,9 +93,18 @@ def build_resmlp(name: str, depth: int, init_value: float, num_classes: int, inp
     return keras.Model(inputs, mean_pool_head(x, num_classes), name=name)
 
 
+# Official ImageNet weights (``weights="imagenet"``): Facebook's ImageNet-1k
+# ones, timm's default tags, as timm hosts them; top-1 from timm.
+PRETRAINED = {
+    "resmlp_12": timm_weights("resmlp_12_224.fb_in1k", 76.660, "Apache-2.0"),
+    "resmlp_24": timm_weights("resmlp_24_224.fb_in1k", 79.380, "Apache-2.0"),
+    "resmlp_36": timm_weights("resmlp_36_224.fb_in1k", 79.772, "Apache-2.0"),
+}
+
 _RESMLP = dict(family="resmlp", default_input_size=224, preprocessing=PREPROCESS_RESMLP,
                input_size_multiple=PATCH_SIZE, reference=REFERENCE_TIMM_RESMLP, checkpoint_formats=("timm",),
-               options=builder_options(build_resmlp))
+               options=builder_options(build_resmlp),
+               pretrained=PRETRAINED)
 
 
 @register_model(**_RESMLP)

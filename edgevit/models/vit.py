@@ -19,7 +19,7 @@ from edgevit.layers import (PositionEmbedding, PrefixTokens, TokenSlice, drop_pa
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.models.common import class_token_head, image_input
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights
 
 REFERENCE_TIMM_VIT = "https://github.com/huggingface/pytorch-image-models (vision_transformer.py)"
 LN_EPS = 1e-6
@@ -70,8 +70,20 @@ CONFIGS = {
     "vit_large16": ViTConfig(16, 1024, 24, 16),
 }
 
+# Official ImageNet weights (``weights="imagenet"``): timm's default tags,
+# Google's AugReg ImageNet-21k pretrained, ImageNet-1k fine-tuned weights
+# (base/16: timm's further fine-tune of them, "augreg2"); top-1 from timm.
+PRETRAINED = {
+    "vit_tiny16": timm_weights("vit_tiny_patch16_224.augreg_in21k_ft_in1k", 75.452, "Apache-2.0"),
+    "vit_small16": timm_weights("vit_small_patch16_224.augreg_in21k_ft_in1k", 81.402, "Apache-2.0"),
+    "vit_base16": timm_weights("vit_base_patch16_224.augreg2_in21k_ft_in1k", 85.108, "Apache-2.0"),
+    "vit_base32": timm_weights("vit_base_patch32_224.augreg_in21k_ft_in1k", 80.732, "Apache-2.0"),
+    "vit_large16": timm_weights("vit_large_patch16_224.augreg_in21k_ft_in1k", 85.856, "Apache-2.0"),
+}
+
 _VIT16 = dict(family="vit", default_input_size=224, preprocessing=PREPROCESS_VIT, input_size_multiple=16,
-              reference=REFERENCE_TIMM_VIT, checkpoint_formats=("timm",), options=builder_options(build_vit))
+              reference=REFERENCE_TIMM_VIT, checkpoint_formats=("timm",), options=builder_options(build_vit),
+              pretrained=PRETRAINED)
 _VIT32 = {**_VIT16, "input_size_multiple": 32}
 
 

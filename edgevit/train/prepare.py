@@ -17,10 +17,11 @@ def build_model(model_arg: str, classes: list[str], *, weights, input_size, log,
     """(model, spec) for ``classes``: a registered name (optionally started
     from ``weights``) or a ``.keras`` file, with a new head when the class
     count differs; the model carries the class names."""
+    from edgevit.pretrained import IMAGENET_CLASSES, is_imagenet
     from edgevit.registry import check_input_size, create_model, get_spec
-    from edgevit.saving import existing_file, load_weights_into, resolve_model, set_class_names
+    from edgevit.saving import copy_all_but_head, existing_file, load_weights_into, resolve_model, set_class_names
 
-    if weights is not None:
+    if weights is not None and not is_imagenet(weights):
         existing_file(weights, "Weights file")
     if model_arg.endswith(".keras") or Path(model_arg).is_file():
         model, spec = resolve_model(model_arg, input_size=input_size, weights=weights)
@@ -28,8 +29,12 @@ def build_model(model_arg: str, classes: list[str], *, weights, input_size, log,
         spec = get_spec(model_arg)
         size = spec.default_input_size if input_size is None else input_size
         check_input_size(spec, size)
-        model = create_model(model_arg, num_classes=len(classes), input_size=size)
-        if weights is not None:
+        model = create_model(model_arg, num_classes=len(classes), input_size=size,
+                             weights=weights if is_imagenet(weights) else None)
+        if is_imagenet(weights):
+            if len(classes) != IMAGENET_CLASSES:
+                log(f"New {len(classes)}-class head on the ImageNet weights (they have {IMAGENET_CLASSES} classes)")
+        elif weights is not None:
             stored = classes_in(weights, model.layers[-1].name)
             if stored in (None, len(classes)):
                 load_weights_into(model, weights)
@@ -87,16 +92,6 @@ def classes_in(weights: str, head_name: str) -> int | None:
     except OSError as err:
         raise EdgevitError(f"Weights file {weights!r} is corrupt or not HDF5.") from err
     return found[0] if found else None
-
-
-def copy_all_but_head(source, target) -> None:
-    """Copy every weight of ``source`` that ``target`` has with the same shape
-    (all but a classifier of another class count)."""
-    by_path = {w.path: w for w in source.weights}
-    for w in target.weights:
-        src = by_path.get(w.path)
-        if src is not None and tuple(src.shape) == tuple(w.shape):
-            w.assign(src)
 
 
 def val_metrics(val, size: int):

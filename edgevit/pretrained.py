@@ -1,0 +1,363 @@
+"""Official ImageNet weights in one word: ``create_model(name, weights="imagenet")``
+and ``--weights imagenet``.
+
+Each family file lists where its variants' checkpoints live
+(:class:`edgevit.registry.Pretrained`, one line per variant). This module
+downloads a checkpoint with the field's own clients (huggingface_hub for the
+Hub, so that ``HF_ENDPOINT`` mirrors, ``HF_HOME``/``HF_HUB_CACHE``, tokens and
+``HF_HUB_OFFLINE`` work as usual; ``keras.utils.get_file`` for plain URLs,
+cached under ``KERAS_HOME``), verifies its sha256 before anything reads it,
+imports it with :mod:`edgevit.converters` (BGR-trained weights get their stem
+convolution's input channels reversed, so every model takes RGB) and caches
+the Keras weights per (model, tag, input size) under ``EDGEVIT_CACHE``
+(default ``~/.cache/edgevit``). A cache entry whose file does not hash to its
+manifest is re-imported, never used; every file is written under a temporary
+name and renamed into place, so no partial file is ever read.
+
+``HF_HUB_OFFLINE=1`` keeps every download off the network, plain URLs
+included. ``EDGEVIT_WEIGHTS_MIRROR=URL`` fetches a plain URL
+``https://host/path`` from ``URL/host/path`` instead.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+from contextlib import contextmanager, redirect_stdout
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from edgevit.errors import EdgevitError, first_line
+from edgevit.registry import ModelSpec, Pretrained, Unpublished
+
+IMAGENET = "imagenet"
+RANDOM_INIT = "random-init"  # the weights label of a model built without weights
+IMAGENET_CLASSES = 1000
+CACHE_ENV = "EDGEVIT_CACHE"
+MIRROR_ENV = "EDGEVIT_WEIGHTS_MIRROR"
+WEIGHTS_FILE, MANIFEST_FILE = "model.weights.h5", "manifest.json"
+INSTEAD = ("pass --weights FILE instead (a .weights.h5 or .keras file; "
+           "`edgevit import-weights CHECKPOINT --model NAME` makes one from a downloaded checkpoint)")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def is_imagenet(weights) -> bool:
+    return isinstance(weights, str) and weights.lower() == IMAGENET
+
+
+def entry_of(spec: ModelSpec) -> Pretrained:
+    """The variant's checkpoint, or one error line saying why there is none."""
+    entry = spec.pretrained
+    if isinstance(entry, Unpublished):
+        raise EdgevitError(f"{spec.name} has no ImageNet weights edgevit can fetch: {entry.reason}")
+    if entry is None:
+        raise EdgevitError(f"No ImageNet weights are registered for {spec.name} yet; {INSTEAD}.")
+    return entry
+
+
+def weights_label(spec: ModelSpec) -> str:
+    """How reports and metadata name the weights ``weights="imagenet"`` loads."""
+    entry = entry_of(spec)
+    return f"imagenet: {entry.tag} from {entry.where}; licence: {entry.licence}"
+
+
+def random_init_hint(spec: ModelSpec, precision: str) -> str:
+    """What the report of a randomly initialised model says about weights."""
+    own = ("your own: --weights FILE (.weights.h5 or .keras; `edgevit import-weights` reads PyTorch "
+           "checkpoints)")
+    entry = spec.pretrained
+    if isinstance(entry, Pretrained):
+        flag = "--" + precision.replace("_", "-")
+        return (f"The weights are random: this file classifies nothing. Official ImageNet weights: "
+                f"`edgevit convert {flag} {spec.name} --weights imagenet` ({entry.tag}, top-1 {entry.top1}%, "
+                f"licence: {entry.licence}); {own}.")
+    reason = f" ({entry.reason})" if isinstance(entry, Unpublished) else ""
+    return (f"The weights are random: this file classifies nothing. {spec.name} has no official ImageNet "
+            f"weights edgevit can fetch{reason}; {own}.")
+
+
+def load_imagenet(model, spec: ModelSpec, log=_stderr) -> None:
+    """Fill ``model`` with the variant's ImageNet weights at its input size;
+    a model with another class count gets every weight but its classifier's."""
+    from edgevit.saving import copy_all_but_head, load_weights_into
+
+    size = int(model.inputs[0].shape[1])
+    path = cached_weights(spec, size, log)
+    if int(model.outputs[0].shape[-1]) == IMAGENET_CLASSES:
+        load_weights_into(model, path)
+        return
+    source = spec.builder(num_classes=IMAGENET_CLASSES, input_size=size)
+    load_weights_into(source, path)
+    copy_all_but_head(source, model)
+
+
+# --- the cache of imported Keras weights ----------------------------------------------------------
+
+def cache_root() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "edgevit"
+
+
+def cache_folder(spec: ModelSpec, input_size: int) -> Path:
+    tag = entry_of(spec).tag.replace("/", "--")
+    return cache_root() / "weights" / spec.name / tag / str(input_size)
+
+
+def cached_weights(spec: ModelSpec, input_size: int, log=_stderr) -> Path:
+    """The variant's imported 1000-class Keras weights at ``input_size``:
+    from the cache when its entry is whole, else fetched and imported."""
+    entry = entry_of(spec)
+    folder = cache_folder(spec, input_size)
+    weights, manifest = folder / WEIGHTS_FILE, folder / MANIFEST_FILE
+    expected = {"model": spec.name, "tag": entry.tag, "input_size": input_size}
+    state = _cache_state(weights, manifest, expected)
+    if state == "whole":
+        return weights
+    if state == "damaged":
+        log(f"The cached ImageNet weights of {spec.name} in {folder} are damaged (their sha256 does not match "
+            "the manifest): importing them again.")
+    with fetched_checkpoint(entry, log) as (checkpoint, checkpoint_sha256):
+        from edgevit.converters.api import import_weights
+
+        log(f"Importing {entry.tag} into {spec.name} at {input_size}x{input_size}")
+        model = import_weights(checkpoint, spec.name, source=entry.naming, num_classes=IMAGENET_CLASSES,
+                               input_size=input_size, channel_order=entry.channel_order).model
+    _write_entry(model, weights, manifest, {**expected, "source": entry.where,
+                                            "checkpoint_sha256": checkpoint_sha256,
+                                            "channel_order_in_checkpoint": entry.channel_order})
+    return weights
+
+
+def _cache_state(weights: Path, manifest: Path, expected: dict) -> str:
+    """'whole', 'missing' (nothing there) or 'damaged' (anything else)."""
+    if not weights.exists() and not manifest.exists():
+        return "missing"
+    try:
+        recorded = json.loads(manifest.read_text())
+        if all(recorded.get(k) == v for k, v in expected.items()) and sha256_of(weights) == recorded["weights_sha256"]:
+            return "whole"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return "damaged"
+
+
+def _write_entry(model, weights: Path, manifest: Path, facts: dict) -> None:
+    """Weights first, manifest last, each renamed into place: an entry
+    without a manifest that matches its weights is never used."""
+    from edgevit.converters.checkpoints import save_weights_atomic
+
+    try:
+        weights.parent.mkdir(parents=True, exist_ok=True)
+        manifest.unlink(missing_ok=True)
+        save_weights_atomic(model, weights)
+        _write_atomic(manifest, json.dumps({**facts, "weights_sha256": sha256_of(weights)}, indent=2))
+    except OSError as err:
+        raise EdgevitError(f"Could not write the weights cache {str(weights.parent)!r}: "
+                           f"{err.strerror or first_line(err)} (set {CACHE_ENV} to a writable folder).") from None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- fetching and verifying checkpoints -----------------------------------------------------------
+
+@contextmanager
+def fetched_checkpoint(entry: Pretrained, log=_stderr):
+    """(path of the verified checkpoint, its sha256); an archive member is
+    extracted to a temporary folder that is removed afterwards."""
+    path, digest = hub_file(entry, log) if entry.source == "hub" else url_file(entry, log)
+    if entry.source == "hub" or not entry.file:
+        yield path, digest
+        return
+    with archive_member(path, entry.file) as member:
+        yield member, digest
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _refuse_offline(what: str, where: str) -> EdgevitError:
+    return EdgevitError(f"{what} is not in {where} and HF_HUB_OFFLINE=1 forbids downloading it: "
+                        f"unset HF_HUB_OFFLINE, or {INSTEAD}.")
+
+
+def _unreachable(what: str, host: str, err: BaseException) -> EdgevitError:
+    return EdgevitError(f"Could not download {what} from {host} ({first_line(err)}); check the connection "
+                        f"(and HF_ENDPOINT / {MIRROR_ENV} when you use a mirror), or {INSTEAD}.")
+
+
+def hub_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
+    """The checkpoint from the Hugging Face cache, downloaded when missing,
+    once its sha256 matches the pinned one or the Hub's LFS sha256 (the
+    file's etag, which huggingface_hub also names the cached blob by)."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    what = f"{entry.location}/{entry.file}"
+    source = "pinned sha256" if entry.sha256 else "Hub's LFS sha256"
+    try:
+        cached = Path(huggingface_hub.hf_hub_download(entry.location, entry.file, local_files_only=True))
+    except Exception:  # not in the cache (huggingface_hub raises several types for that)
+        cached = None
+    if cached is not None:
+        blob = Path(os.path.realpath(cached))
+        expected = entry.sha256 or _lfs_sha256(blob.name)
+        if expected is not None:
+            if sha256_of(cached) == expected:
+                return cached, expected
+            log(f"{what} in the Hugging Face cache does not match its {source}: deleted, downloading it again.")
+            for stale in (cached, blob):
+                stale.unlink(missing_ok=True)
+        elif _offline():
+            raise EdgevitError(f"{what} in the Hugging Face cache cannot be verified offline (the cache does not "
+                               f"name it by its sha256): unset HF_HUB_OFFLINE, or {INSTEAD}.")
+    if _offline():
+        raise _refuse_offline(what, f"the Hugging Face cache ({constants.HF_HUB_CACHE})")
+    try:
+        meta = huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(entry.location, entry.file))
+    except Exception as err:  # connection, HTTP and Hub errors alike
+        raise _unreachable(what, constants.ENDPOINT, err) from None
+    expected = entry.sha256 or _lfs_sha256(meta.etag)
+    if expected is None:
+        raise EdgevitError(f"{constants.ENDPOINT} gives no LFS sha256 for {what}, so it cannot be verified; "
+                           f"{INSTEAD}.")
+    log(f"Downloading {what} from {constants.ENDPOINT}")
+    try:
+        from edgevit import __version__
+
+        path = Path(huggingface_hub.hf_hub_download(entry.location, entry.file, library_name="edgevit",
+                                                    library_version=__version__))
+    except Exception as err:
+        raise _unreachable(what, constants.ENDPOINT, err) from None
+    return path, _verified(path, expected, what, source, also_remove=[Path(os.path.realpath(path))])
+
+
+def _lfs_sha256(etag: str | None) -> str | None:
+    etag = (etag or "").strip('"').lower()
+    return etag if _SHA256.fullmatch(etag) else None
+
+
+def _verified(path: Path, expected: str, what: str, source: str, also_remove=()) -> str:
+    actual = sha256_of(path)
+    if actual != expected:
+        for p in [path, *also_remove]:
+            p.unlink(missing_ok=True)
+        raise EdgevitError(f"{what} is not the published file: its sha256 is {actual}, the {source} is "
+                           f"{expected}. The download was deleted; try again, or {INSTEAD}.")
+    return actual
+
+
+def mirrored(url: str) -> str:
+    """``url`` through ``EDGEVIT_WEIGHTS_MIRROR`` when it is set."""
+    mirror = os.environ.get(MIRROR_ENV)
+    if not mirror:
+        return url
+    parts = urlsplit(url)
+    return f"{mirror.rstrip('/')}/{parts.netloc}{parts.path}"
+
+
+def url_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
+    """A plain-URL checkpoint from the Keras cache (``KERAS_HOME``/edgevit),
+    downloaded with ``keras.utils.get_file`` under a temporary name when
+    missing and renamed into place once its sha256 is right. A publisher
+    without a checksum gets its file's sha256 recorded on the first download
+    and checked on every later use."""
+    import keras
+
+    url = mirrored(entry.location)
+    name = Path(urlsplit(entry.location).path).name
+    cache_dir, folder = _keras_cache()
+    final, record = folder / name, folder / f"{name}.sha256"
+    expected = entry.sha256 or (record.read_text().strip() if record.exists() else None)
+    if final.exists() and expected and sha256_of(final) == expected:
+        return final, expected
+    if _offline():
+        raise _refuse_offline(url, f"the Keras cache ({folder})")
+    partial = folder / f".{name}.{os.getpid()}.part"
+    log(f"Downloading {url}")
+    try:
+        with redirect_stdout(sys.stderr):  # Keras prints its progress bar on stdout, which --json owns
+            keras.utils.get_file(fname=partial.name, origin=url, cache_dir=cache_dir, cache_subdir=folder.name,
+                                 force_download=True)
+        if entry.sha256:
+            digest = _verified(partial, entry.sha256, url, "pinned sha256")
+        else:
+            digest = sha256_of(partial)
+            _write_atomic(record, digest + "\n")
+            log(f"{name}: sha256 {digest}. Its publisher gives no checksum, so edgevit recorded this one and "
+                "checks the file against it from now on.")
+        os.replace(partial, final)
+    except EdgevitError:
+        raise
+    except Exception as err:  # Keras reports any fetch failure as a bare Exception
+        raise _unreachable(name, urlsplit(url).netloc, err) from None
+    finally:
+        partial.unlink(missing_ok=True)
+    return final, digest
+
+
+def _keras_cache() -> tuple[str, Path]:
+    """(cache_dir to give keras.utils.get_file, the folder it then writes
+    to): ``KERAS_HOME`` (default ~/.keras, /tmp/.keras when that is not
+    writable, as Keras decides) / edgevit."""
+    cache_dir = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    base = os.path.expanduser(cache_dir)
+    try:
+        os.makedirs(base, exist_ok=True)
+    except OSError:
+        pass  # not writable: Keras falls back to /tmp/.keras
+    if not os.access(base, os.W_OK):
+        base = os.path.join("/tmp", ".keras")
+    folder = Path(base) / "edgevit"
+    folder.mkdir(parents=True, exist_ok=True)
+    return cache_dir, folder
+
+
+@contextmanager
+def archive_member(archive: Path, member: str):
+    """``member`` of a zip archive, extracted to a temporary folder beside
+    the archive (zipfile checks the member's CRC while extracting). The
+    member is the one file whose path ends with ``member``, or else with its
+    file name: archives differ in the folders they put around it."""
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            names = [n for n in zf.namelist() if n == member or n.endswith("/" + member)]
+            if not names:
+                base = Path(member).name
+                names = [n for n in zf.namelist() if n == base or n.endswith("/" + base)]
+            if len(names) != 1:
+                raise EdgevitError(f"{archive.name} holds {len(names)} files named {member!r}, not one.")
+            with tempfile.TemporaryDirectory(prefix=".edgevit-", dir=archive.parent) as tmp:
+                target = Path(tmp) / Path(member).name
+                with zf.open(names[0]) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                yield target
+    except (zipfile.BadZipFile, zipfile.LargeZipFile) as err:
+        raise EdgevitError(f"{archive.name} is not a readable zip archive ({first_line(err)}).") from None
