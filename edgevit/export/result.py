@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgevit.litert.accelerator import GpuRun
+from edgevit.litert.arm import ArmCheck
 
 
 @dataclass
@@ -77,6 +78,7 @@ class ExportResult:
     diagnosed: bool = False
     first_breaking_layer: dict | None = None
     gpu_run: GpuRun | None = None   # None: not asked for (ExportOptions.gpu_images = 0)
+    arm_run: ArmCheck | None = None  # None: not asked for (ExportOptions.arm_images = 0)
 
     @property
     def ops(self) -> int:
@@ -106,4 +108,6 @@ class ExportResult:
             report["first_breaking_layer"] = self.first_breaking_layer
         if self.gpu_run is not None:
             report["gpu_accelerator"] = self.gpu_run.to_dict()
+        if self.arm_run is not None:
+            report["arm64"] = self.arm_run.to_dict()
         return report

@@ -182,11 +182,11 @@ def run_file_on_gpu(path: Path, count: int = DEFAULT_IMAGES) -> GpuRun:
 
     content = path.read_bytes()
     inputs, described = inputs_for_file(content, count)
-    return run_on_gpu(path, inputs, (read_embedded(content) or {}).get("precision") or _precision_of(content),
+    return run_on_gpu(path, inputs, (read_embedded(content) or {}).get("precision") or precision_of(content),
                       images=described)
 
 
-def _precision_of(content: bytes) -> str:
+def precision_of(content: bytes) -> str:
     """"int8" when any runtime tensor is integer-quantized, else "fp32"."""
     from edgevit.litert.flatbuffer import read
 
