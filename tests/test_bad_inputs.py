@@ -21,7 +21,6 @@ import warnings
 import zlib
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -31,6 +30,7 @@ from edgevit.cli import main
 from edgevit.data.images import FLOAT_PIXELS, NOT_AN_IMAGE, TOO_LARGE, open_rgb
 from edgevit.errors import EdgevitError
 from edgevit.export import pipeline
+from tests.helpers import tiny_tflite
 
 SMALL = ["mobilevit_v3_xxs", "--input-size", "64"]
 
@@ -67,16 +67,6 @@ def png_claiming(path: Path, width: int, height: int) -> Path:
 
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b""))
-    return path
-
-
-def tiny_tflite(path: Path) -> Path:
-    """A valid .tflite file that edgevit did not write (no metadata)."""
-    from edgevit.export.convert import convert
-
-    inputs = keras.Input((8, 8, 3))
-    x = keras.layers.GlobalAveragePooling2D()(inputs)
-    path.write_bytes(convert(keras.Model(inputs, keras.layers.Dense(2)(x), name="plain"), "fp32"))
     return path
 
 
