@@ -131,23 +131,6 @@ def test_without_the_emulator_the_check_is_a_not_run_record(no_emulator, plain_f
     assert "install-arm-emulator.sh" in check.summary()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["bench", "--arm", "a77", "m.tflite"], "Unknown Arm CPU profile a77"),
-    (["bench", "--arm", "a76", "--threads", "2", "m.tflite"], "--arm counts one thread"),
-    (["bench", "--arm", "a76", "--device", "X", "m.tflite"], "does not take --device"),
-    (["bench", "--arm", "a76", "--arm-kernels", "gpu", "m.tflite"], "Unknown LiteRT kernels"),
-    (["check", "--arm", "--arm-profiles", "a99", "m.tflite"], "Unknown Arm CPU profile a99"),
-    (["check", "--arm", "nothere.tflite"], "does not exist"),
-], ids=["profile", "threads", "device", "kernels", "check-profile", "missing-file"])
-def test_arm_option_errors_are_one_line(args, message, plain_file, monkeypatch):
-    monkeypatch.chdir(plain_file.parent)
-    result = CliRunner().invoke(main, args)
-    assert result.exit_code == 1 and message in result.output, result.output
-    assert len(result.output.strip().splitlines()) == 1
-
-
-
-
 # ---------------------------------------------------------------- on the emulator
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):

@@ -201,6 +201,19 @@ BAD_INPUTS = [
                  id="eval-data-without-val"),
     pytest.param(_loose_images, "its images lie directly in it", id="eval-loose-images"),
     pytest.param(_calibration_bomb, f"1 {TOO_LARGE} (huge.png)", id="calibration-decompression-bomb"),
+    # LiteRT's Arm64 kernels under emulation (tests/test_arm.py: without the emulator installed)
+    pytest.param(lambda tmp: ["bench", "--arm", "a77", tiny_tflite(tmp / "m.tflite").name],
+                 "Unknown Arm CPU profile a77", id="arm-unknown-profile"),
+    pytest.param(lambda tmp: ["bench", "--arm", "a76", "--threads", "2", tiny_tflite(tmp / "m.tflite").name],
+                 "--arm counts one thread", id="arm-threads"),
+    pytest.param(lambda tmp: ["bench", "--arm", "a76", "--device", "X", tiny_tflite(tmp / "m.tflite").name],
+                 "does not take --device", id="arm-and-a-phone"),
+    pytest.param(lambda tmp: ["bench", "--arm", "a76", "--arm-kernels", "gpu", tiny_tflite(tmp / "m.tflite").name],
+                 "Unknown LiteRT kernels", id="arm-unknown-kernels"),
+    pytest.param(lambda tmp: ["check", "--arm", "--arm-profiles", "a99", tiny_tflite(tmp / "m.tflite").name],
+                 "Unknown Arm CPU profile a99", id="arm-check-unknown-profile"),
+    pytest.param(lambda tmp: ["check", "--arm", "--arm-kernels", "xnnpack,npu", tiny_tflite(tmp / "m.tflite").name],
+                 "Unknown arm-kernels npu", id="arm-check-unknown-kernels"),
 ]
 
 
@@ -219,7 +232,7 @@ def test_bad_input_is_one_error_line_and_changes_nothing(tmp_path, monkeypatch, 
 def test_help_documents_the_exit_codes():
     code, out, _ = run("--help")
     assert code == 0
-    for status in ("0 ", "1 ", "2-4", "130", "143"):
+    for status in ("0 ", "1 ", "2-5", "130", "143"):
         assert f"    {status}" in out, out
 
 
