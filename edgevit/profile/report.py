@@ -143,15 +143,30 @@ def _accuracy_for(row: dict, accuracies: dict[str, float]) -> float | None:
     return None
 
 
-def plot(result: dict, path: str | Path, accuracies: dict[str, float] | None = None) -> None:
-    """Median latency by (where, delegate) x precision as grouped bars (whisker
-    to p90/p95 where known); an accuracy-vs-latency scatter when given."""
+def _pyplot():
     try:
         import matplotlib
     except ImportError:
         raise EdgevitError("--plot needs matplotlib: `pip install matplotlib`.") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt, fig, path: str | Path) -> None:
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as err:
+        raise EdgevitError(f"Cannot write plot to {str(path)!r}: {err.strerror}.") from None
+    finally:
+        plt.close(fig)
+
+
+def plot(result: dict, path: str | Path, accuracies: dict[str, float] | None = None) -> None:
+    """Median latency by (where, delegate) x precision as grouped bars (whisker
+    to p90/p95 where known); an accuracy-vs-latency scatter when given."""
+    plt = _pyplot()
 
     ok = [r for r in result["results"] if r.get("status") == "ok" and latency(r) is not None]
     if not ok:
@@ -208,12 +223,7 @@ def plot(result: dict, path: str | Path, accuracies: dict[str, float] | None = N
         ax2.set_title("accuracy vs latency")
         ax2.legend(fontsize=7)
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as err:
-        raise EdgevitError(f"Cannot write plot to {str(path)!r}: {err.strerror}.") from None
-    finally:
-        plt.close(fig)
+    _save(plt, fig, path)
 
 
 def _sizes(sizes: list[int], shown: int = 6) -> str:
@@ -324,12 +334,7 @@ def print_arm_bench(result: dict, kernels_shown: int = 8, stream=None) -> None:
 def plot_arm(result: dict, path: str | Path) -> None:
     """Instructions per inference as bars stacked by kernel family, one panel
     per CPU profile, files side by side."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise EdgevitError("--plot needs matplotlib: `pip install matplotlib`.") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     profiles = list(result["arm"]["profiles"])
     files = list(dict.fromkeys(r["file"] for r in result["results"]))
@@ -355,12 +360,7 @@ def plot_arm(result: dict, path: str | Path) -> None:
                  fontsize=9)
     fig.legend(loc="lower center", ncol=3, fontsize=7)
     fig.tight_layout(rect=(0, 0.2, 1, 0.93))
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as err:
-        raise EdgevitError(f"Cannot write plot to {str(path)!r}: {err.strerror}.") from None
-    finally:
-        plt.close(fig)
+    _save(plt, fig, path)
 
 
 def print_arm_check(model: str, check, stream=None) -> None:
