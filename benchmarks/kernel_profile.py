@@ -10,7 +10,8 @@ kernel outside XNNPACK). Each file runs in a child process; perf attaches
 only once the interpreter is built and warm, so loading and Python start-up
 are not counted. Kernels are grouped into families; times are CPU ms per
 inference (samples / rate / runs), so on one thread they add up to about
-the wall time, which the table shows beside them.
+the wall time, which the table shows beside them. The families are
+those of edgevit.profile.kernels, shared with the Arm64 instruction counts.
 
     python benchmarks/kernel_profile.py a_fp32.tflite a_int8_mixed.tflite
     python benchmarks/kernel_profile.py model.tflite --runs 400 --kernels --json out.json
@@ -30,25 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# (family, pattern on the symbol), first match wins
-FAMILIES = [
-    ("weight packing at run time", r"packw|_pack_"),
-    ("quantize / dequantize", r"_vcvt_ukernel"),
-    ("fp32 GEMM (dense, 1x1 conv, matmul)", r"^xnn_f32_(qc8w_)?gemm"),
-    ("fp32 conv (im2col-free, kxk)", r"^xnn_f32_(qc8w_)?igemm"),
-    ("fp32 depthwise conv", r"^xnn_f32_dwconv"),
-    ("fp32 sigmoid", r"^xnn_f32_vsigmoid"),
-    ("fp32 softmax", r"^xnn_f32_(raddstoreexpminusmax|rmax)|softmax|compute_reciprocal"),
-    ("fp32 elementwise", r"^xnn_f32_v|^xnn_f32_r(sum|dsum)"),
-    ("int8 GEMM (dense, 1x1 conv, matmul)", r"^xnn_qs8_.*_gemm|^xnn_qd8_.*_gemm"),
-    ("int8 conv (kxk)", r"^xnn_qs8_.*igemm"),
-    ("int8 depthwise conv", r"^xnn_qs8_.*dwconv"),
-    ("int8 table lookup (LOGISTIC, TANH, ...)", r"^xnn_x8_lut|unary_ukernel_quantized"),
-    ("int8 elementwise", r"^xnn_qs8_v|^xnn_qs8_rsum|binary_ukernel_quantized"),
-    ("transpose / copy", r"transpose|memmove|memcpy|memset|_copy_ukernel"),
-    ("builtin kernels (outside XNNPACK)", r"^tflite::"),
-    ("XNNPACK runtime", r"^xnn_|^pthreadpool"),
-]
+from edgevit.profile.kernels import family_of
 
 CHILD = r"""
 import sys, time, numpy as np
@@ -70,13 +53,6 @@ for _ in range(runs):
     times.append(time.perf_counter() - start)
 print("median_ms", 1e3 * float(np.median(times)), flush=True)
 """
-
-
-def family_of(symbol: str) -> str:
-    for family, pattern in FAMILIES:
-        if re.search(pattern, symbol):
-            return family
-    return "other (Python, OS, threads)"
 
 
 def parse_report(text: str) -> dict[str, int]:

@@ -22,13 +22,21 @@ deletes such dead branches: a file with two MobileNetV2 blocks fewer would be
 timed), edgevit imports exactly those weights, and the table reports the two
 files' output cosine.
 
+Every file, the PyTorch route's included, is also counted on the phone's
+CPU kernels: exact instructions per inference on LiteRT 1.4's Arm64 build
+under emulation (edgevit.profile.arm; `--arm a76,max` by default, the
+Cortex-A76 dotprod and the i8mm kernels), where scripts/install-arm-emulator.sh
+installed it. Instructions are not cycles: compare counts of one profile.
+
 Targets (1 thread, ratio to the same model's fp32 file): --int8-mixed <= 0.45
 for mobilevit_v1_xs and mobilevit_v3_xs, --int8 <= 0.35 for mobilevit_v3_100,
 full --int8 <= 1.2; edgevit's fp32 mobilevit_v1_xs <= 0.9x the PyTorch
-route's fp32 file. Int8 ratios mean something only on a CPU with int8
-dot-product instructions (AVX-512 VNNI, AVX-VNNI, AMX, Arm dotprod): the
-table title names this CPU's (``host_description``); without them int8 GEMMs
-run about as fast as fp32 ones.
+route's fp32 file. On the Arm64 counts (a76): the best int8 file of
+mobilevit_v1_xs and mobilevit_v3_xs <= 0.30x its fp32 file's instructions.
+Int8 ratios mean something only on a CPU with int8 dot-product instructions
+(AVX-512 VNNI, AVX-VNNI, AMX, Arm dotprod): the table title names this
+CPU's (``host_description``); without them int8 GEMMs run about as fast as
+fp32 ones.
 """
 from __future__ import annotations
 
@@ -50,6 +58,9 @@ TARGETS = {("mobilevit_v1_xs", "int8_mixed"): 0.45, ("mobilevit_v3_xs", "int8_mi
            ("mobilevit_v3_100", "int8"): 0.35, ("mobilevit_v1_xs", "int8"): 1.2,
            ("mobilevit_v3_xs", "int8"): 1.2}
 PYTORCH_ROUTE_TARGET = 0.9  # edgevit fp32 / PyTorch-route fp32, same architecture and weights
+# model -> the largest ratio of its best int8 file's Arm64 instructions (a76 kernels) to its fp32 file's
+ARM_TARGETS = {"mobilevit_v1_xs": 0.30, "mobilevit_v3_xs": 0.30}
+ARM_TARGET_PROFILE = "a76"
 TIMM_TWINS = {"mobilevit_v1_xxs": "mobilevit_xxs", "mobilevit_v1_xs": "mobilevit_xs", "mobilevit_v1_s": "mobilevit_s"}
 
 
@@ -166,11 +177,18 @@ def time_interleaved(files, threads_list, rounds, runs_per_round, warmup) -> Non
         print(f"round {r + 1}/{rounds}", file=sys.stderr)
 
 
-def summarise(files, threads_list) -> list[dict]:
+def summarise(files, threads_list, arm_profiles=()) -> list[dict]:
     fp32 = {f["model"]: f for f in files if f["precision"] == "fp32"}
     rows = []
     for f in files:
-        row = {k: v for k, v in f.items() if k not in ("path", "ms")}
+        row = {k: v for k, v in f.items() if k not in ("path", "ms", "arm")}
+        for profile in arm_profiles:
+            count = f["arm"][profile]
+            row[f"arm_{profile}_M"] = round(count.instructions / 1e6, 1)
+            base = fp32.get(f["model"])
+            if base is not None:
+                row[f"arm_{profile}_vs_fp32"] = round(count.instructions / base["arm"][profile].instructions, 3)
+            row.setdefault("arm_families", {})[profile] = count.families
         for threads in threads_list:
             median = statistics.median(f["ms"][threads])
             row[f"median_ms_{threads}t"] = round(median, 2)
@@ -179,6 +197,26 @@ def summarise(files, threads_list) -> list[dict]:
                 row[f"vs_fp32_{threads}t"] = round(median / statistics.median(base["ms"][threads]), 3)
         rows.append(row)
     return rows
+
+
+def count_on_arm(files, profiles_text: str) -> list[str]:
+    """Exact instructions per inference of every file on each Arm64 profile,
+    into each file's entry (``arm``: profile -> count); the profiles counted."""
+    from edgevit.litert.arm import HOW_TO_INSTALL, emulator_missing, parse_profiles
+    from edgevit.profile.arm import count_many
+
+    if profiles_text == "none":
+        return []
+    profiles = parse_profiles(profiles_text)
+    missing = emulator_missing()
+    if missing:
+        print(f"Arm64 counts skipped: {missing}; {HOW_TO_INSTALL}", file=sys.stderr)
+        return []
+    counts = count_many([f["path"] for f in files], profiles, runs=1,
+                        step=lambda message: print(message, file=sys.stderr))
+    for f, (_, count) in zip([f for f in files for _ in profiles], counts):
+        f.setdefault("arm", {})[count.profile] = count
+    return [p.name for p in profiles]
 
 
 def main(argv=None) -> int:
@@ -193,6 +231,8 @@ def main(argv=None) -> int:
     parser.add_argument("--calib-samples", type=int, default=64)
     parser.add_argument("--pytorch-python", default=sys.executable,
                         help="Python with torch, timm and litert-torch for the PyTorch route (default: this one).")
+    parser.add_argument("--arm", default="a76,max",
+                        help="Arm64 CPU profiles to count instructions on (LiteRT 1.4 aarch64, emulated), or none.")
     parser.add_argument("--json", dest="json_path", default=None, help="Also write the rows as JSON here.")
     args = parser.parse_args(argv)
 
@@ -200,17 +240,24 @@ def main(argv=None) -> int:
         files = convert_all(args.models, args.precisions, args.input_size, args.calib_samples, Path(tmp),
                             args.pytorch_python)
         time_interleaved(files, args.threads, args.rounds, args.runs_per_round, args.warmup)
-    rows = summarise(files, args.threads)
+        arm_profiles = count_on_arm(files, args.arm)
+    rows = summarise(files, args.threads, arm_profiles)
 
     from edgevit.cli.output import print_table
     from edgevit.profile.host import host_description
 
     columns = ["model", "precision", "size_bytes", "convert_seconds", "cosine_mean", "cosine_vs_edgevit_fp32"]
     columns += [c for t in args.threads for c in (f"median_ms_{t}t", f"vs_fp32_{t}t")]
+    columns += [c for p in arm_profiles for c in (f"arm_{p}_M", f"arm_{p}_vs_fp32")]
     host = host_description()
     print_table(f"LiteRT XNNPACK on {host}, {args.input_size}x{args.input_size}, medians of "
                 f"{args.rounds * args.runs_per_round} interleaved runs", columns,
                 [[row.get(c, "") for c in columns] for row in rows])
+    if arm_profiles:
+        from edgevit.profile.arm import NOT_CYCLES
+
+        print(f"arm_<profile>_M: millions of instructions per inference on LiteRT 1.4's Arm64 kernels (emulated, "
+              f"XNNPACK, 1 thread); {NOT_CYCLES}.")
     if host.endswith("int8 dot product: none)"):
         print("This CPU has no int8 dot product: the int8 ratios below do not represent phones or VNNI hosts.")
     elif "amx_int8" in host:
@@ -222,6 +269,14 @@ def main(argv=None) -> int:
         if row and "vs_fp32_1t" in row:
             verdict = "meets" if row["vs_fp32_1t"] <= target else "MISSES"
             print(f"{name} {precision}: {row['vs_fp32_1t']}x fp32 (target <= {target}) -> {verdict}")
+    for name, target in ARM_TARGETS.items():
+        ratios = [r.get(f"arm_{ARM_TARGET_PROFILE}_vs_fp32") for r in rows
+                  if r["model"] == name and r["precision"] in ("int8", "int8_mixed")]
+        ratios = [x for x in ratios if x is not None]
+        if ratios:
+            verdict = "meets" if min(ratios) <= target else "MISSES"
+            print(f"{name} best int8 file on Arm64 ({ARM_TARGET_PROFILE} kernels): {min(ratios)}x fp32's instructions "
+                  f"(target <= {target}) -> {verdict}")
     for name in TIMM_TWINS:
         twin, own = by_key.get((name, "pytorch_route_fp32")), by_key.get((name, "fp32"))
         if twin and own:

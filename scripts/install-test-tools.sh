@@ -16,6 +16,10 @@ set -uo pipefail
 #   enough). edgevit points VK_ICD_FILENAMES at
 #   /usr/lib/chromium/vk_swiftshader_icd.json when it is unset. (Mesa's
 #   lavapipe is refused by LiteRT's accelerator: "No adapters found".)
+# LiteRT's Arm64 kernels under emulation (tests/test_arm.py, `edgevit check --arm`):
+#   scripts/install-arm-emulator.sh (qemu-user, an arm64 Python userland, the
+#   ai-edge-litert 1.4.0 aarch64 wheel and the instruction-counting plugin in
+#   ~/.cache/edgevit-arm).
 # Idempotent: installs only what is missing; never fails the caller (it warns,
 # and the tests that need a missing tool skip, naming it).
 
@@ -52,6 +56,10 @@ else
         warn "could not install ${apt_missing[*]} (not root, no sudo, or no package index): Android demo checks and GPU runs will skip"
     fi
 fi
+
+# --- LiteRT's Arm64 kernels under emulation ---------------------------------
+bash "$(dirname "${BASH_SOURCE[0]}")/install-arm-emulator.sh" \
+    || warn "could not install the Arm64 emulator: Arm64 checks will skip"
 
 # --- kotlinc (npm) ---------------------------------------------------------
 kotlinc_found() {

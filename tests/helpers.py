@@ -1,16 +1,25 @@
 """Test helpers shared by the family tests: fast parameter counting, export
 with the validation report (and a run on LiteRT's GPU accelerator where a
-Vulkan device exists), the deployment rules, and the per-layer
-float-vs-int8 comparison that names the first layer where int8 breaks."""
+Vulkan device exists, on LiteRT's Arm64 kernels where asked), the deployment
+rules, and the per-layer float-vs-int8 comparison that names the first layer
+where int8 breaks."""
 from __future__ import annotations
 
 import contextlib
 
 import numpy as np
+import pytest
 
 import edgevit
 from edgevit.export.pipeline import GPU_PRECISIONS, ExportOptions, export
+from edgevit.litert.arm import emulator_missing
 from edgevit.registry import get_spec
+
+# LiteRT's Arm64 kernels under emulation: scripts/install-arm-emulator.sh
+# (scripts/install-test-tools.sh runs it, so CI has it)
+ARM_MISSING = emulator_missing()
+needs_arm = pytest.mark.skipif(ARM_MISSING is not None,
+                               reason=f"{ARM_MISSING}: run scripts/install-arm-emulator.sh")
 
 FORBIDDEN_OPS = {"SHAPE", "GATHER", "GATHER_ND", "PACK", "REDUCE_PROD", "SQUARED_DIFFERENCE", "NEG", "ERF"}
 # Random-init weights give small, noise-like logits: the worst case for
@@ -43,16 +52,30 @@ def zero_initialisers():
 
 
 def export_variant(tmp_path, name, precision, size, *, num_classes=10, calib_samples=16,
-                   validation_samples=8, model=None):
-    """Export under ``tmp_path``; returns the JSON report (what `edgevit convert --json` prints)."""
+                   validation_samples=8, model=None, gpu=True, arm_images=0):
+    """Export under ``tmp_path``; returns the JSON report (what `edgevit convert --json` prints).
+    ``arm_images``: also run that many held-out images on the Arm64 kernels (emulated)."""
     spec = get_spec(name)
     model = model or edgevit.create_model(name, num_classes=num_classes, input_size=size)
     opts = ExportOptions(precision=precision, output=str(tmp_path / f"{name}_{precision}.tflite"),
                          calib_samples=calib_samples, validation_samples=validation_samples,
-                         gpu_images=validation_samples if precision in GPU_PRECISIONS else 0,
+                         gpu_images=validation_samples if gpu and precision in GPU_PRECISIONS else 0,
+                         arm_images=arm_images,
                          recalibrate_batchnorm=any(layer.__class__.__name__ == "BatchNormalization"
                                                    for layer in model.layers))
     return export(model, spec, opts).to_dict()
+
+
+def tiny_tflite(path):
+    """A valid .tflite file that edgevit did not write (no metadata)."""
+    import keras
+
+    from edgevit.export.convert import convert
+
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.GlobalAveragePooling2D()(inputs)
+    path.write_bytes(convert(keras.Model(inputs, keras.layers.Dense(2)(x), name="plain"), "fp32"))
+    return path
 
 
 def assert_deployable(report):

@@ -196,7 +196,7 @@ def test_cli_convert_with_android_demo(tmp_path, monkeypatch):
     demo = fake_demo(tmp_path)
     out = tmp_path / "m.tflite"
     result = CliRunner().invoke(main, ["convert", "tiny_convnet", "--int8", "-o", str(out), "--calib-samples", "8",
-                                       "--android-demo", str(demo), "--json"])
+                                       "--android-demo", str(demo), "--json", "--no-arm-run"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["android_demo"]["assets"]["model"] == str(demo / android_bundle.ASSETS_DIR / "model.tflite")

@@ -21,7 +21,6 @@ import warnings
 import zlib
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -31,6 +30,7 @@ from edgevit.cli import main
 from edgevit.data.images import FLOAT_PIXELS, NOT_AN_IMAGE, TOO_LARGE, open_rgb
 from edgevit.errors import EdgevitError
 from edgevit.export import pipeline
+from tests.helpers import tiny_tflite
 
 SMALL = ["mobilevit_v3_xxs", "--input-size", "64"]
 
@@ -67,16 +67,6 @@ def png_claiming(path: Path, width: int, height: int) -> Path:
 
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b""))
-    return path
-
-
-def tiny_tflite(path: Path) -> Path:
-    """A valid .tflite file that edgevit did not write (no metadata)."""
-    from edgevit.export.convert import convert
-
-    inputs = keras.Input((8, 8, 3))
-    x = keras.layers.GlobalAveragePooling2D()(inputs)
-    path.write_bytes(convert(keras.Model(inputs, keras.layers.Dense(2)(x), name="plain"), "fp32"))
     return path
 
 
@@ -211,6 +201,19 @@ BAD_INPUTS = [
                  id="eval-data-without-val"),
     pytest.param(_loose_images, "its images lie directly in it", id="eval-loose-images"),
     pytest.param(_calibration_bomb, f"1 {TOO_LARGE} (huge.png)", id="calibration-decompression-bomb"),
+    # LiteRT's Arm64 kernels under emulation (tests/test_arm.py: without the emulator installed)
+    pytest.param(lambda tmp: ["bench", "--arm", "a77", tiny_tflite(tmp / "m.tflite").name],
+                 "Unknown Arm CPU profile a77", id="arm-unknown-profile"),
+    pytest.param(lambda tmp: ["bench", "--arm", "a76", "--threads", "2", tiny_tflite(tmp / "m.tflite").name],
+                 "--arm counts one thread", id="arm-threads"),
+    pytest.param(lambda tmp: ["bench", "--arm", "a76", "--device", "X", tiny_tflite(tmp / "m.tflite").name],
+                 "does not take --device", id="arm-and-a-phone"),
+    pytest.param(lambda tmp: ["bench", "--arm", "a76", "--arm-kernels", "gpu", tiny_tflite(tmp / "m.tflite").name],
+                 "Unknown LiteRT kernels", id="arm-unknown-kernels"),
+    pytest.param(lambda tmp: ["check", "--arm", "--arm-profiles", "a99", tiny_tflite(tmp / "m.tflite").name],
+                 "Unknown Arm CPU profile a99", id="arm-check-unknown-profile"),
+    pytest.param(lambda tmp: ["check", "--arm", "--arm-kernels", "xnnpack,npu", tiny_tflite(tmp / "m.tflite").name],
+                 "Unknown arm-kernels npu", id="arm-check-unknown-kernels"),
 ]
 
 
@@ -229,7 +232,7 @@ def test_bad_input_is_one_error_line_and_changes_nothing(tmp_path, monkeypatch, 
 def test_help_documents_the_exit_codes():
     code, out, _ = run("--help")
     assert code == 0
-    for status in ("0 ", "1 ", "2-4", "130", "143"):
+    for status in ("0 ", "1 ", "2-5", "130", "143"):
         assert f"    {status}" in out, out
 
 
@@ -325,7 +328,7 @@ def test_class_names_travel_from_finetune_into_the_converted_labels(tmp_path, mo
     code, _, err = run("finetune", *SMALL, "--data", data, "--epochs", "1", "--batch-size", "8", "-o", "m.keras")
     assert code == 0, err
     assert not (tmp_path / "m.keras.ckpt").exists()  # removed once the model is saved
-    code, _, err = run("convert", "--fp32", "m.keras", "-o", "m.tflite")
+    code, _, err = run("convert", "--fp32", "m.keras", "-o", "m.tflite", "--no-arm-run")
     assert code == 0, err
     assert (tmp_path / "m.labels.txt").read_text() == "ants\nbees\n"
     assert json.loads((tmp_path / "m.json").read_text())["labels"] == ["ants", "bees"]

@@ -28,7 +28,7 @@ from edgevit.quantize.registry import QuantizeRule, register
 from edgevit.registry import get_spec
 from edgevit.saving import load_model
 from edgevit.train.data import find_dataset, load_split
-from tests.helpers import outputs
+from tests.helpers import needs_arm, outputs
 
 SIZE = 32
 CLASSES = 3
@@ -289,10 +289,10 @@ def test_concatenated_tensors_share_one_scale_and_need_no_requantization():
     assert len({(t.scale, t.zero_point) for t in [*concat.inputs, *concat.outputs]}) == 1
 
 
-def test_int8_file_computes_exactly_what_the_qat_model_computes(tmp_path):
-    """Every logit of the int8 file equals the QAT model's, on LiteRT's
-    XNNPACK kernels: the int32 biases, the two-step rounding of int8
-    BATCH_MATMUL and the concat of two token groups are modelled."""
+@pytest.fixture(scope="module")
+def attention_qat(tmp_path_factory):
+    """A QAT model of a LayerNorm over two token groups, concatenated, then
+    multi-head attention; its inputs and int8 file."""
     keras.utils.set_random_seed(5)
     inputs = keras.Input((6, 16), name="tokens")
     norm = LayerNorm(name="norm")
@@ -305,17 +305,15 @@ def test_int8_file_computes_exactly_what_the_qat_model_computes(tmp_path):
         w.assign(np.asarray(w) + np.random.default_rng(1).normal(0, 0.1, w.shape).astype(np.float32))
     x = np.random.default_rng(2).normal(0, 1, (64, 6, 16)).astype(np.float32)
     qat = quantize_model(model, x, input_range=(-4.0, 4.0))
-    path = tmp_path / "attention.tflite"
+    path = tmp_path_factory.mktemp("qat") / "attention.tflite"
     path.write_bytes(convert(qat, "int8", None, "int8"))
-    np.testing.assert_allclose(run_in_child(path, x), outputs(qat, x), atol=1e-5)  # an int8 step: 0.02
+    return qat, x, path
 
 
-def test_int8_file_computes_exactly_what_a_convolutional_qat_model_computes(tmp_path):
-    """Every output of a small convolutional QAT model equals its int8
-    file's on XNNPACK: convolution and dense accumulators and MUL products
-    are requantized with XNNPACK's float32 scale, ADDs with its fixed-point
-    multipliers (a float fake-quant of the same values rounds the other way
-    near rounding midpoints, and each such step spreads to later layers)."""
+@pytest.fixture(scope="module")
+def convnet_qat(tmp_path_factory):
+    """A QAT model of a convolution + BN + SiLU, a residual ADD with a 1x1
+    convolution, a depthwise convolution and a dense head; its inputs and int8 file."""
     keras.utils.set_random_seed(3)
     inputs = keras.Input((16, 16, 8), name="features")
     x = keras.layers.Conv2D(16, 3, padding="same", use_bias=False, name="conv")(inputs)
@@ -328,9 +326,70 @@ def test_int8_file_computes_exactly_what_a_convolutional_qat_model_computes(tmp_
         w.assign(np.asarray(w) + rng.normal(0, 0.1, w.shape).astype(np.float32))
     x = np.random.default_rng(2).normal(0, 1, (64, 16, 16, 8)).astype(np.float32)
     qat = quantize_model(model, x, input_range=(-4.0, 4.2))
-    path = tmp_path / "convnet.tflite"
+    path = tmp_path_factory.mktemp("qat") / "convnet.tflite"
     path.write_bytes(convert(qat, "int8", None, "int8"))
+    return qat, x, path
+
+
+def test_int8_file_computes_exactly_what_the_qat_model_computes(attention_qat):
+    """Every logit of the int8 file equals the QAT model's, on LiteRT's
+    XNNPACK kernels: the int32 biases, the two-step rounding of int8
+    BATCH_MATMUL and the concat of two token groups are modelled."""
+    qat, x, path = attention_qat
+    np.testing.assert_allclose(run_in_child(path, x), outputs(qat, x), atol=1e-5)  # an int8 step: 0.02
+
+
+def test_int8_file_computes_exactly_what_a_convolutional_qat_model_computes(convnet_qat):
+    """Every output of a small convolutional QAT model equals its int8
+    file's on XNNPACK: convolution and dense accumulators and MUL products
+    are requantized with XNNPACK's float32 scale, ADDs with its fixed-point
+    multipliers (a float fake-quant of the same values rounds the other way
+    near rounding midpoints, and each such step spreads to later layers)."""
+    qat, x, path = convnet_qat
     np.testing.assert_array_equal(run_in_child(path, x), outputs(qat, x))
+
+
+@needs_arm
+def test_on_arm64_kernels_the_int8_files_compute_what_the_qat_models_compute(trained, attention_qat, convnet_qat,
+                                                                              tmp_path):
+    """The same promise on the phone's CPU kernels: LiteRT's Arm64 XNNPACK
+    (LiteRT 1.4 aarch64, emulated), with the dotprod kernels of a Cortex-A76
+    and the i8mm kernels. Convolutions, dense layers, SiLU, MUL and ADD: every
+    output exact, as on x86; the trained model: the x86 acceptance bounds.
+    One difference: LiteRT 1.4's XNNPACK leaves int8 BATCH_MATMUL to TFLite's
+    builtin kernel (ruy), which requantizes with a fixed-point multiplier
+    where the QAT model follows XNNPACK's float32 scale (what LiteRT 2.3 on
+    x86 runs): the attention model's outputs differ by at most 2 int8 steps,
+    on about 2% of them (x86: none)."""
+    from edgevit.litert.arm import PROFILES, find_emulator, parallel, run_guest
+
+    _, qat, content = trained
+    path = tmp_path / "qat.tflite"
+    path.write_bytes(content)
+    held_out, _ = synthetic(200, 7)
+    graph = read(attention_qat[2].read_bytes())
+    attention_step = graph.tensors[graph.outputs[0]].scale
+
+    def acceptance(actual, expected, where):
+        result = agreement(expected, actual)
+        assert result["top1_agreement"] >= 0.995 and result["cosine_mean"] >= 0.999, (where, result)
+
+    def two_steps_on_few_outputs(actual, expected, where):
+        off = np.abs(actual - expected)
+        assert off.max() <= 2 * attention_step + 1e-6 and np.mean(off > 1e-5) <= 0.05, (where, off.max())
+
+    def exact(actual, expected, where):
+        np.testing.assert_array_equal(actual, expected, err_msg=where)
+
+    cases = [(path, held_out, outputs(qat, held_out), acceptance),
+             (attention_qat[2], attention_qat[1], outputs(attention_qat[0], attention_qat[1]),
+              two_steps_on_few_outputs),
+             (convnet_qat[2], convnet_qat[1], outputs(convnet_qat[0], convnet_qat[1]), exact)]
+    emulator = find_emulator()
+    jobs = [(case, profile) for case in cases for profile in (PROFILES["a76"], PROFILES["max"])]
+    runs = parallel(lambda job: run_guest(emulator, job[0][0], job[0][1], job[1]).outputs["xnnpack"], jobs)
+    for ((file, _, expected, holds), profile), actual in zip(jobs, runs):
+        holds(actual, expected, f"{file.name} on {profile.name}")
 
 
 def photo_folder(root, classes=("astronaut", "coffee"), per_class=4):

@@ -51,8 +51,9 @@ def main():
       0    done
       1    a user error (a bad argument, input file or output path): one line
            starting `error:` on stderr, and no output written
-      2-4  findings of `edgevit check` asked to fail on them, e.g. an op
-           that falls back to the CPU (see `edgevit check --help`)
+      2-5  findings of `edgevit check` asked to fail on them, e.g. an op
+           that falls back to the CPU, or Arm64 kernels that compute
+           another answer (see `edgevit check --help`)
       130  interrupted (Ctrl-C), partial output removed
       143  terminated (SIGTERM), partial output removed
     """

@@ -116,10 +116,14 @@ def info_command(name, input_size, weights, as_json):
 @click.option("--no-gpu-run", is_flag=True,
               help="Do not run the file on LiteRT's GPU accelerator against XNNPACK (it runs where this "
                    "machine has a Vulkan device; see `edgevit check --help`).")
+@click.option("--no-arm-run", is_flag=True,
+              help="Do not run the file on LiteRT's Arm64 kernels against x86 XNNPACK (one held-out image, "
+                   "Cortex-A76 XNNPACK kernels, emulated; it runs where scripts/install-arm-emulator.sh installed "
+                   "the emulator; see `edgevit check --arm`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @user_errors
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
-                    io_dtype, output, android_demo, no_gpu_run, as_json):
+                    io_dtype, output, android_demo, no_gpu_run, no_arm_run, as_json):
     """Convert MODEL (a registered name or a .keras file) to a validated .tflite file."""
     from edgevit.export.pipeline import ExportOptions, Progress, check_output_paths, export
     from edgevit.export.result import ExportFiles
@@ -146,7 +150,8 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
                          calib_samples=calib_samples, output=output, weights_label=weights_label,
                          recalibrate_batchnorm=weights is None and not from_file,
                          show_top5_photos=imagenet and num_classes in (None, IMAGENET_CLASSES),
-                         diagnose_below_cosine=0.98, **({"gpu_images": 0} if no_gpu_run else {}))
+                         diagnose_below_cosine=0.98, **({"gpu_images": 0} if no_gpu_run else {}),
+                         arm_images=0 if no_arm_run else 1)
     result = export(keras_model, spec, opts, progress)
     bundled = None
     if android_demo is not None:

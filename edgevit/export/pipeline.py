@@ -1,6 +1,6 @@
 """The export pipeline behind `edgevit convert`, as named stages:
 
-prepare -> convert -> audit -> package -> validate -> GPU run -> (diagnose) -> write
+prepare -> convert -> audit -> package -> validate -> GPU run -> Arm64 run -> (diagnose) -> write
 
 The output paths are checked before any work; outputs are written to a
 staging folder beside them and moved into place only when every stage
@@ -30,6 +30,8 @@ from edgevit.export.diagnose import layerwise_comparison
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.export.run_model import run_in_child
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
+from edgevit.litert.arm import PROFILES as ARM_PROFILES
+from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
 from edgevit.pretrained import RANDOM_INIT, random_init_hint
@@ -63,6 +65,11 @@ class ExportOptions:
     # A model with ImageNet weights: the report lists the top-5 labels of the
     # Keras model and of the file side by side on the held-out photos.
     show_top5_photos: bool = False
+    # Held-out images the file also runs on with LiteRT's Arm64 XNNPACK kernels
+    # (Cortex-A76 profile, emulated) against x86 XNNPACK, where the emulator is
+    # installed (0: no Arm64 run). Emulated inferences take seconds each: the
+    # CLI runs one, library callers none unless they ask.
+    arm_images: int = 0
 
 
 class Progress:
@@ -233,6 +240,22 @@ def gpu_run(staged_model: Path, images: np.ndarray, precision: str, progress: Pr
     return run_on_gpu(staged_model, images, precision, images=f"{len(images)} held-out validation images")
 
 
+# The convert report's Arm64 line: the big-core kernels phones run most, XNNPACK
+# only (`edgevit check --arm` runs every profile and the builtin kernels too).
+ARM_PROFILE = "a76"
+
+
+def arm_run(staged_model: Path, images: np.ndarray, progress: Progress) -> ArmCheck:
+    """The staged file on LiteRT's Arm64 XNNPACK kernels (emulated) against
+    x86 XNNPACK (a not-run record, saying how to install the emulator, when it
+    is not installed)."""
+    if emulator_missing() is None:
+        progress.step(f"Running on {len(images)} held-out image(s) with LiteRT's Arm64 kernels (emulated, "
+                      f"{ARM_PROFILE})")
+    return check_on_arm(staged_model, [ARM_PROFILES[ARM_PROFILE]], ("xnnpack",), inputs=images,
+                        images_note=f"{len(images)} held-out validation image(s)")
+
+
 # What to try when a quantized file departs from the Keras model.
 BREAKING_LAYER_HINTS = {
     "int16x8": "int16x8 already keeps activations in 16 bits: the int8 weights are the loss; "
@@ -326,6 +349,13 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                     run.fully_accelerated and run.agrees,
                     f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
                     f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})"))
+        if opts.arm_images:
+            result.arm_run = run = arm_run(staged, job.validation[:opts.arm_images], progress)
+            if run.ran:
+                result.checks.append(Check(
+                    "Arm64 kernels (emulated): same answer as x86 XNNPACK", bool(run.agrees),
+                    f"mean cosine {min(r.agreement['cosine_mean'] for r in run.rows):.5f} (floor "
+                    f"{run.rows[0].floor:.4g}), {ARM_PROFILE} XNNPACK kernels"))
         threshold = opts.diagnose_below_cosine
         if (threshold is not None and needs_calibration(opts.precision)
                 and result.agreement["cosine_mean"] < threshold):

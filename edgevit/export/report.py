@@ -73,6 +73,8 @@ def print_report(result: ExportResult, stream=None) -> None:
         rows.append((label, _fmt_delegate(d, falling_back)))
     if result.gpu_run is not None:
         rows.append(("GPU accelerator run", result.gpu_run.summary()))
+    if result.arm_run is not None:
+        rows.append(("Arm64 kernels (emulated)", result.arm_run.summary()))
     for key, value in rows:
         summary.add_row(key, str(value))
     console.print(summary)

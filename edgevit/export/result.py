@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgevit.litert.accelerator import GpuRun
+from edgevit.litert.arm import ArmCheck
 
 
 @dataclass
@@ -81,6 +82,7 @@ class ExportResult:
     # (None: not asked for, ExportOptions.show_top5_photos)
     top5_photos: list[dict] | None = None
     weights_hint: str | None = None  # how to get trained weights, for a random-init model
+    arm_run: ArmCheck | None = None  # None: not asked for (ExportOptions.arm_images = 0)
 
     @property
     def ops(self) -> int:
@@ -114,4 +116,6 @@ class ExportResult:
             report["top5_photos"] = self.top5_photos
         if self.weights_hint:
             report["weights_hint"] = self.weights_hint
+        if self.arm_run is not None:
+            report["arm64"] = self.arm_run.to_dict()
         return report

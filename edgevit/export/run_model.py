@@ -5,8 +5,8 @@ A delegate can abort the whole process (XNNPACK was once seen to die with
 message instead of a crash of the caller.
 
 Child usage: ``python -m edgevit.export.run_model MODEL INPUTS.npy OUTPUTS.npy
-THREADS REFERENCE(0|1)``: inputs are float model inputs; outputs are float
-(dequantized) model outputs.
+THREADS KERNELS``: inputs are float model inputs; outputs are float
+(dequantized) model outputs; KERNELS is xnnpack, builtin or reference.
 """
 from __future__ import annotations
 
@@ -39,9 +39,8 @@ def dequantize(q: np.ndarray, detail: dict) -> np.ndarray:
 
 
 def run_in_process(model_content: bytes, inputs: np.ndarray, num_threads: int = 1,
-                   reference_kernels: bool = False) -> np.ndarray:
-    interp = load_interpreter(model_content, num_threads=num_threads,
-                              kernels="reference" if reference_kernels else "xnnpack")
+                   kernels: str = "xnnpack") -> np.ndarray:
+    interp = load_interpreter(model_content, num_threads=num_threads, kernels=kernels)
     interp.allocate_tensors()
     inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
     results = []
@@ -53,12 +52,12 @@ def run_in_process(model_content: bytes, inputs: np.ndarray, num_threads: int = 
 
 
 def run_in_child(model_path: str | Path, inputs: np.ndarray, num_threads: int = 1,
-                 reference_kernels: bool = False, timeout: float = 900) -> np.ndarray:
+                 kernels: str = "xnnpack", timeout: float = 900) -> np.ndarray:
     with tempfile.TemporaryDirectory(prefix="edgevit-run-") as tmp:
         in_path, out_path = Path(tmp) / "inputs.npy", Path(tmp) / "outputs.npy"
         np.save(in_path, inputs.astype(np.float32))
         cmd = [sys.executable, "-m", "edgevit.export.run_model", str(model_path), str(in_path),
-               str(out_path), str(num_threads), "1" if reference_kernels else "0"]
+               str(out_path), str(num_threads), kernels]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -72,9 +71,9 @@ def run_in_child(model_path: str | Path, inputs: np.ndarray, num_threads: int = 
 
 
 def _child_main(argv: list[str]) -> None:
-    model_path, in_path, out_path, threads, reference = argv
-    outputs = run_in_process(Path(model_path).read_bytes(), np.load(in_path),
-                             num_threads=int(threads), reference_kernels=reference == "1")
+    model_path, in_path, out_path, threads, kernels = argv
+    outputs = run_in_process(Path(model_path).read_bytes(), np.load(in_path), num_threads=int(threads),
+                             kernels=kernels)
     np.save(out_path, outputs)
 
 

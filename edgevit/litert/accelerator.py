@@ -177,34 +177,16 @@ def run_file_on_gpu(path: Path, count: int = DEFAULT_IMAGES) -> GpuRun:
     missing = missing_vulkan()
     if missing:
         return GpuRun(False, f"no Vulkan device ({missing}); {HOW_TO_GET_A_DEVICE}")
+    from edgevit.litert.inputs import inputs_for_file
     from edgevit.litert.metadata import read_embedded
 
     content = path.read_bytes()
-    metadata = read_embedded(content) or {}
-    inputs, described = _sample_inputs(content, metadata.get("preprocessing"), count)
-    return run_on_gpu(path, inputs, metadata.get("precision") or _precision_of(content), images=described)
+    inputs, described = inputs_for_file(content, count)
+    return run_on_gpu(path, inputs, (read_embedded(content) or {}).get("precision") or precision_of(content),
+                      images=described)
 
 
-def _sample_inputs(content: bytes, preprocessing: dict | None, count: int) -> tuple[np.ndarray, str]:
-    from edgevit.data import sample_photos
-    from edgevit.registry import Preprocessing
-
-    input_tensor, _ = _io_tensors(content)
-    if preprocessing:
-        pre = Preprocessing(preprocessing["input_size"], preprocessing["resize_size"],
-                            preprocessing["interpolation"], tuple(preprocessing["mean"]), tuple(preprocessing["std"]))
-        return (sample_photos.sample_batch(pre, count, held_out=True),
-                f"{count} held-out sample photos, preprocessed as the file's metadata says")
-    shape = input_tensor.shape
-    if len(shape) == 4 and shape[0] == 1 and shape[1] == shape[2] and shape[3] == 3:
-        pre = Preprocessing(shape[1], shape[1])
-        return (sample_photos.sample_batch(pre, count, held_out=True),
-                f"{count} held-out sample photos in [0, 1] (the file has no edgevit metadata)")
-    inputs = np.random.default_rng(0).normal(size=(count, *shape[1:])).astype(np.float32)
-    return inputs, f"{count} random inputs (the input {list(shape)} is not an image)"
-
-
-def _precision_of(content: bytes) -> str:
+def precision_of(content: bytes) -> str:
     """"int8" when any runtime tensor is integer-quantized, else "fp32"."""
     from edgevit.litert.flatbuffer import read
 
@@ -298,7 +280,7 @@ def _child_main(argv: list[str]) -> int:
     if with_reference == "1":
         from edgevit.export.run_model import run_in_process
 
-        outputs["reference"] = run_in_process(Path(model_path).read_bytes(), inputs, reference_kernels=True)
+        outputs["reference"] = run_in_process(Path(model_path).read_bytes(), inputs, kernels="reference")
     try:
         cpu, _ = _run(model_path, inputs, HardwareAccelerator.CPU)
         # with the CPU allowed too, ops the GPU refuses run there instead of failing the compilation

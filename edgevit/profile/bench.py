@@ -75,6 +75,17 @@ def describe_model(path: str | Path) -> dict:
             "precision": precision, "size_mb": round(len(content) / 1e6, 3)}
 
 
+def describe_models(models: list[str | Path]) -> list[dict]:
+    """:func:`describe_model` of each file; rows are keyed by file name, so
+    two files may not share one."""
+    infos = [describe_model(m) for m in models]
+    names = [i["file"] for i in infos]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise EdgevitError(f"Two models are named {dup}: give each file its own name (rows are keyed by it).")
+    return infos
+
+
 def _precision_from_name(stem: str) -> str | None:
     words = re.split(r"[^a-z0-9]+", stem.lower().replace("int8_mixed", "int8mixed"))
     for word in PRECISION_WORDS:
@@ -99,11 +110,7 @@ def _precision_from_graph(content: bytes) -> str:
 def run_bench(models: list[str | Path], opts: BenchOptions,
               step: Callable[[str], None] = lambda msg: None,
               warn: Callable[[str], None] = lambda msg: None) -> dict:
-    infos = [describe_model(m) for m in models]
-    names = [i["file"] for i in infos]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise EdgevitError(f"Two models are named {dup}: give each file its own name (rows are keyed by it).")
+    infos = describe_models(models)
     if opts.device and opts.all_devices:
         raise EdgevitError("Use either --device SERIAL or --all-devices, not both.")
     on_phones = bool(opts.device or opts.all_devices)

@@ -143,15 +143,30 @@ def _accuracy_for(row: dict, accuracies: dict[str, float]) -> float | None:
     return None
 
 
-def plot(result: dict, path: str | Path, accuracies: dict[str, float] | None = None) -> None:
-    """Median latency by (where, delegate) x precision as grouped bars (whisker
-    to p90/p95 where known); an accuracy-vs-latency scatter when given."""
+def _pyplot():
     try:
         import matplotlib
     except ImportError:
         raise EdgevitError("--plot needs matplotlib: `pip install matplotlib`.") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt, fig, path: str | Path) -> None:
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as err:
+        raise EdgevitError(f"Cannot write plot to {str(path)!r}: {err.strerror}.") from None
+    finally:
+        plt.close(fig)
+
+
+def plot(result: dict, path: str | Path, accuracies: dict[str, float] | None = None) -> None:
+    """Median latency by (where, delegate) x precision as grouped bars (whisker
+    to p90/p95 where known); an accuracy-vs-latency scatter when given."""
+    plt = _pyplot()
 
     ok = [r for r in result["results"] if r.get("status") == "ok" and latency(r) is not None]
     if not ok:
@@ -208,12 +223,7 @@ def plot(result: dict, path: str | Path, accuracies: dict[str, float] | None = N
         ax2.set_title("accuracy vs latency")
         ax2.legend(fontsize=7)
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as err:
-        raise EdgevitError(f"Cannot write plot to {str(path)!r}: {err.strerror}.") from None
-    finally:
-        plt.close(fig)
+    _save(plt, fig, path)
 
 
 def _sizes(sizes: list[int], shown: int = 6) -> str:
@@ -261,3 +271,133 @@ def print_check(model: str, reports: dict, gpu_run=None, stream=None) -> None:
                 "yellow" if not gpu_run.ran else "red"
             console.print(f"[bold]LiteRT GPU accelerator run[/bold] - {model}: [{colour}]{escape(gpu_run.summary())}"
                           f"[/{colour}]" + (f"; inputs: {gpu_run.images}" if gpu_run.ran else ""))
+
+
+def _millions(count: float) -> str:
+    m = count / 1e6
+    return f"{m:.3f}" if m < 1 else f"{m:.2f}" if m < 10 else f"{m:.1f}"
+
+
+def arm_tables(result: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, columns, rows) per CPU profile: kernel families x files, in
+    millions of instructions per inference with the share of the total."""
+    tables = []
+    arm = result["arm"]
+    for profile, description in arm["profiles"].items():
+        rows = [r for r in result["results"] if r["profile"] == profile]
+        families = sorted({f for r in rows for f in r["families"]},
+                          key=lambda f: -max(r["families"].get(f, 0) for r in rows))
+        body = []
+        for family in families:
+            cells = []
+            for r in rows:
+                value = r["families"].get(family, 0)
+                share = value / r["instructions_per_inference"] if r["instructions_per_inference"] else 0
+                cells.append(f"{_millions(value)} ({share:.0%})" if value else "-")
+            body.append([family, *cells])
+        body.append(["total (millions per inference)", *[_millions(r["instructions_per_inference"]) for r in rows]])
+        first = rows[0]["instructions_per_inference"] if rows else 0
+        if len(rows) > 1 and first:
+            body.append([f"vs {rows[0]['file']}", *[f"{r['instructions_per_inference'] / first:.3f}x"
+                                                     for r in rows]])
+        title = (f"{profile}: {description}; millions of instructions per inference, {arm['kernels']} kernels, "
+                 f"1 thread")
+        tables.append((title, ["kernel family", *[r["file"] for r in rows]], body))
+    return tables
+
+
+def print_arm_bench(result: dict, kernels_shown: int = 8, stream=None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(file=stream or sys.stdout, width=160)
+    arm = result["arm"]
+    console.print(f"[bold]Arm64[/bold]: {arm['runtime']}; exact instruction counts, not milliseconds")
+    for title, columns, rows in arm_tables(result):
+        table = Table(title=title, title_justify="left")
+        for i, col in enumerate(columns):
+            table.add_column(col, overflow="fold", justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    for r in result["results"]:
+        total = r["instructions_per_inference"] or 1
+        shares = {name: count / total for name, count in r["top_functions"]}
+        named = ", ".join(f"{k} {shares[k]:.0%}" if k in shares else k for k in r["xnnpack_kernels"][:kernels_shown])
+        more = len(r["xnnpack_kernels"]) - kernels_shown
+        console.print(f"  XNNPACK kernels, {escape(r['file'])} on {r['profile']}: {escape(named) or 'none'}"
+                      + (f" (+{more} more)" if more > 0 else ""))
+    console.print(f"note: {arm['note']}")
+
+
+def plot_arm(result: dict, path: str | Path) -> None:
+    """Instructions per inference as bars stacked by kernel family, one panel
+    per CPU profile, files side by side."""
+    plt = _pyplot()
+
+    profiles = list(result["arm"]["profiles"])
+    files = list(dict.fromkeys(r["file"] for r in result["results"]))
+    families = sorted({f for r in result["results"] for f in r["families"]},
+                      key=lambda f: -sum(r["families"].get(f, 0) for r in result["results"]))
+    colours = plt.get_cmap("tab20").colors
+    width = max(10.0, (1.4 * len(files) + 3) * len(profiles))
+    fig, axes = plt.subplots(1, len(profiles), figsize=(width, 6.0), squeeze=False, sharey=True)
+    for ax, profile in zip(axes[0], profiles):
+        rows = {r["file"]: r for r in result["results"] if r["profile"] == profile}
+        bottoms = [0.0] * len(files)
+        for fi, family in enumerate(families):
+            heights = [rows[f]["families"].get(family, 0) / 1e6 if f in rows else 0.0 for f in files]
+            ax.bar(range(len(files)), heights, 0.6, bottom=bottoms, color=colours[fi % len(colours)],
+                   label=family if ax is axes[0][0] else None)
+            bottoms = [b + h for b, h in zip(bottoms, heights)]
+        for i, total in enumerate(bottoms):
+            ax.annotate(f"{total:.1f}", (i, total), ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(files)), files, rotation=20, ha="right", fontsize=8)
+        ax.set_title(f"{profile} ({result['arm']['kernels']} kernels)", fontsize=9)
+    axes[0][0].set_ylabel("millions of instructions per inference")
+    fig.suptitle(f"{result['arm']['runtime']}\nexact instruction counts, not cycles: compare counts of one profile",
+                 fontsize=9)
+    fig.legend(loc="lower center", ncol=3, fontsize=7)
+    fig.tight_layout(rect=(0, 0.2, 1, 0.93))
+    _save(plt, fig, path)
+
+
+def print_arm_check(model: str, check, stream=None) -> None:
+    """`edgevit check --arm`: one row per (profile, kernels) against x86 XNNPACK."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(file=stream or sys.stdout, width=150)
+    if not check.ran:
+        console.print(f"[bold]Arm64 kernels[/bold] - {model}: [yellow]{escape(check.summary())}[/yellow]")
+        return
+    colour = "green" if check.agrees else "red"
+    console.print(f"[bold]Arm64 kernels[/bold] - {model}: [{colour}]{escape(check.summary())}[/{colour}]")
+    table = Table(title=f"against {check.to_dict()['reference']}, on {check.images}", title_justify="left")
+    for col in ("profile", "kernels", "cosine mean", "cosine min", "max abs error", "top-1", "int8 steps (max)",
+                "int8 outputs off", "floor", "verdict"):
+        table.add_column(col, justify="left" if col in ("profile", "kernels", "verdict") else "right")
+    for r in check.rows:
+        a = r.agreement
+        table.add_row(r.profile, r.kernels, f"{a['cosine_mean']:.6f}", f"{a['cosine_min']:.6f}",
+                      f"{a['max_abs_logit_error']:.3g}", f"{a['top1_agreement']:.0%}",
+                      "-" if r.int8_steps_max is None else str(r.int8_steps_max),
+                      "-" if r.int8_outputs_off is None else f"{r.int8_outputs_off:.1%}", f"{r.floor:.4g}",
+                      "agrees" if r.agrees else "DISAGREES")
+    console.print(table)
+
+
+def write_arm_csv(result: dict, path: str | Path) -> None:
+    """One row per (file, profile): instructions per inference, in total and by kernel family."""
+    families = sorted({f for r in result["results"] for f in r["families"]})
+    fields = ["model", "file", "precision", "profile", "kernels", "threads", "instructions_per_inference", *families]
+    try:
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+            writer.writeheader()
+            for r in result["results"]:
+                writer.writerow({**{k: r.get(k) for k in fields}, **{k: r["families"].get(k, 0) for k in families}})
+    except OSError as err:
+        raise EdgevitError(f"Cannot write CSV to {str(path)!r}: {err.strerror}.") from None
