@@ -108,3 +108,7 @@ TIMM_NAMES.update({
     "crossvit_tiny": "crossvit_tiny_240", "crossvit_9": "crossvit_9_240", "crossvit_small": "crossvit_small_240",
     "crossvit_15": "crossvit_15_240", "crossvit_18": "crossvit_18_240", "crossvit_base": "crossvit_base_240",
 })
+
+# PVT v2: edgevit's layer names are timm's module paths, no position embedding
+register(Importer("timm", "pvt_v2", _mirror_rules(), reference=TIMM, head=("head",)))
+TIMM_NAMES.update({f"pvt_v2_{v}": f"pvt_v2_{v}" for v in ("b0", "b1", "b2", "b2_li", "b3", "b4", "b5")})
