@@ -57,6 +57,14 @@ def transformer_encoder(x, dim: int, ffn_dim: int, num_heads: int, *, dropout: f
     return groups if isinstance(x, (list, tuple)) else groups[0]
 
 
+def residual(x, y, drop_path: float, block: str, index: int):
+    """``x + y``, the ``index``-th residual add of ``block`` (``{block}.add{index}``),
+    with stochastic depth on the branch ``y`` while training."""
+    if drop_path:
+        y = DropPath(drop_path, name=f"{block}.drop_path{index}")(y)
+    return layers.Add(name=f"{block}.add{index}")([x, y])
+
+
 def _suffixed(name: str, index: int, groups: list) -> str:
     return name if len(groups) == 1 else f"{name}.{index}"
 

@@ -27,8 +27,7 @@ from keras import layers
 
 from edgevit.layers import HeadAttention, LayerNorm, drop_path_rates, to_map, to_tokens
 from edgevit.layers.conv import CONV_INIT, DENSE_INIT
-from edgevit.layers.tokens import DropPath
-from edgevit.layers.transformer import TokenSplit
+from edgevit.layers.transformer import TokenSplit, residual
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, image_input, mean_pool_head
 from edgevit.registry import Preprocessing, builder_options, register_model
 
@@ -118,14 +117,10 @@ def pvt_block(x, grid, num_heads: int, mlp_ratio: float, sr_ratio: int, linear: 
     dim = x.shape[-1]
     y = spatial_reduction_attention(LayerNorm(epsilon=LN_EPS, name=f"{name}.norm1")(x), grid, num_heads, sr_ratio,
                                     linear, name=f"{name}.attn")
-    if drop_path:
-        y = DropPath(drop_path, name=f"{name}.drop_path1")(y)
-    x = layers.Add(name=f"{name}.add1")([x, y])
+    x = residual(x, y, drop_path, name, 1)
     y = depthwise_conv_mlp(LayerNorm(epsilon=LN_EPS, name=f"{name}.norm2")(x), grid, int(dim * mlp_ratio), linear,
                            name=f"{name}.mlp")
-    if drop_path:
-        y = DropPath(drop_path, name=f"{name}.drop_path2")(y)
-    return layers.Add(name=f"{name}.add2")([x, y])
+    return residual(x, y, drop_path, name, 2)
 
 
 def build_pvt_v2(name: str, num_classes: int, input_size: int, *, drop_path_rate: float = 0.0) -> keras.Model:
@@ -149,7 +144,7 @@ def build_pvt_v2(name: str, num_classes: int, input_size: int, *, drop_path_rate
 
 
 _PVT = dict(family="pvt_v2", default_input_size=224, preprocessing=PREPROCESS_PVT, input_size_multiple=32,
-            reference=REFERENCE_PVT, checkpoint_formats=("timm",), options=builder_options(build_pvt_v2))
+            reference=REFERENCE_PVT, checkpoint_formats=("timm", "official"), options=builder_options(build_pvt_v2))
 
 
 @register_model(**_PVT)
