@@ -12,12 +12,13 @@ from .registry import Importer, register
 from .rules import Rule
 
 
-def stage(offset: int, template: str):
+def stage(offset: int, template: str, norm: str = "bn"):
     """Key = ``template`` filled with the match groups, the first (a cvnets
-    layer number) shifted by ``offset``, and BatchNorm ``norm`` -> ``bn``."""
+    layer number) shifted by ``offset``, and a ``norm`` group renamed
+    (cvnets BatchNorm ``norm`` -> timm ``bn``)."""
 
     def key(m: re.Match) -> str:
-        groups = ["bn" if g == "norm" else g for g in m.groups()]
+        groups = [norm if g == "norm" else g for g in m.groups()]
         groups[0] = str(int(groups[0]) + offset)
         return template.format(*groups)
 
@@ -108,3 +109,22 @@ TIMM_NAMES.update({
     "crossvit_tiny": "crossvit_tiny_240", "crossvit_9": "crossvit_9_240", "crossvit_small": "crossvit_small_240",
     "crossvit_15": "crossvit_15_240", "crossvit_18": "crossvit_18_240", "crossvit_base": "crossvit_base_240",
 })
+
+# PVT v2: edgevit's layer names are timm's module paths, no position embedding
+register(Importer("timm", "pvt_v2", _mirror_rules(), reference=TIMM, head=("head",)))
+TIMM_NAMES.update({f"pvt_v2_{v}": f"pvt_v2_{v}" for v in ("b0", "b1", "b2", "b2_li", "b3", "b4", "b5")})
+
+# The official whai362/PVT release checkpoints number stages from 1 and keep
+# the depthwise conv in a wrapper: ``patch_embed1..4`` (the stem, then each
+# stage's downsampling), ``block{s}.{i}``, ``norm{s}``, ``mlp.dwconv.dwconv``
+# (timm's checkpoint_filter_fn maps them to timm's names the same way).
+_PVT_OFFICIAL = (
+    Rule(r"patch_embed\.(proj|norm)", r"patch_embed1.\1"),
+    Rule(r"stages\.(\d)\.downsample\.(proj|norm)", stage(1, "patch_embed{0}.{1}", norm="norm")),
+    Rule(r"stages\.(\d)\.blocks\.(\d+)\.mlp\.dwconv", stage(1, "block{0}.{1}.mlp.dwconv.dwconv", norm="norm")),
+    Rule(r"stages\.(\d)\.blocks\.(\d+)\.(.+)", stage(1, "block{0}.{1}.{2}", norm="norm")),
+    Rule(r"stages\.(\d)\.norm", stage(1, "norm{0}", norm="norm")),
+)
+register(Importer("official", "pvt_v2", _mirror_rules(*_PVT_OFFICIAL), head=("head",),
+                  reference="https://github.com/whai362/PVT (classification/pvt_v2.py)",
+                  notes="official release checkpoints (patch_embed1..4, block1..4, norm1..4)"))

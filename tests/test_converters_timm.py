@@ -28,6 +28,8 @@ FIRST_OF_FAMILY = list({get_spec(n).family: n for n in reversed(ALL)}.values())
 # MobileViT runs at 224 by default: the last stage is then 7x7, off the 2x2
 # patch grid, so the bilinear resize paths are checked too.
 DEFAULT_SIZE = {"mobilevit_v1": 224, "mobilevit_v2": 224}
+# timm builds these for any input size (no img_size argument)
+INPUT_SIZE_FREE = {"mobilevit_v1", "mobilevit_v2", "pvt_v2"}
 
 
 def reference(name, photos, seed=0, **kwargs):
@@ -49,7 +51,8 @@ def save(state_dict, path):
 def check_parity(tmp_path, name, suffix=".pth", input_size=None, photos=None):
     pre = get_spec(name).preprocessing_at(input_size)
     photos = sample_batch(pre, 4) if photos is None else photos
-    ref = reference(name, photos, img_size=pre.input_size) if "mobilevit" not in name else reference(name, photos)
+    sized = get_spec(name).family not in INPUT_SIZE_FREE
+    ref = reference(name, photos, img_size=pre.input_size) if sized else reference(name, photos)
     path = tmp_path / f"{TIMM_NAMES[name]}{suffix}"
     save(ref.state_dict(), path)
     result = import_weights(path, name, tmp_path / "out.weights.h5", input_size=input_size)

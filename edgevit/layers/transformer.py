@@ -57,6 +57,14 @@ def transformer_encoder(x, dim: int, ffn_dim: int, num_heads: int, *, dropout: f
     return groups if isinstance(x, (list, tuple)) else groups[0]
 
 
+def residual(x, y, drop_path: float, block: str, index: int):
+    """``x + y``, the ``index``-th residual add of ``block`` (``{block}.add{index}``),
+    with stochastic depth on the branch ``y`` while training."""
+    if drop_path:
+        y = DropPath(drop_path, name=f"{block}.drop_path{index}")(y)
+    return layers.Add(name=f"{block}.add{index}")([x, y])
+
+
 def _suffixed(name: str, index: int, groups: list) -> str:
     return name if len(groups) == 1 else f"{name}.{index}"
 
@@ -76,25 +84,29 @@ def split_groups(y, groups: list, name: str) -> list:
 
 @keras.saving.register_keras_serializable(package="edgevit")
 class TokenSplit(keras.layers.Layer):
-    """Split ``[B, N, C]`` along the token axis into groups of ``sizes``."""
+    """Split ``[B, N, C]`` along the token axis (or ``axis``, e.g. -1 for
+    the channels of a joint key/value projection) into parts of ``sizes``."""
 
-    def __init__(self, sizes, **kwargs):
+    def __init__(self, sizes, axis: int = 1, **kwargs):
         super().__init__(**kwargs)
         self.sizes = [int(s) for s in sizes]
+        self.axis = int(axis)
 
     def call(self, x):
         # one slice per group, not one SPLIT: a group nobody reads (the
         # patches after the last block) is then removed by the converter
         # instead of leaving a split output without calibration statistics
         # (which the int8 converter keeps in float)
+        axis = self.axis % len(x.shape)
         bounds = [0, *np.cumsum(self.sizes)]
-        return [x[:, int(a):int(b)] for a, b in zip(bounds[:-1], bounds[1:])]
+        return [x[(slice(None),) * axis + (slice(int(a), int(b)),)] for a, b in zip(bounds[:-1], bounds[1:])]
 
     def compute_output_shape(self, input_shape):
-        return [(input_shape[0], s, input_shape[-1]) for s in self.sizes]
+        axis = self.axis % len(input_shape)
+        return [(*input_shape[:axis], s, *input_shape[axis + 1:]) for s in self.sizes]
 
     def get_config(self):
-        return {**super().get_config(), "sizes": self.sizes}
+        return {**super().get_config(), "sizes": self.sizes, "axis": self.axis}
 
 
 def separable_attention_block(x, dim: int, ffn_dim: int, *, dropout: float = 0.0,

@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import keras
-from keras import layers
 
 from edgevit.layers import LayerNorm, drop_path_rates, mlp, patch_embed
-from edgevit.layers.tokens import DropPath
+from edgevit.layers.transformer import residual
 from edgevit.models.common import image_input, mean_pool_head, transpose_tokens
 from edgevit.registry import Preprocessing, Unpublished, builder_options, register_model, timm_weights
 
@@ -50,16 +49,11 @@ def mixer_block(x, cfg: MixerConfig, drop_path: float, name: str):
     y = transpose_tokens(y, f"{name}.to_tokens_last")
     y = mlp(y, int(cfg.tokens_ratio * cfg.dim), tokens, activation="gelu", dropout=0.0,
             name=f"{name}.mlp_tokens")
-    y = transpose_tokens(y, f"{name}.to_channels_last")
-    if drop_path:
-        y = DropPath(drop_path, name=f"{name}.drop_path1")(y)
-    x = layers.Add(name=f"{name}.add1")([x, y])
+    x = residual(x, transpose_tokens(y, f"{name}.to_channels_last"), drop_path, name, 1)
     y = LayerNorm(epsilon=LN_EPS, name=f"{name}.norm2")(x)
     y = mlp(y, int(cfg.channels_ratio * cfg.dim), cfg.dim, activation="gelu", dropout=0.0,
             name=f"{name}.mlp_channels")
-    if drop_path:
-        y = DropPath(drop_path, name=f"{name}.drop_path2")(y)
-    return layers.Add(name=f"{name}.add2")([x, y])
+    return residual(x, y, drop_path, name, 2)
 
 
 def build_mixer(name: str, num_classes: int, input_size: int, *, drop_path_rate: float = 0.0) -> keras.Model:
