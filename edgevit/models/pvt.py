@@ -29,12 +29,13 @@ from edgevit.layers import HeadAttention, LayerNorm, drop_path_rates, to_map, to
 from edgevit.layers.conv import CONV_INIT, DENSE_INIT
 from edgevit.layers.transformer import TokenSplit, residual
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, image_input, mean_pool_head
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights
 
 REFERENCE_PVT = "https://github.com/whai362/PVT (timm pvt_v2.py)"
-# Official evaluation (DeiT's pipeline): shorter side 256, bicubic, centre
-# crop 224, ImageNet mean/std. (timm's pretrained_cfg says crop 0.9.)
-PREPROCESS_PVT = Preprocessing(224, 256, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
+# timm's evaluation of the weights `--weights imagenet` loads (its copies of the
+# official release): crop 0.9 (shorter side 248), bicubic, ImageNet mean/std.
+# The official code evaluated with shorter side 256 (DeiT's pipeline).
+PREPROCESS_PVT = Preprocessing(224, 248, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
 # timm's LayerNorm (blocks, stage ends) vs torch.nn.LayerNorm (patch
 # embeddings, the norm of the reduced keys/values)
 LN_EPS = 1e-6
@@ -143,8 +144,20 @@ def build_pvt_v2(name: str, num_classes: int, input_size: int, *, drop_path_rate
     return keras.Model(inputs, mean_pool_head(x, num_classes), name=name)
 
 
+# timm's copies of the official release (timm's own ImageNet top-1).
+PRETRAINED = {
+    "pvt_v2_b0": timm_weights("pvt_v2_b0.in1k", 70.654, "Apache-2.0"),
+    "pvt_v2_b1": timm_weights("pvt_v2_b1.in1k", 78.698, "Apache-2.0"),
+    "pvt_v2_b2": timm_weights("pvt_v2_b2.in1k", 82.062, "Apache-2.0"),
+    "pvt_v2_b2_li": timm_weights("pvt_v2_b2_li.in1k", 82.200, "Apache-2.0"),
+    "pvt_v2_b3": timm_weights("pvt_v2_b3.in1k", 83.120, "Apache-2.0"),
+    "pvt_v2_b4": timm_weights("pvt_v2_b4.in1k", 83.710, "Apache-2.0"),
+    "pvt_v2_b5": timm_weights("pvt_v2_b5.in1k", 83.760, "Apache-2.0"),
+}
+
 _PVT = dict(family="pvt_v2", default_input_size=224, preprocessing=PREPROCESS_PVT, input_size_multiple=32,
-            reference=REFERENCE_PVT, checkpoint_formats=("timm", "official"), options=builder_options(build_pvt_v2))
+            reference=REFERENCE_PVT, checkpoint_formats=("timm", "official"), options=builder_options(build_pvt_v2),
+            pretrained=PRETRAINED)
 
 
 @register_model(**_PVT)
