@@ -77,6 +77,8 @@ class ExportResult:
     diagnosed: bool = False
     first_breaking_layer: dict | None = None
     gpu_run: GpuRun | None = None   # None: not asked for (ExportOptions.gpu_images = 0)
+    # "calibrated", "trained" (QAT), "removed" (a float file of a QAT model), None (a float file)
+    quantization_ranges: str | None = None
 
     @property
     def ops(self) -> int:
@@ -86,6 +88,7 @@ class ExportResult:
         report = {
             "model": self.model,
             "precision": self.precision,
+            "quantization_ranges": self.quantization_ranges,
             "input_size": self.input_size,
             "weights": self.weights,
             "file": str(self.files.model),
