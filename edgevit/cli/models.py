@@ -78,28 +78,32 @@ def info_command(name, input_size, as_json):
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
                     io_dtype, output, android_demo, no_gpu_run, as_json):
     """Convert MODEL (a registered name or a .keras file) to a validated .tflite file."""
-    from edgevit.export.pipeline import ExportOptions, Progress, check_output_paths, export
-    from edgevit.export.result import ExportFiles
+    from edgevit.export.pipeline import ExportOptions, Progress, check_options, export
 
-    if output is not None:
-        check_output_paths(ExportFiles.beside(Path(output)))  # before the model is built, not after converting
+    from_file = model.endswith(".keras")
+    opts = ExportOptions(precision=precision, io_dtype=io_dtype, calib_dir=calib_dir,
+                         calib_samples=calib_samples, output=output,
+                         weights_label=weights or (model if from_file else "random-init"),
+                         recalibrate_batchnorm=weights is None and not from_file,
+                         diagnose_below_cosine=0.98, **({"gpu_images": 0} if no_gpu_run else {}))
+    check_options(opts)  # before the model is built, not after converting
+    from edgevit.saving import check_model_file, existing_file
+
+    if from_file:
+        check_model_file(model)
+    if weights is not None:
+        existing_file(weights, "Weights file")
+    if android_demo is not None:
+        from edgevit.export.android_bundle import check_demo_folder
+
+        check_demo_folder(android_demo)
     import_tensorflow_quietly()
     from edgevit.export.report import print_report
     from edgevit.saving import resolve_model
 
-    if android_demo is not None:
-        from edgevit.export.android_bundle import check_demo_folder
-
-        check_demo_folder(android_demo)  # fail before a long conversion, not after
     progress = Progress(enabled=True)
     progress.step(f"Building {model}")
     keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
-    from_file = model.endswith(".keras")
-    weights_label = weights or (model if from_file else "random-init")
-    opts = ExportOptions(precision=precision, io_dtype=io_dtype, calib_dir=calib_dir,
-                         calib_samples=calib_samples, output=output, weights_label=weights_label,
-                         recalibrate_batchnorm=weights is None and not from_file,
-                         diagnose_below_cosine=0.98, **({"gpu_images": 0} if no_gpu_run else {}))
     result = export(keras_model, spec, opts, progress)
     bundled = None
     if android_demo is not None:
