@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from edgevit.cli.output import print_json, stderr_console, user_errors
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, about
 from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
 
 
@@ -64,30 +64,60 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
     if no_host and not (device or all_devices):
         raise EdgevitError("--no-host leaves nothing to measure: add --device SERIAL or --all-devices.")
     accuracies = report.load_eval(eval_paths) if eval_paths else None
-    if plot_path and not plot_path.lower().endswith(".png"):
-        raise EdgevitError(f"--plot writes a PNG file: give a path ending in .png (got {plot_path!r}).")
-    for out in (csv_path, plot_path):
-        if out and not Path(out).resolve().parent.is_dir():
-            raise EdgevitError(f"Output folder of {out!r} does not exist.")
+    outputs = _check_bench_outputs(csv_path, plot_path)
     console = stderr_console()
     result = bench.run_bench(models, opts, step=lambda m: console.print(f"[bold]>[/bold] {m}"),
                              warn=lambda m: console.print(f"[yellow]warning:[/yellow] {m}"))
-    if csv_path:
-        report.write_csv(result, csv_path)
-    if plot_path:
-        report.plot(result, plot_path, accuracies)
+    failure = _failed_target(result)
+    if outputs and failure is None:
+        from edgevit.writing import staged
+
+        with staged(outputs) as staging:  # the CSV and the plot are written together or not at all
+            if csv_path:
+                with staging.writing(Path(csv_path)) as path:
+                    report.write_csv(result, path)
+            if plot_path:
+                with staging.writing(Path(plot_path)) as path:
+                    report.plot(result, path, accuracies)
     if as_json:
         print_json(result)
     else:
         report.print_bench(result)
-    # Every place asked for (this machine, each phone) must have produced timings.
+    if failure is not None:
+        raise EdgevitError(failure)
+
+
+def _check_bench_outputs(csv_path: str | None, plot_path: str | None) -> list:
+    """The --csv and --plot paths, checked before anything is measured."""
+    from pathlib import Path
+
+    from edgevit.writing import check_writable
+
+    if plot_path:
+        if not plot_path.lower().endswith(".png"):
+            raise EdgevitError(f"--plot writes a PNG file: give a path ending in .png (got {plot_path!r}).")
+        from edgevit.profile.report import require_matplotlib
+
+        require_matplotlib()
+    outputs = [(flag, Path(path)) for flag, path in (("--csv", csv_path), ("--plot", plot_path)) if path]
+    if len(outputs) == 2 and outputs[0][1].resolve() == outputs[1][1].resolve():
+        raise EdgevitError(f"--csv and --plot name the same file {csv_path!r}: give each its own.")
+    for flag, path in outputs:
+        check_writable([path], flag=flag)
+    return [path for _, path in outputs]
+
+
+def _failed_target(result: dict) -> str | None:
+    """Why the run failed: a place asked for (this machine, a phone) that
+    produced no timings; None when every place did."""
     targets = list(dict.fromkeys(r.get("target") for r in result["results"]))
     failed = [t for t in targets if not any(r.get("status") == "ok" for r in result["results"] if r.get("target") == t)]
-    if failed or not targets:
-        where = failed[0] if failed else "anywhere"
-        first = next((r.get("error") for r in result["results"] if r.get("target") == where and r.get("error")),
-                     "no configuration ran")
-        raise EdgevitError(f"No configuration produced timings on {where} ({first}).")
+    if not failed and targets:
+        return None
+    where = failed[0] if failed else "anywhere"
+    first = next((r.get("error") for r in result["results"] if r.get("target") == where and r.get("error")),
+                 "no configuration ran")
+    return f"No configuration produced timings on {where} ({first})."
 
 
 @click.command("check")
@@ -143,8 +173,9 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, images, no_
     if not gpu and not nnapi:
         gpu = nnapi = True
     content = path.read_bytes()
-    reports = check(content, gpu=gpu, nnapi=nnapi, android_api=android_api,
-                    nnapi_accelerator_specified=nnapi_accelerator)
+    with about(path):
+        reports = check(content, gpu=gpu, nnapi=nnapi, android_api=android_api,
+                        nnapi_accelerator_specified=nnapi_accelerator)
     run = run_file_on_gpu(path, images) if gpu and not no_gpu_run else None
     if as_json:
         print_json({"model": str(path), **{k: r.to_dict() for k, r in reports.items()},
