@@ -8,6 +8,10 @@ class EdgevitError(Exception):
     """A problem with the user's input, reported as one clear message."""
 
 
+# What a write that failed half-way raises: a full disk or quota, the shell's file-size limit, a read-only mount.
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
 def cause(err: OSError) -> str:
     """Why a file operation failed, in words (the system's "File too large"
     does not say that a limit of the shell's, not of the disk, was hit)."""

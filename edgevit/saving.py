@@ -1,24 +1,34 @@
 """Saving and loading edgevit models and weights, with clear errors.
 
 A model trained by edgevit knows its class names: they are saved inside the
-``.keras`` archive (a small JSON member Keras itself ignores), attached to the
-loaded model and written by the export into the labels and metadata.
+``.keras`` archive (in its metadata.json, which Keras writes and never reads
+back), attached to the loaded model and written by the export into the labels
+and metadata.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import tempfile
 import warnings
 import zipfile
 from pathlib import Path
 
-from edgevit.errors import EdgevitError, first_line
+from edgevit.errors import WRITE_FAILURES, EdgevitError, cause, first_line
 from edgevit.registry import ModelSpec, create_model, get_spec
 from edgevit.writing import staged
 
 MODEL_SUFFIX = ".keras"
-# The archive member holding what edgevit adds to a .keras file.
-EDGEVIT_MEMBER = "edgevit.json"
+# What edgevit adds to a .keras file: a key of the archive's metadata.json. It
+# was a member of its own, edgevit.json, which Keras takes for assets (any
+# member beyond its three): it unpacked the whole archive into TMPDIR on every
+# load, and left the copy there when that disk was full. Files written so are
+# still read.
+METADATA_MEMBER = "metadata.json"
+EDGEVIT_KEY = "edgevit"
+EARLIER_EDGEVIT_MEMBER = "edgevit.json"
 
 
 def existing_file(path: str | Path, what: str) -> Path:
@@ -58,18 +68,36 @@ def save_model(model, path: str | Path) -> Path:
         model.save(staged_path)
         names = class_names_of(model)
         if names:
-            with zipfile.ZipFile(staged_path, "a") as archive:
-                archive.writestr(EDGEVIT_MEMBER, json.dumps({"class_names": names}))
+            _add_to_metadata(staged_path, {"class_names": names})
     return path
+
+
+def _add_to_metadata(path: Path, entry: dict) -> None:
+    """Copy the archive ``path`` with ``entry`` under EDGEVIT_KEY in its
+    metadata.json (zip members cannot be rewritten in place), then replace it."""
+    copy = path.with_name(path.name + ".copy")
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(copy, "w") as target:
+        for info in source.infolist():
+            if info.filename == METADATA_MEMBER:
+                target.writestr(info, json.dumps({**json.loads(source.read(info)), EDGEVIT_KEY: entry}))
+                continue
+            with source.open(info) as member, target.open(info, "w") as copied:
+                shutil.copyfileobj(member, copied)
+    os.replace(copy, path)
 
 
 def stored_class_names(path: str | Path) -> list[str] | None:
     """The class names saved in a ``.keras`` file by :func:`save_model`."""
     try:
         with zipfile.ZipFile(path) as archive:
-            if EDGEVIT_MEMBER not in archive.namelist():
+            members = archive.namelist()
+            if EARLIER_EDGEVIT_MEMBER in members:
+                entry = json.loads(archive.read(EARLIER_EDGEVIT_MEMBER))
+            elif METADATA_MEMBER in members:
+                entry = json.loads(archive.read(METADATA_MEMBER)).get(EDGEVIT_KEY) or {}
+            else:
                 return None
-            names = json.loads(archive.read(EDGEVIT_MEMBER)).get("class_names")
+            names = entry.get("class_names")
     except (OSError, zipfile.BadZipFile, ValueError, AttributeError):
         raise EdgevitError(f"The edgevit entry in {str(path)!r} is damaged.") from None
     return [str(name) for name in names] if isinstance(names, list) else None
@@ -96,6 +124,12 @@ def load_model(path: str | Path):
     path = check_model_file(path)
     try:
         model = keras.saving.load_model(path, compile=False)
+    except OSError as err:
+        if err.errno not in WRITE_FAILURES:
+            raise EdgevitError(f"Could not load {str(path)!r}: {first_line(err)}") from err
+        # Keras unpacks an archive with more than its three members (one an earlier edgevit wrote)
+        raise EdgevitError(f"Could not load {str(path)!r}: Keras unpacks it into {tempfile.gettempdir()!r}, where "
+                           f"writing failed: {cause(err)} (TMPDIR chooses another folder).") from None
     except Exception as err:
         raise EdgevitError(f"Could not load {str(path)!r}: {first_line(err)}") from err
     spec_of(model)

@@ -17,6 +17,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import warnings
@@ -751,3 +752,30 @@ def test_a_qat_model_does_not_convert_to_int16x8(qat_model, tmp_path):
         export(qat, get_spec("mobilevit_v3_xxs"), ExportOptions(precision="int16x8", weights_label="qat.keras",
                                                                 output=str(tmp_path / "q.tflite")))
     assert snapshot(tmp_path) == {}
+
+
+def test_a_saved_model_loads_without_writing_anywhere(tmp_path, monkeypatch):
+    """Class names live in the archive's metadata.json: an edgevit.json member
+    of their own made Keras unpack the whole archive into TMPDIR on every
+    load (and leave it there when TMPDIR was full). Such files still load."""
+    import zipfile
+
+    from edgevit.saving import load_model, save_model, set_class_names
+
+    model = tiny_classifier()
+    model.name = "mobilevit_v3_xxs"  # load_model wants a registered name; the classes are what matters here
+    set_class_names(model, ["ants", "bees"])
+    save_model(model, tmp_path / "m.keras")
+    assert sorted(zipfile.ZipFile(tmp_path / "m.keras").namelist()) == ["config.json", "metadata.json",
+                                                                        "model.weights.h5"]
+    earlier = tmp_path / "earlier.keras"
+    with zipfile.ZipFile(tmp_path / "m.keras") as source, zipfile.ZipFile(earlier, "w") as target:
+        for info in source.infolist():
+            target.writestr(info, source.read(info))
+        target.writestr("edgevit.json", json.dumps({"class_names": ["cats", "dogs"]}))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    assert load_model(tmp_path / "m.keras").edgevit_class_names == ("ants", "bees")
+    assert list(scratch.iterdir()) == []
+    assert load_model(earlier).edgevit_class_names == ("cats", "dogs")
