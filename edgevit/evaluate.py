@@ -30,7 +30,8 @@ def evaluate(model_path: str, data_dir: str, batch_size: int = 32, threads: int 
     images = find_evaluation_images(data_dir)
     if path.suffix == ".tflite":
         meta = _edgevit_metadata(path)
-        pre = _preprocessing_from(meta)
+        with about(path):
+            pre = _preprocessing_from(meta)
         name = meta.get("model", path.stem)
         classes_out = int(meta["output"]["shape"][-1])
         labels = meta.get("labels")
