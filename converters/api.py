@@ -108,11 +108,14 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
     score, importer = scored[0]
     if score < 0.5:
         tried = " or ".join(imp.source for _, imp in scored)
-        sample = ", ".join(repr(k) for k in list(ckpt.tensors)[:3])
-        expected = plan(probe, importer.rules(probe), importer.source)[0].key
-        raise EdgevitError(f"{ckpt.path!r} does not look like a {tried} checkpoint of {model} "
-                           f"({score:.0%} of its tensor names match): it starts with {sample}, "
-                           f"{importer.source} naming starts with {expected!r}.")
+        expected = [t.key for t in plan(probe, importer.rules(probe), importer.source)]
+        absent = next(key for key in expected if key not in ckpt.tensors)
+        foreign = next((key for key in ckpt.tensors if key not in set(expected)), None)
+        raise EdgevitError(f"{ckpt.path!r} does not look like a {tried} checkpoint of {model}: it holds "
+                           f"{score:.0%} of the {len(set(expected))} tensor names {importer.source} gives "
+                           f"{model} (it lacks {absent!r}, for one"
+                           + (f"; {foreign!r} is one of its names that {model} does not use" if foreign else "")
+                           + ").")
     rules = importer.rules(probe)
     classes = num_classes or _head_classes(importer, probe, rules, ckpt) or 1000
     keras_model = probe if classes == (num_classes or 1000) else _build(spec, classes, input_size)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import struct
 from dataclasses import dataclass
@@ -142,13 +141,23 @@ def _find_state_dict(obj, path: str):
     raise EdgevitError(f"{path!r} holds a {kind}, not a state dict of tensors{keys}.")
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a PyTorch (.pth/.pt/.bin/.ckpt) or safetensors checkpoint."""
+def check_checkpoint_file(path: str | Path) -> Path:
+    """An existing file that is no Keras file (cheap, before TensorFlow loads)."""
     path = Path(path)
     if not path.exists():
         raise EdgevitError(f"Checkpoint {str(path)!r} does not exist.")
     if not path.is_file():
         raise EdgevitError(f"Checkpoint {str(path)!r} is not a file.")
+    if path.name.endswith((".keras", ".h5")):
+        raise EdgevitError(f"{str(path)!r} is a Keras file, not a PyTorch or safetensors checkpoint: edgevit "
+                           "reads it as it is (`edgevit convert MODEL --weights FILE`, or `edgevit convert "
+                           "FILE.keras`); import-weights is for PyTorch checkpoints.")
+    return path
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a PyTorch (.pth/.pt/.bin/.ckpt) or safetensors checkpoint."""
+    path = check_checkpoint_file(path)
     label = str(path)
     if _looks_like_safetensors(path):
         try:
@@ -215,20 +224,16 @@ def _looks_like_torch(path: Path) -> bool:
 
 
 def save_weights_atomic(model, output: str | Path) -> Path:
-    """``model.save_weights`` to a temporary file next to ``output``, then
-    an atomic rename: an interrupted import never leaves half a file."""
+    """Write ``model``'s weights to ``output`` whole or not at all
+    (:func:`edgevit.writing.staged`; the file is rendered in memory first)."""
+    from edgevit.writing import staged, weights_h5
+
     output = Path(output)
     if not output.name.endswith(WEIGHTS_SUFFIX):
         raise EdgevitError(f"Output {str(output)!r} must end in {WEIGHTS_SUFFIX} (a Keras weights file).")
-    if output.parent and not output.parent.exists():
+    if not output.parent.is_dir():
         raise EdgevitError(f"Output folder {str(output.parent)!r} does not exist.")
-    tmp = output.with_name(f".{output.name[:-len(WEIGHTS_SUFFIX)]}.{os.getpid()}.tmp{WEIGHTS_SUFFIX}")
-    try:
-        model.save_weights(tmp)
-        os.replace(tmp, output)
-    except OSError as err:
-        raise EdgevitError(f"Could not write {str(output)!r}: {first_line(err)}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    content = weights_h5(model)
+    with staged([output]) as staging:
+        staging.write_bytes(output, content)
     return output

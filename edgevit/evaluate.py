@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.data.labels import default_labels
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, about
 from edgevit.train.metrics import accuracy_report
 
 
@@ -30,14 +30,19 @@ def evaluate(model_path: str, data_dir: str, batch_size: int = 32, threads: int 
     images = find_evaluation_images(data_dir)
     if path.suffix == ".tflite":
         meta = _edgevit_metadata(path)
-        pre = _preprocessing_from(meta)
+        with about(path):
+            pre = _preprocessing_from(meta)
         name = meta.get("model", path.stem)
         classes_out = int(meta["output"]["shape"][-1])
         labels = meta.get("labels")
         if not isinstance(labels, list) or len(labels) != classes_out:
             labels = default_labels(classes_out)
     else:
-        from edgevit.saving import class_names_of, load_model, spec_of
+        from edgevit.native_output import import_tensorflow_quietly
+        from edgevit.saving import check_model_file, class_names_of, load_model, spec_of
+
+        check_model_file(path)  # before TensorFlow loads
+        import_tensorflow_quietly()
 
         model = load_model(path)
         pre = spec_of(model).preprocessing_at(int(model.inputs[0].shape[1]))
@@ -64,10 +69,8 @@ def evaluate(model_path: str, data_dir: str, batch_size: int = 32, threads: int 
 def _edgevit_metadata(path: Path) -> dict:
     from edgevit.litert.metadata import read_embedded
 
-    try:
+    with about(path):
         meta = read_embedded(path.read_bytes())
-    except EdgevitError as err:
-        raise EdgevitError(f"{path}: {err}") from None
     if not meta:
         raise EdgevitError(f"{path} is a .tflite file without edgevit metadata (not written by `edgevit convert`): "
                            "eval takes the preprocessing and labels from that metadata.")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import warnings
 from contextlib import contextmanager
-from pathlib import Path
+
+from edgevit.writing import temporary_folder, writing
 
 
 @contextmanager
@@ -18,15 +18,17 @@ def native_output_captured():
     for the duration; yields the log's path, readable until the block ends."""
     sys.stdout.flush()
     sys.stderr.flush()
-    with tempfile.TemporaryDirectory(prefix="edgevit-log-") as tmp:
-        log_path = os.path.join(tmp, "native.log")
+    with temporary_folder("edgevit-log-") as tmp:
+        log_path = tmp / "native.log"
+        with writing(log_path):
+            log = open(log_path, "w")
         saved = os.dup(1), os.dup(2)
-        with open(log_path, "w") as log, warnings.catch_warnings():
+        with log, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
             try:
-                yield Path(log_path)
+                yield log_path
             finally:
                 os.dup2(saved[0], 1)
                 os.dup2(saved[1], 2)

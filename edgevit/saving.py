@@ -1,24 +1,34 @@
 """Saving and loading edgevit models and weights, with clear errors.
 
 A model trained by edgevit knows its class names: they are saved inside the
-``.keras`` archive (a small JSON member Keras itself ignores), attached to the
-loaded model and written by the export into the labels and metadata.
+``.keras`` archive (in its metadata.json, which Keras writes and never reads
+back), attached to the loaded model and written by the export into the labels
+and metadata.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
+import tempfile
 import warnings
 import zipfile
 from pathlib import Path
 
-from edgevit.errors import EdgevitError, first_line
+from edgevit.errors import WRITE_FAILURES, EdgevitError, cause, first_line
 from edgevit.registry import ModelSpec, create_model, get_spec
+from edgevit.writing import staged
 
 MODEL_SUFFIX = ".keras"
-# The archive member holding what edgevit adds to a .keras file.
-EDGEVIT_MEMBER = "edgevit.json"
+# What edgevit adds to a .keras file: a key of the archive's metadata.json. It
+# was a member of its own, edgevit.json, which Keras takes for assets (any
+# member beyond its three): it unpacked the whole archive into TMPDIR on every
+# load, and left the copy there when that disk was full. Files written so are
+# still read.
+METADATA_MEMBER = "metadata.json"
+EDGEVIT_KEY = "edgevit"
+EARLIER_EDGEVIT_MEMBER = "edgevit.json"
 
 
 def existing_file(path: str | Path, what: str) -> Path:
@@ -28,39 +38,6 @@ def existing_file(path: str | Path, what: str) -> Path:
     if not path.is_file():
         raise EdgevitError(f"{what} {str(path)!r} is not a file.")
     return path
-
-
-def check_writable(files: list[Path], folders: list[Path] = ()) -> None:
-    """Fail before any work when one of ``files`` could not be written or one
-    of ``folders`` created (siblings in one folder): a missing or read-only
-    folder, a name longer than the file system takes, a folder where a file
-    goes or the other way round, a read-only file in the way."""
-    parent = files[0].parent
-    if not parent.is_dir():
-        raise EdgevitError(f"Output folder {str(parent)!r} does not exist." if not parent.exists()
-                           else f"Output folder {str(parent)!r} is not a folder.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise EdgevitError(f"Output folder {str(parent)!r} is not writable.")
-    try:
-        name_max = os.pathconf(parent, "PC_NAME_MAX")
-    except (OSError, ValueError):  # the file system does not say
-        name_max = 255
-    for path in [*files, *folders]:
-        length = len(os.fsencode(path.name))
-        if length > name_max:
-            shown = path.name if len(path.name) <= 40 else f"{path.name[:16]}...{path.name[-20:]}"
-            raise EdgevitError(f"Output name {shown!r} is {length} bytes long; this file system takes "
-                               f"{name_max}: choose a shorter -o.")
-    for path in files:
-        if path.is_dir():
-            raise EdgevitError(f"{str(path)!r} is a folder where a file would be written: "
-                               "move it or choose another -o.")
-        if path.exists() and not os.access(path, os.W_OK):
-            raise EdgevitError(f"{str(path)!r} exists and is read-only; it would be replaced.")
-    for path in folders:
-        if path.exists() and not path.is_dir():
-            raise EdgevitError(f"{str(path)!r} is a file where a folder would be made: "
-                               "move it or choose another -o.")
 
 
 def class_names_of(model) -> list[str] | None:
@@ -83,31 +60,44 @@ def set_class_names(model, names) -> None:
 
 
 def save_model(model, path: str | Path) -> Path:
-    """Save ``model`` as ``.keras`` with its class names, through a temporary
-    file beside ``path``: an interrupted save never leaves half a model."""
+    """Save ``model`` as ``.keras`` with its class names, through a staging
+    folder beside ``path``: a failed or interrupted save never leaves half a
+    model (:func:`edgevit.writing.staged`)."""
     path = Path(path)
-    tmp = path.with_name(f".edgevit-{os.getpid()}.tmp{MODEL_SUFFIX}")
-    try:
-        model.save(tmp)
+    with staged([path]) as staging, staging.writing(path) as staged_path:
+        model.save(staged_path)
         names = class_names_of(model)
         if names:
-            with zipfile.ZipFile(tmp, "a") as archive:
-                archive.writestr(EDGEVIT_MEMBER, json.dumps({"class_names": names}))
-        os.replace(tmp, path)
-    except OSError as err:
-        raise EdgevitError(f"Could not write {str(path)!r}: {err.strerror or first_line(err)}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+            _add_to_metadata(staged_path, {"class_names": names})
     return path
+
+
+def _add_to_metadata(path: Path, entry: dict) -> None:
+    """Copy the archive ``path`` with ``entry`` under EDGEVIT_KEY in its
+    metadata.json (zip members cannot be rewritten in place), then replace it."""
+    copy = path.with_name(path.name + ".copy")
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(copy, "w") as target:
+        for info in source.infolist():
+            if info.filename == METADATA_MEMBER:
+                target.writestr(info, json.dumps({**json.loads(source.read(info)), EDGEVIT_KEY: entry}))
+                continue
+            with source.open(info) as member, target.open(info, "w") as copied:
+                shutil.copyfileobj(member, copied)
+    os.replace(copy, path)
 
 
 def stored_class_names(path: str | Path) -> list[str] | None:
     """The class names saved in a ``.keras`` file by :func:`save_model`."""
     try:
         with zipfile.ZipFile(path) as archive:
-            if EDGEVIT_MEMBER not in archive.namelist():
+            members = archive.namelist()
+            if EARLIER_EDGEVIT_MEMBER in members:
+                entry = json.loads(archive.read(EARLIER_EDGEVIT_MEMBER))
+            elif METADATA_MEMBER in members:
+                entry = json.loads(archive.read(METADATA_MEMBER)).get(EDGEVIT_KEY) or {}
+            else:
                 return None
-            names = json.loads(archive.read(EDGEVIT_MEMBER)).get("class_names")
+            names = entry.get("class_names")
     except (OSError, zipfile.BadZipFile, ValueError, AttributeError):
         raise EdgevitError(f"The edgevit entry in {str(path)!r} is damaged.") from None
     return [str(name) for name in names] if isinstance(names, list) else None
@@ -131,11 +121,15 @@ def load_model(path: str | Path):
     import edgevit.models  # noqa: F401
     import edgevit.quantize.layers  # noqa: F401  (registers the QAT layers)
 
-    path = existing_file(path, "Model file")
-    if path.suffix != MODEL_SUFFIX or not zipfile.is_zipfile(path):
-        raise EdgevitError(f"{str(path)!r} is not a Keras model file (.keras).")
+    path = check_model_file(path)
     try:
         model = keras.saving.load_model(path, compile=False)
+    except OSError as err:
+        if err.errno not in WRITE_FAILURES:
+            raise EdgevitError(f"Could not load {str(path)!r}: {first_line(err)}") from err
+        # Keras unpacks an archive with more than its three members (one an earlier edgevit wrote)
+        raise EdgevitError(f"Could not load {str(path)!r}: Keras unpacks it into {tempfile.gettempdir()!r}, where "
+                           f"writing failed: {cause(err)} (TMPDIR chooses another folder).") from None
     except Exception as err:
         raise EdgevitError(f"Could not load {str(path)!r}: {first_line(err)}") from err
     spec_of(model)
@@ -143,6 +137,26 @@ def load_model(path: str | Path):
     if names:
         set_class_names(model, names)
     return model
+
+
+def check_model_file(path: str | Path) -> Path:
+    """A ``.keras`` file whose model description is readable JSON (junk in
+    it made Keras fail with a text codec message); cheap, before TensorFlow
+    loads."""
+    path = existing_file(path, "Model file")
+    if path.suffix != MODEL_SUFFIX or not zipfile.is_zipfile(path):
+        raise EdgevitError(f"{str(path)!r} is not a Keras model file (.keras).")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = archive.read("config.json")
+        json.loads(config.decode("utf-8"))
+    except KeyError:
+        raise EdgevitError(f"{str(path)!r} is not a Keras model file: the archive has no config.json "
+                           "(another kind of zip file?).") from None
+    except (OSError, zipfile.BadZipFile, UnicodeDecodeError, ValueError) as err:
+        raise EdgevitError(f"{str(path)!r} is damaged: its config.json (the model description) is not "
+                           f"readable ({type(err).__name__}).") from None
+    return path
 
 
 def load_weights_into(model, path: str | Path) -> None:

@@ -12,15 +12,20 @@ import errno
 import hashlib
 import json
 import os
+import resource
 import signal
 import struct
+import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import warnings
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -30,6 +35,7 @@ from edgevit.cli import main
 from edgevit.data.images import FLOAT_PIXELS, NOT_AN_IMAGE, TOO_LARGE, open_rgb
 from edgevit.errors import EdgevitError
 from edgevit.export import pipeline
+from edgevit.writing import replace_all
 from tests.helpers import tiny_tflite
 
 SMALL = ["mobilevit_v3_xxs", "--input-size", "64"]
@@ -68,6 +74,44 @@ def png_claiming(path: Path, width: int, height: int) -> Path:
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b""))
     return path
+
+
+def edgevit_tflite(path: Path, classes=("ants", "bees")) -> Path:
+    """A small .tflite file with edgevit metadata (embedded and as sidecars),
+    as `edgevit convert` writes it: what eval, bench and bundle read."""
+    from edgevit.litert.metadata import build_metadata, embed
+
+    content = tiny_tflite(path).read_bytes()
+    meta = build_metadata(
+        model_name="plain", family="plain", precision="fp32", weights="random-init", labels=list(classes),
+        labels_file=path.stem + ".labels.txt", graph_input={"shape": [1, 8, 8, 3], "dtype": "float32",
+                                                            "quantization": None},
+        graph_output={"shape": [1, len(classes)], "dtype": "float32", "quantization": None},
+        preprocessing={"input_size": 8, "resize_size": 8, "interpolation": "bilinear", "mean": [0.0] * 3,
+                       "std": [1.0] * 3, "value_range": [0.0, 1.0]})
+    path.write_bytes(embed(content, meta))
+    path.with_suffix(".json").write_text(json.dumps(meta))
+    path.with_name(path.stem + ".labels.txt").write_text("\n".join(classes) + "\n")
+    return path
+
+
+def special_folder() -> str:
+    """A folder that takes no new file even for root (Linux's /proc)."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    return "/proc"
+
+
+@contextmanager
+def file_size_limit(limit: int):
+    """What `ulimit -f` does, for this process and its children: writes past
+    ``limit`` bytes fail with EFBIG (Python ignores the SIGXFSZ signal)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 # Each setup prepares its inputs in the folder the command runs in and returns the arguments.
@@ -112,6 +156,12 @@ def _another_runs_checkpoint(tmp):
     return ["finetune", *SMALL, "--data", _data(tmp), "-o", "m.keras"]
 
 
+def _another_runs_checkpoint_among_the_users_files(tmp):
+    args = _another_runs_checkpoint(tmp)
+    (tmp / "m.keras.ckpt" / "notes.txt").write_text("the user's notes")
+    return args
+
+
 def _weights_of_another_class_count(tmp):
     from edgevit import create_model
 
@@ -143,6 +193,48 @@ def _calibration_bomb(tmp):
     (tmp / "calib").mkdir()
     png_claiming(tmp / "calib" / "huge.png", 15000, 15000)
     return ["convert", "--int8", *SMALL, "--calib", "calib", "-o", "m.tflite"]
+
+
+def _checkpoint_dir_is_a_file(tmp):
+    (tmp / "notes").write_text("the user's notes")
+    return ["finetune", *SMALL, "--data", _data(tmp), "--checkpoint-dir", "notes", "-o", "m.keras"]
+
+
+def _keras_file_to_import(tmp):
+    (tmp / "model.keras").write_bytes(b"PK\x03\x04 a Keras archive")
+    return ["import-weights", "model.keras", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
+
+
+def _junk_keras_archive(tmp):
+    import zipfile
+
+    with zipfile.ZipFile(tmp / "junk.keras", "w") as archive:
+        archive.writestr("config.json", b"\xa5\x00 not JSON")
+    return ["convert", "--fp32", "junk.keras"]
+
+
+def _empty_class_folder(tmp):
+    data = image_folder(tmp / "data", classes=("ants",), splits=("",))
+    (data / "bees").mkdir()
+    return ["finetune", *SMALL, "--data", "data", "-o", "m.keras"]
+
+
+def _truncated_second_model(tmp):
+    content = tiny_tflite(tmp / "a.tflite").read_bytes()
+    (tmp / "b.tflite").write_bytes(content[:len(content) // 2])
+    return ["bench", "--models", "a.tflite", "b.tflite", "--threads", "1", "--runs", "1"]
+
+
+def _checkpoint_with_few_matching_names(tmp):
+    from edgevit.converters.checkpoints import write_safetensors
+
+    write_safetensors({"conv_1.block.conv.weight": np.zeros((16, 3, 3, 3), np.float32),
+                       "head.weight": np.zeros((2, 8), np.float32)}, tmp / "few.safetensors")
+    return ["import-weights", "few.safetensors", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
+
+
+def _calibration_folder_missing(tmp):
+    return ["convert", "--int8", *SMALL, "--calib", "missing"]
 
 
 BAD_INPUTS = [
@@ -214,6 +306,43 @@ BAD_INPUTS = [
                  "Unknown Arm CPU profile a99", id="arm-check-unknown-profile"),
     pytest.param(lambda tmp: ["check", "--arm", "--arm-kernels", "xnnpack,npu", tiny_tflite(tmp / "m.tflite").name],
                  "Unknown arm-kernels npu", id="arm-check-unknown-kernels"),
+    # write failures where the folder takes no file: refused before any work, even for root
+    pytest.param(lambda tmp: ["convert", *SMALL, "-o", f"{special_folder()}/m.tflite"],
+                 "Output folder '/proc' does not take new files: No such file or directory", id="convert-into-proc"),
+    pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _data(tmp), "-o", f"{special_folder()}/m.keras"],
+                 "Output folder '/proc' does not take new files", id="finetune-into-proc"),
+    pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _data(tmp), "-o", "m.keras", "--checkpoint-dir",
+                              f"{special_folder()}/ckpt"], "'/proc/ckpt' cannot be made in '/proc'",
+                 id="checkpoints-into-proc"),
+    pytest.param(lambda tmp: ["import-weights", "x.pth", "--model", "mobilevit_v3_xxs", "-o",
+                              f"{special_folder()}/w.weights.h5"], "Output folder '/proc' does not take new files",
+                 id="import-into-proc"),
+    pytest.param(lambda tmp: ["bench", tiny_tflite(tmp / "m.tflite").name, "--csv", f"{special_folder()}/b.csv"],
+                 "Output folder '/proc' does not take new files", id="bench-csv-into-proc"),
+    pytest.param(lambda tmp: ["bench", tiny_tflite(tmp / "m.tflite").name, "--csv", _data(tmp)],
+                 "is a folder where a file would be written: move it or choose another --csv",
+                 id="bench-csv-onto-folder"),
+    # flags that cannot work together, or inputs that are not there: refused before the model is built
+    pytest.param(lambda tmp: ["convert", "--fp32", "--io", "uint8", *SMALL], "--io uint8 needs a fully-integer model",
+                 id="uint8-io-of-fp32"),
+    pytest.param(_calibration_folder_missing, "Image folder 'missing' does not exist", id="calibration-folder-missing"),
+    pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _data(tmp), "--val-split", "0.2", "-o", "m.keras"],
+                 "has val/, which validates the training; --val-split holds out part of the training images only "
+                 "where there is none", id="val-split-with-val-folder"),
+    # messages that name their file and delete nothing of the user's
+    pytest.param(_another_runs_checkpoint_among_the_users_files, "delete its checkpoint files (last.weights.h5, "
+                 "optimizer.npz, state.json) to start fresh", id="another-runs-checkpoint-among-users-files"),
+    pytest.param(_checkpoint_dir_is_a_file, "Checkpoint folder 'notes' is a file, not a folder: pass a folder.",
+                 id="checkpoint-dir-is-a-file"),
+    pytest.param(_keras_file_to_import, "'model.keras' is a Keras file, not a PyTorch or safetensors checkpoint",
+                 id="import-a-keras-file"),
+    pytest.param(_junk_keras_archive, "'junk.keras' is damaged: its config.json (the model description) is not "
+                 "readable", id="junk-keras-archive"),
+    pytest.param(_empty_class_folder, "has images of one class only (ants); bees has none", id="empty-class-folder"),
+    pytest.param(_truncated_second_model, "b.tflite: Truncated or not a .tflite file", id="truncated-second-model"),
+    pytest.param(_checkpoint_with_few_matching_names, "holds 0% of the 279 tensor names cvnets gives "
+                 "mobilevit_v3_xxs (it lacks 'conv_1.block.norm.weight', for one; 'head.weight' is one of its names",
+                 id="checkpoint-with-few-matching-names"),
 ]
 
 
@@ -363,13 +492,13 @@ def test_a_failed_replace_puts_the_previous_files_back(tmp_path, monkeypatch, fa
     real_replace = os.replace
 
     def replace_failing_on_the_labels(src, dst):
-        if Path(src).parent == staging and Path(dst).name == "a.labels.txt":
+        if Path(src) == staging / "a.labels.txt":  # placing the new labels
             raise failure
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", replace_failing_on_the_labels)
     with pytest.raises(EdgevitError if isinstance(failure, OSError) else KeyboardInterrupt):
-        pipeline.replace_all(finals, staging)
+        replace_all([(staging / final.name, final) for final in finals])
     assert [final.read_text() for final in finals] == ["old " + final.name for final in finals]
 
 
@@ -392,3 +521,265 @@ def test_relative_benchmark_binary_runs_that_file(tmp_path, monkeypatch):
     assert code == 0, err
     row = next(r for r in json.loads(out)["results"] if r["runtime"] == "benchmark_model")
     assert row["status"] == "ok", row
+
+
+# Write failures half-way (a file-size limit fails a write as a full disk does): one error line naming the
+# file and the cause, the files that were there before as they were, no staging or partial file.
+
+def _bench_plot_over_the_limit(tmp):
+    tiny_tflite(tmp / "m.tflite")
+    return ["bench", "m.tflite", "--threads", "1", "--runs", "1", "--host-kernels", "xnnpack",
+            "--csv", "b.csv", "--plot", "b.png"], "'b.png'", 2000  # the CSV fits the limit, the plot does not
+
+
+def _bundle_over_the_limit(tmp):
+    edgevit_tflite(tmp / "m.tflite")
+    (tmp / "demo" / "app" / "src" / "main" / "assets").mkdir(parents=True)
+    (tmp / "demo" / ".edgevit-android-demo").write_text("")
+    (tmp / "demo" / "app" / "src" / "main" / "AndroidManifest.xml").write_text("<manifest/>")
+    (tmp / "demo" / "app" / "src" / "main" / "assets" / "labels.txt").write_text("an earlier model's\n")
+    return ["bundle", "m.tflite", "--android-demo", "demo"], "demo/app/src/main/assets/model.tflite'", 500
+
+
+def _eval_over_the_limit(tmp):
+    edgevit_tflite(tmp / "m.tflite")
+    return ["eval", "m.tflite", "--data", _data(tmp, per_class=4)], "inputs.npy'", 2000  # LiteRT's, in TMPDIR
+
+
+def _convert_over_the_limit(tmp):
+    (tmp / "m.report.json").write_text("{}")  # from an earlier run: stays as it was
+    return ["convert", "--fp32", *SMALL, "--num-classes", "2", "-o", "m.tflite", "--no-gpu-run"], "'m.tflite'", 2000
+
+
+@pytest.mark.parametrize("setup", [_bench_plot_over_the_limit, _bundle_over_the_limit, _eval_over_the_limit,
+                                   _convert_over_the_limit], ids=["bench", "bundle", "eval", "convert"])
+def test_a_write_over_the_file_size_limit_is_one_error_and_leaves_nothing(tmp_path, monkeypatch, setup):
+    monkeypatch.chdir(tmp_path)
+    args, failed_file, limit = setup(tmp_path)
+    before = snapshot(tmp_path)
+    with file_size_limit(limit):
+        code, _, err = run(*args)
+    assert code == 1, err
+    error = err.splitlines()[-1]
+    assert error.startswith("error: Could not write ") and failed_file in error, err
+    assert "File too large: it exceeds the file-size limit of this shell (`ulimit -f`)" in error, err
+    assert "Traceback" not in err and snapshot(tmp_path) == before
+
+
+def test_model_and_weights_files_over_the_file_size_limit_leave_nothing(tmp_path):
+    from edgevit.converters.checkpoints import save_weights_atomic
+    from edgevit.saving import save_model
+
+    model = tiny_classifier()
+    (tmp_path / "m.keras").write_text("an earlier model")
+    before = snapshot(tmp_path)
+    for save, name in ((save_model, "m.keras"), (save_weights_atomic, "w.weights.h5")):
+        with file_size_limit(2000), pytest.raises(EdgevitError, match=f"Could not write '.*{name}': File too large"):
+            save(model, tmp_path / name)
+        assert snapshot(tmp_path) == before
+
+
+def tiny_classifier(size: int = 16):
+    inputs = keras.Input((size, size, 3))
+    x = keras.layers.Conv2D(8, 3, name="conv")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(2, name="head")(x), name="tiny")
+
+
+@pytest.mark.parametrize("failure", ["file-size limit", "Ctrl-C"])
+def test_a_failed_or_interrupted_checkpoint_save_keeps_the_last_checkpoint_whole(tmp_path, monkeypatch, failure):
+    """h5py under a file-size limit printed a traceback per open object, then
+    crashed the process; Ctrl-C left last.partial.weights.h5 behind."""
+    from edgevit.train import loop
+    from edgevit.train.loop import TrainConfig, Trainer
+
+    folder = tmp_path / "ckpt"
+    trainer = Trainer(tiny_classifier(), None, 16, TrainConfig(checkpoint_dir=str(folder)), log=lambda m: None)
+    trainer.save_checkpoint(1)
+    before = snapshot(tmp_path)
+    if failure == "Ctrl-C":
+        def interrupted(model):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(loop, "weights_h5", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            trainer.save_checkpoint(2)
+        monkeypatch.undo()
+    else:
+        with file_size_limit(2000), pytest.raises(EdgevitError, match="Could not write '.*last.weights.h5': File too"):
+            trainer.save_checkpoint(2)
+    assert snapshot(tmp_path) == before
+    assert json.loads((folder / "state.json").read_text())["epochs_done"] == 1
+    # the first save of a run: nothing of it is left, not even the folder it made
+    other = tmp_path / "other"
+    with file_size_limit(2000), pytest.raises(EdgevitError):
+        Trainer(tiny_classifier(), None, 16, TrainConfig(checkpoint_dir=str(other)),
+                log=lambda m: None).save_checkpoint(1)
+    assert not other.exists()
+
+
+def test_a_failed_write_to_standard_output_is_one_error_line(tmp_path):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "edgevit", "--version"], stdout=full, stderr=subprocess.PIPE,
+                              text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr == "error: Could not write to standard output: No space left on device.\n"
+
+
+def test_wide_and_tall_images_decode_in_bounded_memory(tmp_path):
+    """Resizing a 20000x1 PNG's shorter side to 288 px first would make a
+    5.8 M x 288 image (5 GB); under a 1 GiB address-space limit it decodes."""
+    Image.new("RGB", (20000, 1), (200, 10, 10)).save(tmp_path / "wide.png")
+    Image.new("RGB", (1, 20000), (10, 200, 10)).save(tmp_path / "tall.png")
+    script = textwrap.dedent(f"""\
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        import numpy as np
+        from edgevit.data.images import load_images
+        from edgevit.registry import Preprocessing
+        from edgevit.train.data import decode
+        files = [{str(tmp_path / "wide.png")!r}, {str(tmp_path / "tall.png")!r}]
+        images, labels, skipped = decode(files, np.arange(2), 288, "bicubic")  # finetune, qat, eval
+        batch, used = load_images(files, Preprocessing(256, 288, "bilinear"))  # calibration, validation
+        print(images.shape, batch.shape, len(skipped), images[0, 0, 0].tolist(), images[1, 0, 0].tolist())
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["(2,", "288,", "288,", "3)", "(2,", "256,", "256,", "3)", "0",
+                                   "[200,", "10,", "10]", "[10,", "200,", "10]"]
+
+
+def test_a_resize_of_an_ordinary_image_is_the_reference_transform():
+    """Up to MAX_RESIZED_SIDES the whole image is resized then cropped; the
+    cropped-part resize used beyond gives the same pixels within 1."""
+    from edgevit.data import images
+
+    img = Image.fromarray(np.random.default_rng(0).integers(0, 256, (30, 600, 3)).astype(np.uint8))  # 20:1
+    whole = np.asarray(img.resize((1440, 72), Image.Resampling.BILINEAR)).astype(int)[4:68, 688:752]
+    np.testing.assert_allclose(np.asarray(images.center_crop(img, 72, 64, "bilinear")), whole, atol=1)
+    ordinary = img.crop((0, 0, 40, 30))
+    expected = np.asarray(ordinary.resize((96, 72), Image.Resampling.BILINEAR))[4:68, 16:80]
+    np.testing.assert_array_equal(np.asarray(images.center_crop(ordinary, 72, 64, "bilinear")), expected)
+
+
+def test_a_skipped_file_warning_is_one_line_without_python_source(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "calib").mkdir()
+    (tmp_path / "calib" / "notes.txt").write_text("not an image")
+    (tmp_path / "calib" / "broken.jpg").write_bytes(b"not a jpeg")
+    code, _, err = run("convert", "--int8", *SMALL, "--calib", "calib", "-o", "m.tflite")
+    assert code == 1
+    lines = [line for line in err.splitlines() if not line.startswith(">")]
+    assert lines == ["warning: 1 non-image file(s) in calib skipped",
+                     f"error: None of the 1 images could be read: 1 unreadable image(s) skipped: 1 {NOT_AN_IMAGE} "
+                     "(broken.jpg)."], err
+
+
+# bench measures what it was asked to, or says what it left out.
+
+def test_more_threads_than_cores_are_left_out_and_said_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    tiny_tflite(tmp_path / "m.tflite")
+    code, _, err = run("bench", "m.tflite", "--threads", "4", "--runs", "1")
+    assert code == 1 and err.strip() == ("error: --threads 4: this machine has 2 cores, and more threads than cores "
+                                         "measure how the cores are shared, not the model: ask for at most 2."), err
+    code, out, err = run("bench", "m.tflite", "--threads", "1,4", "--runs", "1", "--host-kernels", "xnnpack",
+                         "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["options"]["threads"] == [1, 4] and result["host"]["threads"] == [1]
+    assert [r["threads"] for r in result["results"]] == [1]
+    assert result["warnings"] == ["this machine has 2 cores: 4 thread(s) left out of its runs (it measures 1)"]
+    assert "warning: this machine has 2 cores: 4 thread(s) left out" in err
+
+
+# A QAT model's files say where their ranges came from.
+
+@pytest.fixture(scope="module")
+def qat_model(tmp_path_factory):
+    """A QAT mobilevit_v3_xxs (32 px, ants and bees) with ranges calibrated
+    on sample photos, saved in a folder beside 8 images for --calib."""
+    from edgevit import create_model
+    from edgevit.data.sample_photos import sample_batch
+    from edgevit.quantize.qat import quantize_model
+    from edgevit.registry import get_spec
+    from edgevit.saving import save_model, set_class_names
+
+    folder = tmp_path_factory.mktemp("qat")
+    model = create_model("mobilevit_v3_xxs", num_classes=2, input_size=32)
+    qat = quantize_model(model, sample_batch(get_spec("mobilevit_v3_xxs").preprocessing_at(32), 8), batch_size=8)
+    set_class_names(qat, ["ants", "bees"])
+    save_model(qat, folder / "qat.keras")
+    image_folder(folder / "calib", per_class=4, splits=("",))
+    return qat, folder
+
+
+def test_a_qat_models_int8_file_says_its_ranges_were_trained(qat_model, tmp_path, capfd):
+    _, folder = qat_model
+    code, out, err = run("convert", "--int8", folder / "qat.keras", "--calib", folder / "calib", "--no-gpu-run",
+                         "-o", tmp_path / "q.tflite", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["quantization_ranges"] == "trained"
+    assert report["images"] == {"calibration": None, "validation": f"8 images of {folder / 'calib'}"}
+    progress = " ".join(capfd.readouterr().err.split())  # progress lines go to file descriptor 2
+    assert f"{folder / 'qat.keras'} is a QAT model: its trained ranges quantize the file, and the images " \
+           f"of {folder / 'calib'} only validate it" in progress
+    assert json.loads((tmp_path / "q.json").read_text())["quantization_ranges"] == "trained"
+
+
+def test_a_qat_models_float_file_has_no_fake_quantization(qat_model, tmp_path):
+    """It was labelled fp32 while it held a QUANTIZE and a DEQUANTIZE per
+    quantizer, and departed from the Keras model (min cosine 0.82)."""
+    from edgevit.export.pipeline import ExportOptions, export
+    from edgevit.registry import get_spec
+
+    qat, folder = qat_model
+    result = export(qat, get_spec("mobilevit_v3_xxs"), ExportOptions(
+        precision="fp32", calib_dir=str(folder / "calib"), output=str(tmp_path / "q.tflite"), gpu_images=0))
+    assert result.quantization_ranges == "removed"
+    assert not {"QUANTIZE", "DEQUANTIZE"} & set(result.op_histogram)
+    assert result.agreement["cosine_min"] > 0.9999  # against the QAT model computing in float
+    assert json.loads((tmp_path / "q.json").read_text())["quantization_ranges"] == "removed"
+
+
+def test_a_qat_model_does_not_convert_to_int16x8(qat_model, tmp_path):
+    from edgevit.export.pipeline import ExportOptions, export
+    from edgevit.registry import get_spec
+
+    qat, folder = qat_model
+    with pytest.raises(EdgevitError, match=r"^qat.keras is a quantization-aware \(QAT\) model: its trained ranges "
+                                           r"are int8 ranges. Convert it with --int8 or --int8-mixed"):
+        export(qat, get_spec("mobilevit_v3_xxs"), ExportOptions(precision="int16x8", weights_label="qat.keras",
+                                                                output=str(tmp_path / "q.tflite")))
+    assert snapshot(tmp_path) == {}
+
+
+def test_a_saved_model_loads_without_writing_anywhere(tmp_path, monkeypatch):
+    """Class names live in the archive's metadata.json: an edgevit.json member
+    of their own made Keras unpack the whole archive into TMPDIR on every
+    load (and leave it there when TMPDIR was full). Such files still load."""
+    import zipfile
+
+    from edgevit.saving import load_model, save_model, set_class_names
+
+    model = tiny_classifier()
+    model.name = "mobilevit_v3_xxs"  # load_model wants a registered name; the classes are what matters here
+    set_class_names(model, ["ants", "bees"])
+    save_model(model, tmp_path / "m.keras")
+    assert sorted(zipfile.ZipFile(tmp_path / "m.keras").namelist()) == ["config.json", "metadata.json",
+                                                                        "model.weights.h5"]
+    earlier = tmp_path / "earlier.keras"
+    with zipfile.ZipFile(tmp_path / "m.keras") as source, zipfile.ZipFile(earlier, "w") as target:
+        for info in source.infolist():
+            target.writestr(info, source.read(info))
+        target.writestr("edgevit.json", json.dumps({"class_names": ["cats", "dogs"]}))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    assert load_model(tmp_path / "m.keras").edgevit_class_names == ("ants", "bees")
+    assert list(scratch.iterdir()) == []
+    assert load_model(earlier).edgevit_class_names == ("cats", "dogs")

@@ -135,8 +135,10 @@ def test_training_checkpoint_entries_and_wrappers_are_unwrapped(tmp_path, v3_che
 def test_checkpoint_of_another_architecture(tmp_path, v3_checkpoint):
     write_safetensors({"patch_embed.proj.weight": np.zeros((8, 3, 16, 16), np.float32),
                        "blocks.0.attn.qkv.weight": np.zeros((24, 8), np.float32)}, tmp_path / "vit.safetensors")
-    with pytest.raises(EdgevitError, match=r"does not look like a cvnets checkpoint of mobilevit_v3_xxs \(0% of its "
-                                           r"tensor names match\): it starts with 'patch_embed.proj.weight'"):
+    with pytest.raises(EdgevitError, match=r"does not look like a cvnets checkpoint of mobilevit_v3_xxs: it holds "
+                                           r"0% of the 279 tensor names cvnets gives mobilevit_v3_xxs \(it lacks "
+                                           r"'conv_1.block.conv.weight', for one; 'patch_embed.proj.weight' is one "
+                                           r"of its names that mobilevit_v3_xxs does not use\)"):
         import_weights(tmp_path / "vit.safetensors", "mobilevit_v3_xxs", **SMALL)
 
 

@@ -74,9 +74,10 @@ def test_int8_graph_is_all_integer_and_carries_metadata(tmp_path):
     assert sidecar["num_classes"] == 10 == len(out.with_suffix(".labels.txt").read_text().split())
     report = json.loads(out.with_name("tiny_int8.report.json").read_text())
     assert report["precision"] == "int8"
-    assert list(report) == ["model", "precision", "input_size", "weights", "file", "size_bytes", "io", "ops", "macs",
-                            "op_histogram", "max_rank", "checks", "delegates", "images", "agreement", "seconds",
-                            "files", "gpu_accelerator"]
+    assert list(report) == ["model", "precision", "quantization_ranges", "input_size", "weights", "file", "size_bytes",
+                            "io", "ops", "macs", "op_histogram", "max_rank", "checks", "delegates", "images",
+                            "agreement", "seconds", "files", "gpu_accelerator"]
+    assert report["quantization_ranges"] == sidecar["quantization_ranges"] == "calibrated"
     assert report == result.to_dict() and report["ops"] == len(summary.ops)
 
 

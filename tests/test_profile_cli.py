@@ -108,8 +108,9 @@ def test_bench_runs_a_host_benchmark_binary_with_op_profiling(files, tmp_path):
 @pytest.mark.parametrize("args, match", [
     (["--delegate", "gpu"], "needs a phone"),
     (["--delegate", "tpu"], "Unknown delegate tpu"),
-    (["--threads", "0"], "positive whole numbers"),
-    (["--threads", "two"], "positive whole numbers"),
+    (["--threads", "0"], "whole numbers from 1 to 64"),
+    (["--threads", "two"], "whole numbers from 1 to 64"),
+    (["--threads", "1000"], "whole numbers from 1 to 64"),
     (["--host-kernels", "cuda"], "Unknown host-kernels cuda"),
     (["--device", "A", "--all-devices"], "either --device SERIAL or --all-devices"),
     (["--no-host"], "leaves nothing to measure"),

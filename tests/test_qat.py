@@ -176,6 +176,24 @@ def test_qat_int8_file_follows_the_keras_model(trained, tmp_path):
     assert result["cosine_mean"] >= 0.999, result
 
 
+
+@pytest.mark.parametrize("precision, cosine", [("fp32", 0.99999), ("fp16", 0.9999), ("dynamic", 0.99)])
+def test_float_files_of_a_qat_model_compute_in_float(trained, tmp_path, precision, cosine):
+    """A float precision converts the QAT model without its fake quantization
+    (it was left in: a QUANTIZE and a DEQUANTIZE per quantizer in "fp32",
+    an int8 graph with float input and output in "fp16" and "dynamic")."""
+    from edgevit.export.pipeline import keras_outputs
+
+    _, qat, _ = trained
+    content = convert(qat, precision)
+    assert "QUANTIZE" not in {op.name for op in read(content).ops}
+    assert describe(content).input["dtype"] == "float32"
+    path = tmp_path / "float.tflite"
+    path.write_bytes(content)
+    x, _ = synthetic(32, 7)
+    result = agreement(keras_outputs(qat, x, fake_quant=False), run_in_child(path, x))
+    assert result["cosine_min"] >= cosine, result
+
 def test_trained_ranges_are_the_ranges_in_the_file(trained):
     _, qat, content = trained
     from ai_edge_litert.interpreter import Interpreter

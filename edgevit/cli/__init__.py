@@ -12,7 +12,8 @@ import sys
 import click
 
 from edgevit.cli import models, profile, train, weights
-from edgevit.cli.output import INTERRUPTED_EXIT, report_error
+from edgevit.cli.output import INTERRUPTED_EXIT, GuardedStdout, report_error
+from edgevit.errors import EdgevitError
 
 
 class EdgevitGroup(click.Group):
@@ -23,6 +24,8 @@ class EdgevitGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        stdout = sys.stdout
+        sys.stdout = GuardedStdout(stdout)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as err:
@@ -35,9 +38,13 @@ class EdgevitGroup(click.Group):
             report_error(message + (f" See `{err.ctx.command_path} --help`." if err.ctx else ""))
         except click.ClickException as err:
             report_error(err.format_message())
+        except EdgevitError as err:  # outside a command: writing --help or --version failed
+            report_error(str(err))
         except click.Abort:
             click.echo("interrupted", err=True)
             sys.exit(INTERRUPTED_EXIT)
+        finally:
+            sys.stdout = stdout
         sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -2,6 +2,7 @@
 pipeline from the command line."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -125,33 +126,40 @@ def info_command(name, input_size, weights, as_json):
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
                     io_dtype, output, android_demo, no_gpu_run, no_arm_run, as_json):
     """Convert MODEL (a registered name or a .keras file) to a validated .tflite file."""
-    from edgevit.export.pipeline import ExportOptions, Progress, check_output_paths, export
-    from edgevit.export.result import ExportFiles
+    from edgevit.export.pipeline import ExportOptions, Progress, check_options, export
 
-    if output is not None:
-        check_output_paths(ExportFiles.beside(Path(output)))  # before the model is built, not after converting
-    import_tensorflow_quietly()
-    from edgevit.export.report import print_report
     from edgevit.pretrained import IMAGENET_CLASSES, RANDOM_INIT, is_imagenet
-    from edgevit.pretrained import weights_label as weights_label_of
-    from edgevit.saving import resolve_model
 
-    if android_demo is not None:
-        from edgevit.export.android_bundle import check_demo_folder
-
-        check_demo_folder(android_demo)  # fail before a long conversion, not after
-    progress = Progress(enabled=True)
-    progress.step(f"Building {model}")
-    keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
     from_file = model.endswith(".keras")
     imagenet = is_imagenet(weights)
-    weights_label = weights_label_of(spec) if imagenet else weights or (model if from_file else RANDOM_INIT)
     opts = ExportOptions(precision=precision, io_dtype=io_dtype, calib_dir=calib_dir,
-                         calib_samples=calib_samples, output=output, weights_label=weights_label,
+                         calib_samples=calib_samples, output=output,
+                         weights_label=weights or (model if from_file else RANDOM_INIT),
                          recalibrate_batchnorm=weights is None and not from_file,
                          show_top5_photos=imagenet and num_classes in (None, IMAGENET_CLASSES),
                          diagnose_below_cosine=0.98, **({"gpu_images": 0} if no_gpu_run else {}),
                          arm_images=0 if no_arm_run else 1)
+    check_options(opts)  # before the model is built, not after converting
+    from edgevit.saving import check_model_file, existing_file
+
+    if from_file:
+        check_model_file(model)
+    if weights is not None and not imagenet:
+        existing_file(weights, "Weights file")
+    if android_demo is not None:
+        from edgevit.export.android_bundle import check_demo_folder
+
+        check_demo_folder(android_demo)
+    import_tensorflow_quietly()
+    from edgevit.export.report import print_report
+    from edgevit.pretrained import weights_label as weights_label_of
+    from edgevit.saving import resolve_model
+
+    progress = Progress(enabled=True)
+    progress.step(f"Building {model}")
+    keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
+    if imagenet:
+        opts = dataclasses.replace(opts, weights_label=weights_label_of(spec))
     result = export(keras_model, spec, opts, progress)
     bundled = None
     if android_demo is not None:

@@ -3,20 +3,23 @@ exit status 1, results as rich tables or JSON, progress and warnings on stderr;
 and how it stops: Ctrl-C and SIGTERM unwind the command, so temporary and
 half-written files are removed on the way out.
 
-Imports nothing from edgevit but the error class, so any module may use it.
+Imports nothing from edgevit but the errors, so any module may use it.
 """
 from __future__ import annotations
 
 import functools
+import io
 import json
+import os
 import signal
 import sys
 import threading
+import warnings
 from contextlib import contextmanager
 
 import click
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, cause
 
 USER_ERROR_EXIT = 1
 INTERRUPTED_EXIT = 130
@@ -46,20 +49,68 @@ def sigterm_unwinds():
         signal.signal(signal.SIGTERM, previous)
 
 
+class GuardedStdout:
+    """Standard output whose write failures (a full disk under ``> FILE``, a
+    reader that went away) end the command cleanly: one ``error:`` line, or
+    silence for a closed pipe, instead of a traceback. A failure is final:
+    the file descriptor then points at /dev/null (so that Python's own flush
+    at exit fails no more) and every later write raises it again (click
+    swallows the first one when it probes the stream)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._failure: BaseException | None = None
+
+    def write(self, text):
+        return self._guarded(self._stream.write, text)
+
+    def flush(self):
+        return self._guarded(self._stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def _guarded(self, operation, *args):
+        if self._failure is None:
+            try:
+                return operation(*args)
+            except OSError as err:
+                self._failure = (SystemExit(USER_ERROR_EXIT) if isinstance(err, BrokenPipeError) else
+                                 EdgevitError(f"Could not write to standard output: {cause(err)}."))
+                try:
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+                except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+                    pass
+        raise self._failure
+
+
 def report_error(message: str) -> None:
     """One ``error:`` line on stderr and exit status 1."""
     click.echo("error: " + " ".join(message.split()), err=True)
     sys.exit(USER_ERROR_EXIT)
 
 
+@contextmanager
+def warnings_as_lines():
+    """While the block runs, Python warnings (an image folder's skipped
+    files) print as ``warning: ...`` lines, without the source line."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        log(f"warning: {message}")
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def user_errors(fn):
     """Turn EdgevitError into one ``error:`` line and exit status 1, Ctrl-C
-    into ``interrupted`` and 130, SIGTERM into ``terminated`` and 143."""
+    into ``interrupted`` and 130, SIGTERM into ``terminated`` and 143;
+    warnings print as ``warning:`` lines."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            with sigterm_unwinds():
+            with sigterm_unwinds(), warnings_as_lines():
                 return fn(*args, **kwargs)
         except EdgevitError as err:
             report_error(str(err))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from edgevit.cli.output import print_json, stderr_console, user_errors
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, about
 from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
 
 # what `edgevit check --arm` runs by default: the big dotprod core, an i8mm
@@ -71,13 +71,9 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
     from edgevit.profile import bench, report
     from edgevit.profile.benchmark_binary import DELEGATES
 
-    if plot_path and not plot_path.lower().endswith(".png"):
-        raise EdgevitError(f"--plot writes a PNG file: give a path ending in .png (got {plot_path!r}).")
-    for out in (csv_path, plot_path):
-        if out and not Path(out).resolve().parent.is_dir():
-            raise EdgevitError(f"Output folder of {out!r} does not exist.")
+    outputs = _check_bench_outputs(csv_path, plot_path)
     if arm_profiles is not None:
-        _bench_arm(models, arm_profiles, arm_kernels, threads, runs, warmup, timeout, as_json, csv_path, plot_path,
+        _bench_arm(models, arm_profiles, arm_kernels, threads, runs, warmup, timeout, as_json, outputs,
                    conflicting={"--device": device, "--all-devices": all_devices, "--benchmark-binary": binaries,
                                 "--no-host": no_host, "--eval": eval_paths, "--op-profiling": op_profiling,
                                 "--peak-memory": peak_memory})
@@ -97,25 +93,59 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
     console = stderr_console()
     result = bench.run_bench(models, opts, step=lambda m: console.print(f"[bold]>[/bold] {m}"),
                              warn=lambda m: console.print(f"[yellow]warning:[/yellow] {m}"))
-    if csv_path:
-        report.write_csv(result, csv_path)
-    if plot_path:
-        report.plot(result, plot_path, accuracies)
+    failure = _failed_target(result)
+    if outputs and failure is None:
+        from edgevit.writing import staged
+
+        with staged(outputs) as staging:  # the CSV and the plot are written together or not at all
+            if csv_path:
+                with staging.writing(Path(csv_path)) as path:
+                    report.write_csv(result, path)
+            if plot_path:
+                with staging.writing(Path(plot_path)) as path:
+                    report.plot(result, path, accuracies)
     if as_json:
         print_json(result)
     else:
         report.print_bench(result)
-    # Every place asked for (this machine, each phone) must have produced timings.
+    if failure is not None:
+        raise EdgevitError(failure)
+
+
+def _check_bench_outputs(csv_path: str | None, plot_path: str | None) -> list:
+    """The --csv and --plot paths, checked before anything is measured."""
+    from pathlib import Path
+
+    from edgevit.writing import check_writable
+
+    if plot_path:
+        if not plot_path.lower().endswith(".png"):
+            raise EdgevitError(f"--plot writes a PNG file: give a path ending in .png (got {plot_path!r}).")
+        from edgevit.profile.report import require_matplotlib
+
+        require_matplotlib()
+    outputs = [(flag, Path(path)) for flag, path in (("--csv", csv_path), ("--plot", plot_path)) if path]
+    if len(outputs) == 2 and outputs[0][1].resolve() == outputs[1][1].resolve():
+        raise EdgevitError(f"--csv and --plot name the same file {csv_path!r}: give each its own.")
+    for flag, path in outputs:
+        check_writable([path], flag=flag)
+    return [path for _, path in outputs]
+
+
+def _failed_target(result: dict) -> str | None:
+    """Why the run failed: a place asked for (this machine, a phone) that
+    produced no timings; None when every place did."""
     targets = list(dict.fromkeys(r.get("target") for r in result["results"]))
     failed = [t for t in targets if not any(r.get("status") == "ok" for r in result["results"] if r.get("target") == t)]
-    if failed or not targets:
-        where = failed[0] if failed else "anywhere"
-        first = next((r.get("error") for r in result["results"] if r.get("target") == where and r.get("error")),
-                     "no configuration ran")
-        raise EdgevitError(f"No configuration produced timings on {where} ({first}).")
+    if not failed and targets:
+        return None
+    where = failed[0] if failed else "anywhere"
+    first = next((r.get("error") for r in result["results"] if r.get("target") == where and r.get("error")),
+                 "no configuration ran")
+    return f"No configuration produced timings on {where} ({first})."
 
 
-def _bench_arm(models, profiles, kernels, threads, runs, warmup, timeout, as_json, csv_path, plot_path,
+def _bench_arm(models, profiles, kernels, threads, runs, warmup, timeout, as_json, outputs: list,
                conflicting: dict) -> None:
     """`edgevit bench --arm`: instruction counts instead of timings."""
     from edgevit.litert.arm import parse_profiles
@@ -133,10 +163,13 @@ def _bench_arm(models, profiles, kernels, threads, runs, warmup, timeout, as_jso
     result = bench_on_arm(models, parse_profiles(profiles), kernels.strip().lower(), runs=runs or 2,
                           warmup=1 if warmup is None else warmup, timeout=timeout or 1800.0,
                           step=lambda m: console.print(f"[bold]>[/bold] {m}"))
-    if csv_path:
-        report.write_arm_csv(result, csv_path)
-    if plot_path:
-        report.plot_arm(result, plot_path)
+    if outputs:
+        from edgevit.writing import staged
+
+        with staged(outputs) as staging:  # the CSV and the plot are written together or not at all
+            for out in outputs:
+                with staging.writing(out) as path:
+                    (report.plot_arm if out.suffix.lower() == ".png" else report.write_arm_csv)(result, path)
     if as_json:
         print_json(result)
     else:
@@ -208,7 +241,8 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, arm, arm_pr
     if not gpu and not nnapi and not arm:
         gpu = nnapi = True
     content = path.read_bytes()
-    read(content)  # a clear error for a file that is not a .tflite flatbuffer
+    with about(path):
+        read(content)  # a clear error for a file that is not a .tflite flatbuffer
     arm_check = None
     if arm:
         from edgevit.litert import arm as arm_mod
@@ -219,8 +253,9 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, arm, arm_pr
         console = stderr_console()
         arm_check = arm_mod.check_on_arm(path, profiles, kernels, images=images or DEFAULT_ARM_IMAGES,
                                          step=lambda m: console.print(f"[bold]>[/bold] {m}"))
-    reports = check(content, gpu=gpu, nnapi=nnapi, android_api=android_api,
-                    nnapi_accelerator_specified=nnapi_accelerator) if gpu or nnapi else {}
+    with about(path):
+        reports = check(content, gpu=gpu, nnapi=nnapi, android_api=android_api,
+                        nnapi_accelerator_specified=nnapi_accelerator) if gpu or nnapi else {}
     run = run_file_on_gpu(path, images or DEFAULT_GPU_IMAGES) if gpu and not no_gpu_run else None
     if as_json:
         print_json({"model": str(path), **{k: r.to_dict() for k, r in reports.items()},

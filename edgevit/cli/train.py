@@ -24,13 +24,15 @@ def _check_output(output: str, inputs: list[str | None], checkpoint_dir: str | N
     work: the output must be writable (and its default checkpoint folder
     OUTPUT.ckpt makeable) and must not be one of the command's ``inputs``,
     which training would overwrite."""
-    from edgevit.saving import check_writable
+    from edgevit.writing import check_folder_writable, check_writable
 
     out = Path(output)
     if out.suffix != ".keras":
         raise EdgevitError(f"Output {output!r} must end in .keras.")
     checkpoint = checkpoint_dir or str(out) + ".ckpt"
     check_writable([out], folders=[] if checkpoint_dir else [Path(checkpoint)])
+    if checkpoint_dir:
+        check_folder_writable(Path(checkpoint_dir), "Checkpoint folder")
     for given in inputs:
         if given is not None and _same_file(Path(given), out):
             raise EdgevitError(f"-o {output} is the input {given}: the trained model would overwrite it; "
@@ -38,10 +40,37 @@ def _check_output(output: str, inputs: list[str | None], checkpoint_dir: str | N
     return out, checkpoint
 
 
+def _check_inputs(data_dir: str, val_split: float | None, weights: str | None):
+    """The dataset's layout and the weights file, checked before TensorFlow
+    loads (seconds) and the model is built."""
+    from edgevit.pretrained import is_imagenet
+    from edgevit.saving import existing_file
+    from edgevit.train.data import find_dataset
+
+    if weights is not None and not is_imagenet(weights):
+        existing_file(weights, "Weights file")
+    return find_dataset(data_dir, val_split=val_split)
+
+
 def _same_file(a: Path, b: Path) -> bool:
     if a.exists() and b.exists():
         return os.path.samefile(a, b)
     return a.resolve() == b.resolve()
+
+
+def _save_trained(model, out: Path, checkpoint: str) -> None:
+    """Save the trained model, then remove its checkpoint; when the save
+    fails, the checkpoint stays and the error says how to use it."""
+    from edgevit.saving import save_model
+    from edgevit.train.loop import remove_checkpoint
+
+    try:
+        save_model(model, out)
+    except EdgevitError as err:
+        raise EdgevitError(f"{err} The trained model stays in the checkpoint {checkpoint!r}: rerun the command with "
+                           f"--checkpoint-dir {checkpoint} (and another -o) to save it without training again.") \
+            from None
+    remove_checkpoint(checkpoint)
 
 
 def _run(command: str, spec, classes: list[str], size: int, sizes: list[int]) -> dict:
@@ -86,15 +115,13 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
                      as_json, multiscale, output):
     """Fine-tune MODEL (a registered name or a .keras file) on an image folder."""
     out, checkpoint = _check_output(output, [model, weights], checkpoint_dir)
+    dataset = _check_inputs(data_dir, val_split, weights)
     import_tensorflow_quietly()
     from edgevit.registry import create_model
-    from edgevit.saving import save_model
-    from edgevit.train.data import find_dataset
-    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_state, remove_checkpoint
+    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_state
     from edgevit.train.prepare import build_model, load_data, val_metrics
 
     sizes = multiscale or []
-    dataset = find_dataset(data_dir, val_split=val_split)
     keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log,
                                     sizes=sizes)
     size = int(keras_model.inputs[0].shape[1])
@@ -111,8 +138,7 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
     trainer = Trainer(keras_model, lambda s: create_model(spec.name, num_classes=classes, input_size=s),
                       size, cfg, log=log)
     history = trainer.fit(train, val_metrics(val, size))
-    save_model(keras_model, out)
-    remove_checkpoint(checkpoint)
+    _save_trained(keras_model, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "multiscale": sizes, "unreadable_skipped": len(skipped), "history": history,
               "val_top1": history[-1].get("val_top1") if history else None}
@@ -137,14 +163,13 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
         from edgevit.export.result import ExportFiles
 
         check_output_paths(ExportFiles.beside(export_path))
+    dataset = _check_inputs(data_dir, val_split, weights)
     import_tensorflow_quietly()
     from edgevit.quantize.qat import calibrate, quantize_model
-    from edgevit.saving import save_model, set_class_names
-    from edgevit.train.data import find_dataset
-    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_state, remove_checkpoint
+    from edgevit.saving import set_class_names
+    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_state
     from edgevit.train.prepare import build_model, load_data, val_metrics
 
-    dataset = find_dataset(data_dir, val_split=val_split)
     keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log)
     size = int(keras_model.inputs[0].shape[1])
     run = _run("qat", spec, dataset.classes, size, [])
@@ -165,8 +190,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
                       checkpoint_dir=checkpoint, run=run)
     trainer = Trainer(qat, None, size, cfg, log=log)
     history = trainer.fit(train, val_metrics(val, size))
-    save_model(qat, out)
-    remove_checkpoint(checkpoint)
+    _save_trained(qat, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "float_val_top1": float_top1, "qat_val_top1_calibrated": before, "history": history,
               "val_top1": history[-1].get("val_top1") if history else before,
@@ -174,9 +198,8 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
     if export_int8:
         from edgevit.export.pipeline import ExportOptions, Progress, export
 
-        # No calibration happens (trained ranges); the images validate the file.
+        # The trained ranges quantize the file; the images validate it.
         opts = ExportOptions(precision="int8", output=str(export_path), weights_label=str(out),
-                             calib_samples=1,
                              calib_dir=str(Path(data_dir) / "val") if (Path(data_dir) / "val").is_dir() else data_dir)
         exported = export(qat, spec, opts, Progress(enabled=True))
         result["export"] = {"file": str(exported.files.model), "agreement": exported.agreement,
@@ -195,7 +218,6 @@ def eval_command(model_file, data_dir, threads, as_json):
     """Top-1/top-5 accuracy and a confusion summary of a .keras or .tflite model
     on every image of an image folder (class folders matched to the model's
     classes by name)."""
-    import_tensorflow_quietly()
     from edgevit.evaluate import evaluate
 
     report = evaluate(model_file, data_dir, threads=threads)

@@ -33,10 +33,13 @@ def import_weights_command(checkpoint, model_name, output, source, num_classes, 
     `edgevit convert MODEL --weights FILE`."""
     from pathlib import Path
 
-    from edgevit.saving import check_writable
+    from edgevit.writing import check_writable
+
+    from edgevit.converters.checkpoints import check_checkpoint_file
 
     output = output or f"{model_name}.weights.h5"
     check_writable([Path(output)])
+    check_checkpoint_file(checkpoint)
     import_tensorflow_quietly()
     from edgevit.converters.api import import_weights
 

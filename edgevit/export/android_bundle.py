@@ -8,19 +8,17 @@ without code changes:
 - ``app/src/main/assets/labels.txt``: one label per line.
 
 The three files are written to a staging folder next to them and moved into
-place (one atomic rename each) only after every check passed, so a failed
-bundle leaves the app's previous assets untouched.
+place together only after every check passed, so a failed bundle leaves the
+app's previous assets untouched.
 """
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, cause
 from edgevit.litert.metadata import SCHEMA, read_embedded
+from edgevit.writing import check_folder_writable, staged
 
 ASSETS_DIR = Path("app") / "src" / "main" / "assets"
 MODEL_ASSET = "model.tflite"
@@ -47,9 +45,11 @@ def check_demo_folder(demo_dir: str | Path) -> Path:
                            "app/src/main/AndroidManifest.xml): pass the android_demo/ folder of the "
                            "edgevit repository, or a copy of it.")
     assets = demo / ASSETS_DIR
-    assets.mkdir(parents=True, exist_ok=True)
-    if not os.access(assets, os.W_OK):
-        raise EdgevitError(f"Assets folder {str(assets)!r} is not writable.")
+    check_folder_writable(assets, "Assets folder")
+    try:
+        assets.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise EdgevitError(f"Could not make the assets folder {str(assets)!r}: {cause(err)}.") from None
     return assets
 
 
@@ -132,13 +132,10 @@ def bundle(model_path: str | Path, demo_dir: str | Path) -> dict:
                            f"{len(labels)} labels but the model outputs {classes} classes.")
 
     targets = {"model": assets / MODEL_ASSET, "metadata": assets / METADATA_ASSET, "labels": assets / LABELS_ASSET}
-    with tempfile.TemporaryDirectory(prefix=".edgevit-bundle-", dir=assets) as staging:
-        staged = {k: Path(staging) / v.name for k, v in targets.items()}
-        shutil.copyfile(model_path, staged["model"])
-        staged["metadata"].write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        staged["labels"].write_text("\n".join(labels) + "\n", encoding="utf-8")
-        # Each file is replaced atomically, and only once every check passed.
-        for key in ("metadata", "labels", "model"):
-            os.replace(staged[key], targets[key])
+    # The three files are replaced together, and only once every check passed.
+    with staged(list(targets.values())) as staging:
+        staging.write_bytes(targets["model"], content)
+        staging.write_text(targets["metadata"], json.dumps(meta, indent=2) + "\n")
+        staging.write_text(targets["labels"], "\n".join(labels) + "\n")
     return {"model": meta.get("model"), "precision": meta.get("precision"), "source": str(model_path),
             "assets": {k: str(v) for k, v in targets.items()}}

@@ -37,6 +37,8 @@ from edgevit.native_output import native_output_captured
 
 PRECISIONS = ("fp32", "fp16", "dynamic", "int8", "int8_mixed", "int16x8")
 INTEGER_PRECISIONS = ("int8", "int16x8")
+# Float activations: a QAT model converts to them without its fake quantization.
+FLOAT_PRECISIONS = ("fp32", "fp16", "dynamic")
 # Ops that XNNPACK runs slower in int8 than in float on CPUs (single-op files
 # on LiteRT 2.3 XNNPACK, 1 thread, x86-64: BATCH_MATMUL 8x, SOFTMAX 1.6x
 # slower) or not at all (RSQRT: each int8 one splits the graph into another
@@ -65,9 +67,10 @@ def check_io_dtype(precision: str, io_dtype: str) -> None:
                        f"or use --io float32 with --{precision}.")
 
 
-def batch1_function(model, float_ops: tuple[str, ...] = ()):
+def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = True):
     """The model as a batch-1 concrete function; a QAT model's quantizers
-    leave the outputs of ``float_ops`` (op kinds) unquantized."""
+    leave the outputs of ``float_ops`` (op kinds) unquantized, and without
+    ``fake_quant`` it computes in float."""
     import tensorflow as tf
 
     shape = [1, *model.inputs[0].shape[1:]]
@@ -81,7 +84,7 @@ def batch1_function(model, float_ops: tuple[str, ...] = ()):
 
     from edgevit.quantize.layers import exporting
 
-    with exporting(float_ops):  # a QAT model traces to the fake-quant ops the converter reads
+    with exporting(float_ops, fake_quant):  # a QAT model traces to the fake-quant ops the converter reads
         return forward.get_concrete_function(tf.TensorSpec(shape, tf.float32, name="images"))
 
 
@@ -90,7 +93,8 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
             on_calibration_step: Callable[[], None] | None = None) -> bytes:
     """Convert ``model``. Full-integer precisions need ``calibration``: a
     [N, H, W, 3] batch of preprocessed inputs, unless the model carries
-    trained fake-quant ranges (QAT), in which case it may be None."""
+    trained fake-quant ranges (QAT), which quantize it instead (a float
+    precision converts a QAT model without its fake quantization)."""
     import tensorflow as tf
 
     if precision not in PRECISIONS:
@@ -101,8 +105,12 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
     from edgevit.quantize.qat import is_qat_model
 
     qat = is_qat_model(model)
+    if qat:
+        check_qat_precision(model.name, precision)
+        calibration = None  # the trained ranges quantize it
     float_ops = CPU_FLOAT_OPS if precision == "int8_mixed" else ()
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([batch1_function(model, float_ops)], model)
+    function = batch1_function(model, float_ops, fake_quant=not (qat and precision in FLOAT_PRECISIONS))
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
     converter.experimental_lower_to_saved_model = False
     if precision == "fp16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -123,7 +131,9 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
                    tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8)
             converter.target_spec.supported_ops = [ops]
         else:
-            _check_trained_ranges(model, precision)
+            if not qat:
+                raise EdgevitError(f"{precision} conversion of {model.name} needs calibration images "
+                                   "(it has no trained quantization ranges).")
             # QAT: the ranges come from the fake-quant ops. Restricting
             # supported_ops to TFLITE_BUILTINS_INT8 would make the converter
             # demand a representative dataset before it looks for them; the
@@ -147,16 +157,13 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
     return restore_operand_ranks(content)
 
 
-def _check_trained_ranges(model, precision: str) -> None:
-    """A full-integer conversion without calibration images needs a QAT
-    model (one that carries fake-quant ranges for every tensor)."""
-    from edgevit.quantize.qat import is_qat_model
-
-    if not is_qat_model(model):
-        raise EdgevitError(f"{precision} conversion of {model.name} needs calibration images "
-                           "(it has no trained quantization ranges).")
-    if precision != "int8":
-        raise EdgevitError(f"QAT models carry int8 ranges; convert {model.name} with --int8.")
+def check_qat_precision(name: str, precision: str) -> None:
+    """A QAT model converts to int8 or int8_mixed with its trained ranges, or
+    to a float precision without them; its int8 ranges do not make int16x8."""
+    if precision == "int16x8":
+        raise EdgevitError(f"{name} is a quantization-aware (QAT) model: its trained ranges are int8 ranges. "
+                           "Convert it with --int8 or --int8-mixed, or convert the float model it was trained "
+                           "from with --int16x8.")
 
 
 def epsilon_adds(graph: Graph) -> list[Op]:

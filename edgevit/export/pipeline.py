@@ -9,10 +9,11 @@ fails), so a failed or interrupted run never leaves a half-written set.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,8 @@ from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
 from edgevit.export.agreement import agreement
 from edgevit.export.audit import Audit, audit
-from edgevit.export.convert import check_io_dtype, convert, default_io_dtype, needs_calibration
+from edgevit.export.convert import (FLOAT_PRECISIONS, check_io_dtype, check_qat_precision, convert,
+                                    default_io_dtype, needs_calibration)
 from edgevit.export.diagnose import layerwise_comparison
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.export.run_model import run_in_child
@@ -36,7 +38,8 @@ from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
 from edgevit.pretrained import RANDOM_INIT, random_init_hint
 from edgevit.registry import ModelSpec
-from edgevit.saving import check_writable, class_names_of
+from edgevit.saving import class_names_of
+from edgevit.writing import Staging, check_writable, staged
 
 DEFAULT_VALIDATION_SAMPLES = 32
 DEFAULT_GPU_IMAGES = 8
@@ -112,9 +115,22 @@ class Prepared:
     files: ExportFiles
     io_dtype: str
     input_size: int
-    calibration: np.ndarray | None      # None: the precision needs no calibration
+    calibration: np.ndarray | None      # None: no calibration (a float precision, or a QAT model)
     validation: np.ndarray
     images: ImageSources
+    ranges: str | None                  # see quantization_ranges
+
+
+# Where a file's activation ranges come from (the report and the metadata say it).
+CALIBRATED, TRAINED, REMOVED = "calibrated", "trained", "removed"
+
+
+def quantization_ranges(precision: str, qat: bool) -> str | None:
+    """``calibrated`` on images, ``trained`` by QAT, ``removed`` (a float file
+    of a QAT model: its fake quantization left out), None (a float file)."""
+    if precision in FLOAT_PRECISIONS:
+        return REMOVED if qat else None
+    return TRAINED if qat else CALIBRATED
 
 
 @dataclass
@@ -125,29 +141,50 @@ class Package:
     labels: list[str]
 
 
+def check_options(opts: ExportOptions) -> None:
+    """What can be checked before the model is built or loaded: the input
+    and output types, the calibration folder and an explicit output path."""
+    check_io_dtype(opts.precision, opts.io_dtype or default_io_dtype(opts.precision))
+    if opts.calib_dir is not None:
+        with warnings.catch_warnings():  # the images are counted when they load
+            warnings.simplefilter("ignore")
+            list_images(opts.calib_dir)
+    if opts.output is not None:
+        check_output_paths(ExportFiles.beside(Path(opts.output)))
+
+
 def prepare(model, spec: ModelSpec, opts: ExportOptions, progress: Progress) -> Prepared:
     """Check the options and the output path, load the image sets and, when
     asked, re-estimate BatchNorm statistics on the calibration images."""
+    from edgevit.quantize.qat import is_qat_model
+
+    check_options(opts)
     io_dtype = opts.io_dtype or default_io_dtype(opts.precision)
-    check_io_dtype(opts.precision, io_dtype)
     input_size = int(model.inputs[0].shape[1])
     out_path = Path(opts.output) if opts.output else default_output_path(spec.name, opts.precision)
     files = ExportFiles.beside(out_path)
     check_output_paths(files)
+    qat = is_qat_model(model)
+    if qat:
+        check_qat_precision(opts.weights_label, opts.precision)
+    ranges = quantization_ranges(opts.precision, qat)
+    if ranges == TRAINED and opts.calib_dir is not None:
+        progress.step(f"{opts.weights_label} is a QAT model: its trained ranges quantize the file, and the images "
+                      f"of {opts.calib_dir} only validate it")
 
-    calib, val, images = _image_sets(spec, input_size, opts, need_calibration=needs_calibration(opts.precision))
+    calib, val, images = _image_sets(spec, input_size, opts, need_calibration=ranges == CALIBRATED)
     if opts.recalibrate_batchnorm:
         from edgevit.models.batchnorm import recalibrate_batchnorm  # imports every model family: only when asked
 
         progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
         recalibrate_batchnorm(model, calib if calib is not None else
                               sample_photos.sample_batch(spec.preprocessing_at(input_size), opts.calib_samples))
-    return Prepared(files, io_dtype, input_size, calib, val, images)
+    return Prepared(files, io_dtype, input_size, calib, val, images, ranges)
 
 
 def check_output_paths(files: ExportFiles) -> None:
     """Fail before any work when one of the four files could not be put in
-    place (see :func:`edgevit.saving.check_writable`)."""
+    place (see :func:`edgevit.writing.check_writable`)."""
     if files.model.suffix != ".tflite":
         raise EdgevitError(f"Output path {str(files.model)!r} must end in .tflite.")
     check_writable(files.all())
@@ -167,17 +204,18 @@ def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
     files = list_images(opts.calib_dir)
     order = np.random.default_rng(0).permutation(len(files))
     files = [files[i] for i in order]
-    calib, used = load_images(files, pre, limit=opts.calib_samples)
+    calib, used = load_images(files, pre, limit=opts.calib_samples) if need_calibration else (None, [])
     rest = files[len(used):]
+    held_out = "held-out " if need_calibration else ""
     if len(rest) >= 8:
         val, val_used = load_images(rest, pre, limit=opts.validation_samples)
-        val_source = f"{len(val_used)} held-out images of {opts.calib_dir}"
+        val_source = f"{len(val_used)} {held_out}images of {opts.calib_dir}"
     else:
         val = sample_photos.sample_batch(pre, opts.validation_samples, held_out=True)
-        val_source = (f"default: held-out {sample_photos.SOURCE_NOTE} "
-                      f"({opts.calib_dir} has too few images beyond the calibration set)")
+        val_source = (f"default: held-out {sample_photos.SOURCE_NOTE} ({opts.calib_dir} has too few images"
+                      + (" beyond the calibration set)" if need_calibration else ": fewer than 8)"))
     source = ImageSources(f"{len(used)} images of {opts.calib_dir}" if need_calibration else None, val_source)
-    return (calib if need_calibration else None), val, source
+    return calib, val, source
 
 
 def convert_model(model, spec: ModelSpec, opts: ExportOptions, job: Prepared,
@@ -200,18 +238,36 @@ def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Pr
     metadata = build_metadata(
         model_name=spec.name, family=spec.family, precision=opts.precision, weights=opts.weights_label,
         labels=labels, labels_file=job.files.labels.name, graph_input=checked.summary.input,
-        graph_output=checked.summary.output, preprocessing=spec.preprocessing_at(job.input_size).to_dict())
+        graph_output=checked.summary.output, preprocessing=spec.preprocessing_at(job.input_size).to_dict(),
+        quantization_ranges=job.ranges)
     return Package(embed(content, metadata), metadata, labels)
 
 
-def validate(model, staged_model: Path, images: np.ndarray, threads: int, progress: Progress) -> tuple[dict, float]:
+def validate(model, staged_model: Path, images: np.ndarray, threads: int, progress: Progress,
+             fake_quant: bool = True) -> tuple[dict, float]:
     """Agreement of the staged file, run by LiteRT in a child process, with the
-    Keras model on held-out images; and the seconds it took."""
+    Keras model on held-out images (a QAT model without its fake quantization
+    unless ``fake_quant``); and the seconds it took."""
     progress.step(f"Validating on {len(images)} held-out images with LiteRT (XNNPACK)")
     start = time.perf_counter()
-    expected = np.asarray(model.predict(images, batch_size=8, verbose=0))
+    expected = keras_outputs(model, images, fake_quant)
     actual = run_in_child(staged_model, images, num_threads=threads)
     return agreement(expected, actual), time.perf_counter() - start
+
+
+def keras_outputs(model, images: np.ndarray, fake_quant: bool = True, batch_size: int = 8) -> np.ndarray:
+    """The Keras model's outputs; a QAT model's without its fake quantization
+    (in float, as its float files compute) unless ``fake_quant``. A QAT model
+    runs eagerly: tracing it for ``predict`` took 142 s for 32 images of
+    mobilevit_v3_xxs at 32 px, eager calls 24 s, with identical outputs."""
+    from edgevit.quantize.layers import exporting
+    from edgevit.quantize.qat import is_qat_model
+
+    if not is_qat_model(model):
+        return np.asarray(model.predict(images, batch_size=batch_size, verbose=0))
+    with exporting(fake_quant=False) if not fake_quant else contextlib.nullcontext():
+        return np.concatenate([np.asarray(model(images[i:i + batch_size], training=False))
+                               for i in range(0, len(images), batch_size)])
 
 
 def top5_on_photos(model, staged_model: Path, pre, labels: list[str], threads: int,
@@ -220,7 +276,7 @@ def top5_on_photos(model, staged_model: Path, pre, labels: list[str], threads: i
     labels and probabilities of the Keras model and of the staged file."""
     names, photos = sample_photos.held_out_photos(pre)
     progress.step(f"Classifying {len(names)} sample photos with the Keras model and the file")
-    keras_logits = np.asarray(model.predict(photos, batch_size=8, verbose=0))
+    keras_logits = keras_outputs(model, photos)
     file_logits = run_in_child(staged_model, photos, num_threads=threads)
     return [{"photo": name, "keras": _top5(k, labels), "file": _top5(f, labels)}
             for name, k, f in zip(names, keras_logits, file_logits)]
@@ -279,41 +335,13 @@ def diagnose(model, content: bytes, images: np.ndarray, threshold: float, precis
             "hint": BREAKING_LAYER_HINTS.get(precision, DEFAULT_BREAKING_LAYER_HINT)}
 
 
-def write(staging: Path, packaged: Package, result: ExportResult) -> None:
-    """Write the sidecars next to the staged model, then move every file into
-    place: nothing reaches the output folder before every stage succeeded."""
+def write(staging: Staging, packaged: Package, result: ExportResult) -> None:
+    """Write the sidecars next to the staged model; they are moved into place
+    together when the export's staging block ends."""
     files = result.files
-    (staging / files.metadata.name).write_text(json.dumps(packaged.metadata, indent=2))
-    (staging / files.labels.name).write_text("\n".join(packaged.labels) + "\n")
-    (staging / files.report.name).write_text(json.dumps(result.to_dict(), indent=2))
-    replace_all(files.all(), staging)
-
-
-def replace_all(finals: list[Path], staging: Path) -> None:
-    """Move ``staging/<name>`` onto each of ``finals``, all or nothing: the
-    files they replace are moved aside first and put back if any move fails
-    or is interrupted."""
-    previous = staging / "previous"
-    previous.mkdir()
-    moved_aside, placed = [], []
-    current = finals[0]
-    try:
-        for current in finals:
-            if current.exists():
-                os.replace(current, previous / current.name)
-                moved_aside.append(current)
-        for current in finals:
-            os.replace(staging / current.name, current)
-            placed.append(current)
-    except BaseException as err:
-        for final in placed:
-            final.unlink(missing_ok=True)
-        for final in moved_aside:
-            os.replace(previous / final.name, final)
-        if isinstance(err, OSError):
-            raise EdgevitError(f"Could not write {str(current)!r}: {err.strerror}; "
-                               "the files that were there before are back in place.") from None
-        raise
+    staging.write_text(files.metadata, json.dumps(packaged.metadata, indent=2))
+    staging.write_text(files.labels, "\n".join(packaged.labels) + "\n")
+    staging.write_text(files.report, json.dumps(result.to_dict(), indent=2))
 
 
 def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | None = None) -> ExportResult:
@@ -323,10 +351,11 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
     content, convert_seconds = convert_model(model, spec, opts, job, progress)
     checked = audit(content, opts.precision, job.io_dtype)
     packaged = package(content, model, spec, opts, job, checked)
-    with tempfile.TemporaryDirectory(prefix=".edgevit-", dir=job.files.model.parent) as staging:
-        staged = Path(staging) / job.files.model.name
-        staged.write_bytes(packaged.content)
-        agreement_stats, validate_seconds = validate(model, staged, job.validation, opts.validation_threads, progress)
+    with staged(job.files.all()) as staging:
+        staging.write_bytes(job.files.model, packaged.content)
+        staged_model = staging.path_of(job.files.model)
+        agreement_stats, validate_seconds = validate(model, staged_model, job.validation, opts.validation_threads,
+                                                     progress, fake_quant=job.ranges != REMOVED)
         summary = checked.summary
         result = ExportResult(
             model=spec.name, precision=opts.precision, input_size=job.input_size, weights=opts.weights_label,
@@ -334,14 +363,14 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             io={"input": _public(summary.input), "output": _public(summary.output)},
             op_histogram=summary.op_histogram, macs=summary.macs, max_rank=summary.max_rank,
             checks=checked.checks, delegates=checked.delegates, images=job.images, agreement=agreement_stats,
-            convert_seconds=convert_seconds, validate_seconds=validate_seconds)
+            convert_seconds=convert_seconds, validate_seconds=validate_seconds, quantization_ranges=job.ranges)
         if opts.weights_label == RANDOM_INIT:
             result.weights_hint = random_init_hint(spec, opts.precision)
         if opts.show_top5_photos:
-            result.top5_photos = top5_on_photos(model, staged, spec.preprocessing_at(job.input_size),
+            result.top5_photos = top5_on_photos(model, staged_model, spec.preprocessing_at(job.input_size),
                                                 packaged.labels, opts.validation_threads, progress)
         if opts.gpu_images:
-            result.gpu_run = gpu_run(staged, job.validation[:opts.gpu_images], opts.precision, progress)
+            result.gpu_run = gpu_run(staged_model, job.validation[:opts.gpu_images], opts.precision, progress)
             run = result.gpu_run
             if run.ran and opts.precision in GPU_PRECISIONS:
                 result.checks.append(Check(
@@ -350,7 +379,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                     f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
                     f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})"))
         if opts.arm_images:
-            result.arm_run = run = arm_run(staged, job.validation[:opts.arm_images], progress)
+            result.arm_run = run = arm_run(staged_model, job.validation[:opts.arm_images], progress)
             if run.ran:
                 result.checks.append(Check(
                     "Arm64 kernels (emulated): same answer as x86 XNNPACK", bool(run.agrees),
@@ -362,7 +391,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             result.diagnosed = True
             result.first_breaking_layer = diagnose(model, packaged.content, job.validation, threshold,
                                                    opts.precision, progress)
-        write(Path(staging), packaged, result)
+        write(staging, packaged, result)
     return result
 
 

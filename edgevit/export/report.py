@@ -16,6 +16,13 @@ def _fmt_tensor(t: dict) -> str:
     return f"{t['dtype']} {t['shape']}{quant}"
 
 
+# ExportResult.quantization_ranges -> where the file's activation ranges come from, in words
+RANGES = {"calibrated": "calibrated on the calibration images",
+          "trained": "trained: the QAT model's own ranges (no calibration)",
+          "removed": "none: the QAT model without its fake quantization (float activations, its trained "
+                     "weights), validated against it computing in float"}
+
+
 # delegate key -> (row label, what its left-over ops do)
 DELEGATE_ROWS = {"gpu": ("GPU delegate", "fall back to the CPU"),
                  "xnnpack": ("XNNPACK (CPU, measured here)", "run on LiteRT's builtin kernels")}
@@ -53,7 +60,8 @@ def print_report(result: ExportResult, stream=None) -> None:
         ("ops / MACs", f"{result.ops} ops, {result.macs / 1e6:.1f} M MACs"),
         ("op histogram", ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())),
         ("max tensor rank", result.max_rank),
-        ("calibration images", result.images.calibration or "not needed"),
+        ("quantization ranges", RANGES.get(result.quantization_ranges, "none (float activations)")),
+        ("calibration images", result.images.calibration or "none"),
         ("validation images", result.images.validation),
         ("top-1 agreement", f"{a['top1_agreement'] * 100:.1f}% of {a['samples']} images"),
         ("top-5 overlap", f"{a['top5_overlap'] * 100:.1f}%"),

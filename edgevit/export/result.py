@@ -83,6 +83,8 @@ class ExportResult:
     top5_photos: list[dict] | None = None
     weights_hint: str | None = None  # how to get trained weights, for a random-init model
     arm_run: ArmCheck | None = None  # None: not asked for (ExportOptions.arm_images = 0)
+    # "calibrated", "trained" (QAT), "removed" (a float file of a QAT model), None (a float file)
+    quantization_ranges: str | None = None
 
     @property
     def ops(self) -> int:
@@ -92,6 +94,7 @@ class ExportResult:
         report = {
             "model": self.model,
             "precision": self.precision,
+            "quantization_ranges": self.quantization_ranges,
             "input_size": self.input_size,
             "weights": self.weights,
             "file": str(self.files.model),

@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from edgevit.errors import EdgevitError
 from edgevit.litert.interpreter import describe_child_failure, load_interpreter
+from edgevit.writing import save_array, temporary_folder
 
 
 def quantize(x: np.ndarray, detail: dict) -> np.ndarray:
@@ -53,9 +53,9 @@ def run_in_process(model_content: bytes, inputs: np.ndarray, num_threads: int = 
 
 def run_in_child(model_path: str | Path, inputs: np.ndarray, num_threads: int = 1,
                  kernels: str = "xnnpack", timeout: float = 900) -> np.ndarray:
-    with tempfile.TemporaryDirectory(prefix="edgevit-run-") as tmp:
-        in_path, out_path = Path(tmp) / "inputs.npy", Path(tmp) / "outputs.npy"
-        np.save(in_path, inputs.astype(np.float32))
+    with temporary_folder("edgevit-run-") as tmp:
+        in_path, out_path = tmp / "inputs.npy", tmp / "outputs.npy"
+        save_array(in_path, inputs.astype(np.float32))
         cmd = [sys.executable, "-m", "edgevit.export.run_model", str(model_path), str(in_path),
                str(out_path), str(num_threads), kernels]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")

@@ -21,11 +21,12 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from edgevit.writing import save_array, temporary_folder
 
 SWIFTSHADER_ICD = Path("/usr/lib/chromium/vk_swiftshader_icd.json")
 ICD_FOLDERS = (Path("/usr/share/vulkan/icd.d"), Path("/etc/vulkan/icd.d"), Path("/usr/local/share/vulkan/icd.d"))
@@ -138,9 +139,9 @@ def run_on_gpu(model_path: str | Path, inputs: np.ndarray, precision: str, image
     if missing:
         return GpuRun(False, f"no Vulkan device ({missing}); {HOW_TO_GET_A_DEVICE}")
     name = Path(model_path).name
-    with tempfile.TemporaryDirectory(prefix="edgevit-gpu-") as tmp:
-        in_path, out_path = Path(tmp) / "inputs.npy", Path(tmp) / "outputs.npz"
-        np.save(in_path, inputs.astype(np.float32))
+    with temporary_folder("edgevit-gpu-") as tmp:
+        in_path, out_path = tmp / "inputs.npy", tmp / "outputs.npz"
+        save_array(in_path, inputs.astype(np.float32))
         integer = precision not in AGREEMENT_FLOOR
         cmd = [sys.executable, "-m", "edgevit.litert.accelerator", str(model_path), str(in_path), str(out_path),
                "1" if integer else "0"]

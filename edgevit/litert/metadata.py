@@ -22,7 +22,7 @@ SCHEMA_VERSION = 1
 
 def build_metadata(*, model_name: str, family: str, precision: str, weights: str,
                    labels: list[str], labels_file: str, graph_input: dict, graph_output: dict,
-                   preprocessing: dict) -> dict:
+                   preprocessing: dict, quantization_ranges: str | None = None) -> dict:
     from edgevit import __version__
 
     def tensor(d: dict) -> dict:
@@ -38,6 +38,7 @@ def build_metadata(*, model_name: str, family: str, precision: str, weights: str
         "model": model_name,
         "family": family,
         "precision": precision,
+        "quantization_ranges": quantization_ranges,
         "weights": weights,
         "num_classes": len(labels),
         "labels": labels,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, about
 from edgevit.litert.delegates import DEFAULT_ANDROID_API
 from edgevit.litert.flatbuffer import read
 from edgevit.litert.gpu_rules import check_gpu
@@ -18,6 +18,9 @@ from edgevit.profile import adb as adb_mod
 from edgevit.profile import benchmark_binary, host
 
 PRECISION_WORDS = ("int8_mixed", "int16x8", "int8", "fp16", "fp32", "dynamic")
+# Phones have up to 12 cores, hosts that build Android apps rarely more;
+# LiteRT's thread pool gains nothing on a ViT long before this.
+MAX_THREADS = 64
 
 
 @dataclass
@@ -52,8 +55,8 @@ def parse_list(text: str, what: str, allowed: tuple[str, ...] | None = None) -> 
 def parse_threads(text: str) -> list[int]:
     out = []
     for item in parse_list(text, "threads"):
-        if not item.isdigit() or int(item) < 1:
-            raise EdgevitError(f"--threads takes positive whole numbers like 1,2,4 (got {item!r}).")
+        if not item.isdigit() or not 1 <= int(item) <= MAX_THREADS:
+            raise EdgevitError(f"--threads takes whole numbers from 1 to {MAX_THREADS} like 1,2,4 (got {item!r}).")
         out.append(int(item))
     return list(dict.fromkeys(out))
 
@@ -65,7 +68,8 @@ def describe_model(path: str | Path) -> dict:
         raise EdgevitError(f"Model file {str(path)!r} does not exist." if not p.exists()
                            else f"{str(path)!r} is a folder, not a .tflite file.")
     content = p.read_bytes()
-    read(content)  # a clear error for a file that is not a .tflite flatbuffer
+    with about(p):
+        read(content)  # a clear error for a file that is not a .tflite flatbuffer
     try:
         meta = read_embedded(content) or {}
     except EdgevitError:  # damaged metadata: name and precision come from the file name and graph
@@ -107,9 +111,35 @@ def _precision_from_graph(content: bytes) -> str:
     return "dynamic" if weights & {"int8"} else "fp32"
 
 
+def host_threads(asked: list[int], cores: int, on_phones: bool, warn: Callable[[str], None]) -> list[int]:
+    """The thread counts measured on this machine: those up to its core
+    count (more threads than cores time the cores' sharing, not the model).
+    Leaving some out is a warning, leaving all out an error unless phones
+    are measured."""
+    fitting = [t for t in asked if t <= cores]
+    left_out = [t for t in asked if t > cores]
+    if not left_out:
+        return fitting
+    counts = ", ".join(map(str, left_out))
+    if not fitting and not on_phones:
+        raise EdgevitError(f"--threads {counts}: this machine has {cores} cores, and more threads than cores "
+                           f"measure how the cores are shared, not the model: ask for at most {cores}.")
+    warn(f"this machine has {cores} cores: {counts} thread(s) left out of its runs"
+         + (f" (it measures {', '.join(map(str, fitting))})" if fitting else " (only the phones are measured)"))
+    return fitting
+
+
 def run_bench(models: list[str | Path], opts: BenchOptions,
               step: Callable[[str], None] = lambda msg: None,
               warn: Callable[[str], None] = lambda msg: None) -> dict:
+    """Every configuration asked for; the result says what was measured
+    (each row, ``host.threads``) and what was left out (``warnings``)."""
+    warnings: list[str] = []
+
+    def note(message: str) -> None:
+        warnings.append(message)
+        warn(message)
+
     infos = describe_models(models)
     if opts.device and opts.all_devices:
         raise EdgevitError("Use either --device SERIAL or --all-devices, not both.")
@@ -125,40 +155,39 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
                            "--all-devices (this machine runs the CPU only; ai-edge-litert ships no GPU/NNAPI "
                            "delegate).")
     if not on_phones and set(opts.delegates) - {"cpu"}:
-        warn(f"{'/'.join(d.upper() for d in opts.delegates if d != 'cpu')} needs a phone: "
+        note(f"{'/'.join(d.upper() for d in opts.delegates if d != 'cpu')} needs a phone: "
              "measuring the CPU on this machine only")
 
+    cores = os.cpu_count() or 1
+    measured = host_threads(opts.threads, cores, on_phones, note) if opts.host else []
     # Resolve phones before the (slow) host runs, so device errors come first.
     adb = devices = None
     if on_phones:
         adb = adb_mod.Adb()
-        devices = adb_mod.select_devices(adb, opts.device, opts.all_devices, warn=warn)
+        devices = adb_mod.select_devices(adb, opts.device, opts.all_devices, warn=note)
 
     results: list[dict] = []
     by_file = {info["file"]: info for info in infos}
-    host_info = {"target": "host", "model": host.host_description(), "cpus": os.cpu_count()}
-    if opts.host:
-        host_threads = [t for t in opts.threads if t <= (os.cpu_count() or 1)] or [1]
-        if len(host_threads) < len(opts.threads):
-            warn(f"this machine has {os.cpu_count()} cores: host runs use threads {host_threads}")
+    host_info = {"target": "host", "model": host.host_description(), "cpus": cores, "threads": measured}
+    if measured:
         for info in infos:
             for kernels in opts.host_kernels:
                 # The reference kernels are single-threaded: one row is enough.
-                for threads in (host_threads if kernels != "reference" else host_threads[:1]):
+                for threads in (measured if kernels != "reference" else measured[:1]):
                     step(f"host: {info['file']} {kernels} x{threads}")
                     row = host.run_config(info["path"], threads, kernels, opts.warmup, opts.runs, opts.max_secs,
                                           timeout=opts.timeout)
                     results.append(_with_model({**row, "device": "host"}, info))
             binary = binaries.get(benchmark_binary.host_arch())
             if binary is not None:
-                for threads in host_threads:
+                for threads in measured:
                     step(f"host: {info['file']} benchmark_model x{threads}")
                     row = benchmark_binary.run_on_host(binary, info["path"], threads, opts.runs, opts.warmup,
                                                        op_profiling=True, peak_memory=opts.peak_memory,
                                                        timeout=opts.timeout)
                     results.append(_with_model({**row, "device": "host"}, info))
             elif binaries and not on_phones:
-                warn(f"no benchmark binary for this machine ({benchmark_binary.host_arch()}): "
+                note(f"no benchmark binary for this machine ({benchmark_binary.host_arch()}): "
                      f"given builds are for {', '.join(binaries)}")
 
     device_facts = []
@@ -168,7 +197,7 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
             facts = adb_mod.device_facts(adb, device)
             device_facts.append(facts)
             if facts["thermal"].get("status") not in ("none", "light", "unknown"):
-                warn(f"{device.serial} is already {adb_mod.thermal_label(facts['thermal'])}: it may throttle, "
+                note(f"{device.serial} is already {adb_mod.thermal_label(facts['thermal'])}: it may throttle, "
                      "let it cool down for steadier numbers")
             arch = benchmark_binary.ABI_ARCH.get(facts["abi"], facts["abi"])
             binary = binaries.get(arch)
@@ -191,13 +220,13 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
         except EdgevitError as err:
             if opts.device:  # the one phone asked for: the whole command fails
                 raise
-            warn(f"{device.serial}: {err}")
+            note(f"{device.serial}: {err}")
             results.append({"target": device.serial, "device": device.attrs.get("model", device.serial),
                             "status": "failed", "error": str(err)})
     return {"models": infos, "host": host_info if opts.host else None, "devices": device_facts,
             "options": {"delegates": opts.delegates, "threads": opts.threads, "runs": opts.runs,
                         "warmup": opts.warmup, "host_kernels": opts.host_kernels if opts.host else []},
-            "results": results}
+            "warnings": warnings, "results": results}
 
 
 def _expected_fallbacks(info: dict, delegate: str, sdk: int | None, accelerator_named: bool = False) -> int:

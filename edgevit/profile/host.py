@@ -21,7 +21,6 @@ import platform
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import numpy as np
 
 from edgevit.errors import EdgevitError
 from edgevit.litert.interpreter import KERNELS, describe_child_failure, load_interpreter
+from edgevit.writing import temporary_folder, writing
 
 
 def _random_input(detail: dict, rng: np.random.Generator) -> np.ndarray:
@@ -129,10 +129,11 @@ def run_config(model_path: str | Path, threads: int, kernels: str, warmup: int =
     if kernels not in KERNELS:
         raise EdgevitError(f"Unknown host kernels {kernels!r}; choose from {', '.join(KERNELS)}.")
     record = {"target": "host", "runtime": "litert-python", "delegate": kernels, "threads": threads}
-    with tempfile.TemporaryDirectory(prefix="edgevit-bench-") as tmp:
-        config, result = Path(tmp) / "config.json", Path(tmp) / "result.json"
-        config.write_text(json.dumps({"model_path": str(model_path), "threads": threads, "kernels": kernels,
-                                      "warmup": warmup, "runs": runs, "max_secs": max_secs}))
+    with temporary_folder("edgevit-bench-") as tmp:
+        config, result = tmp / "config.json", tmp / "result.json"
+        with writing(config):
+            config.write_text(json.dumps({"model_path": str(model_path), "threads": threads, "kernels": kernels,
+                                          "warmup": warmup, "runs": runs, "max_secs": max_secs}))
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         try:
             proc = subprocess.run([sys.executable, "-m", "edgevit.profile.host", str(config), str(result)],

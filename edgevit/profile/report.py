@@ -93,14 +93,11 @@ def print_bench(result: dict, stream=None) -> None:
 
 
 def write_csv(result: dict, path: str | Path) -> None:
-    try:
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-            writer.writeheader()
-            for r in result["results"]:
-                writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
-    except OSError as err:
-        raise EdgevitError(f"Cannot write CSV to {str(path)!r}: {err.strerror}.") from None
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for r in result["results"]:
+            writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
 
 
 def load_eval(paths) -> dict[str, float]:
@@ -144,10 +141,7 @@ def _accuracy_for(row: dict, accuracies: dict[str, float]) -> float | None:
 
 
 def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise EdgevitError("--plot needs matplotlib: `pip install matplotlib`.") from None
+    matplotlib = require_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -155,10 +149,9 @@ def _pyplot():
 
 
 def _save(plt, fig, path: str | Path) -> None:
+    """Callers write through edgevit.writing, which names the file a failed write was for."""
     try:
-        fig.savefig(path, dpi=120)
-    except OSError as err:
-        raise EdgevitError(f"Cannot write plot to {str(path)!r}: {err.strerror}.") from None
+        fig.savefig(path, dpi=120, format="png")
     finally:
         plt.close(fig)
 
@@ -224,6 +217,14 @@ def plot(result: dict, path: str | Path, accuracies: dict[str, float] | None = N
         ax2.legend(fontsize=7)
     fig.tight_layout()
     _save(plt, fig, path)
+
+
+def require_matplotlib():
+    try:
+        import matplotlib
+    except ImportError:
+        raise EdgevitError("--plot needs matplotlib: `pip install matplotlib`.") from None
+    return matplotlib
 
 
 def _sizes(sizes: list[int], shown: int = 6) -> str:

@@ -63,8 +63,9 @@ class _Export:
     would fold the ops computing them anyway; tracing them costs more than
     the rest of the model)."""
 
-    def __init__(self, float_ops):
+    def __init__(self, float_ops, fake_quant: bool):
         self.float_ops = frozenset(float_ops)
+        self.fake_quant = fake_quant
         self.constants: dict[tuple[int, str], object] = {}
 
     def constant(self, owner, what: str, compute):
@@ -78,14 +79,15 @@ class _Export:
 
 
 @contextlib.contextmanager
-def exporting(float_ops: tuple[str, ...] = ()):
+def exporting(float_ops: tuple[str, ...] = (), fake_quant: bool = True):
     """While a QAT model is traced for the TFLite converter: quantizers emit
     only the fake-quant ops the converter reads ranges from, with constant
     ranges and without the emulation of LiteRT's kernel arithmetic (which
     would convert to ops). The outputs of ``float_ops`` ("BATCH_MATMUL",
     "SOFTMAX") get no range: the converter leaves those ops in float
-    (``--int8-mixed``)."""
-    token = _EXPORTING.set(_Export(float_ops))
+    (``--int8-mixed``). Without ``fake_quant`` the model computes in float
+    with its trained weights as they are (a float file of a QAT model)."""
+    token = _EXPORTING.set(_Export(float_ops, fake_quant))
     try:
         yield
     finally:
@@ -100,6 +102,10 @@ def _float_while_exporting(op: str) -> bool:
     return _exporting() and op in _EXPORTING.get().float_ops
 
 
+def _without_fake_quant() -> bool:
+    return _exporting() and not _EXPORTING.get().fake_quant
+
+
 def _traced_constant(owner, what: str, compute):
     """``compute()``, as a constant while exporting (see :class:`_Export`)."""
     export = _EXPORTING.get()
@@ -107,6 +113,8 @@ def _traced_constant(owner, what: str, compute):
 
 
 def _fake_quant(x, lo, hi, **kwargs):
+    if _without_fake_quant():
+        return x
     if not kwargs and np.ndim(lo) == 0 and _array_module(lo, hi) is np:  # a range known now
         import tensorflow as tf
 
@@ -400,6 +408,8 @@ def round_kernel_to_grid(kernel, reduced_axes=None):
     """The per-output-channel symmetric int8 grid (channels: every axis but
     ``reduced_axes``, by default the last axis of a Dense kernel), with a
     straight-through gradient (see the module docstring)."""
+    if _without_fake_quant():
+        return kernel
     axes = list(range(len(kernel.shape) - 1)) if reduced_axes is None else list(reduced_axes)
 
     def on_grid():

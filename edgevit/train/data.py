@@ -82,13 +82,19 @@ def find_dataset(root: str | Path, val_split: float | None = None, seed: int = 0
     if not has_split and (root / "val").is_dir():
         raise EdgevitError(f"Dataset folder {str(root)!r} has val/ but no train/: training reads "
                            "train/<class>/*.jpg (and val/<class>/*.jpg), or <class>/*.jpg with --val-split.")
+    if has_split and (root / "val").is_dir() and val_split is not None:
+        raise EdgevitError(f"Dataset folder {str(root)!r} has val/, which validates the training; --val-split "
+                           "holds out part of the training images only where there is none: leave it out.")
     base = root / "train" if has_split else root
     classes = _classes_with_images(base, "train/<class>/*.jpg (and val/<class>/*.jpg) or <class>/*.jpg")
     if len(classes) < 2:
-        raise EdgevitError(f"Dataset folder {str(base)!r} has one class only ({classes[0]}); "
-                           "classification needs at least two class folders.")
+        empty = [d.name for d in _class_dirs(base) if d.name not in classes]
+        raise EdgevitError(f"Dataset folder {str(base)!r} has images of one class only ({classes[0]})"
+                           + (f"; {', '.join(empty[:3])} {'has' if len(empty) == 1 else 'have'} none"
+                              if empty else "")
+                           + ": classification needs at least two class folders with images.")
     _, train_files, train_labels = _scan(base, classes)
-    if has_split and (root / "val").is_dir() and val_split is None:
+    if has_split and (root / "val").is_dir():
         extra = sorted(set(d.name for d in _class_dirs(root / "val")) - set(classes))
         if extra:
             raise EdgevitError(f"val/ has classes that train/ lacks: {', '.join(extra[:5])}.")

@@ -18,6 +18,7 @@
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -28,7 +29,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgevit.errors import EdgevitError, first_line
+from edgevit.errors import EdgevitError, cause, first_line
+from edgevit.writing import staged, weights_h5
 
 
 def strategy_for_environment():
@@ -76,9 +78,9 @@ class TrainConfig:
     seed: int = 0
 
 
+# Written together through a staging folder (edgevit.writing.staged): a failed or
+# interrupted save leaves the last checkpoint whole and nothing else.
 CHECKPOINT_FILES = ("last.weights.h5", "optimizer.npz", "state.json")
-# Written first, then moved over CHECKPOINT_FILES: an interrupted save leaves the last checkpoint whole.
-PARTIAL_FILES = ("last.partial.weights.h5", "optimizer.partial.npz", "state.partial.json")
 
 
 def _describe_run(run: dict) -> str:
@@ -95,7 +97,8 @@ def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
     start fresh when it holds another run's or a damaged one."""
     folder = Path(checkpoint_dir)
     if folder.exists() and not folder.is_dir():
-        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is a file: {_start_fresh(folder)}.")
+        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is a file, not a folder: "
+                           "pass another --checkpoint-dir.")
     state = folder / "state.json"
     if not state.exists():
         return None
@@ -113,6 +116,10 @@ def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
 
 
 def _start_fresh(folder: Path) -> str:
+    """How to start afresh, deleting only what a Trainer wrote."""
+    if folder.is_dir() and any(p.name not in CHECKPOINT_FILES for p in folder.iterdir()):
+        return (f"delete its checkpoint files ({', '.join(CHECKPOINT_FILES)}) to start fresh, "
+                "or pass another --checkpoint-dir")
     return f"delete it (rm -r {str(folder)!r}) to start fresh, or pass another --checkpoint-dir"
 
 
@@ -120,7 +127,7 @@ def remove_checkpoint(checkpoint_dir: str | Path) -> None:
     """Delete the files a Trainer wrote to ``checkpoint_dir``, and the folder
     when nothing else is in it."""
     folder = Path(checkpoint_dir)
-    for name in (*CHECKPOINT_FILES, *PARTIAL_FILES):
+    for name in CHECKPOINT_FILES:
         (folder / name).unlink(missing_ok=True)
     try:
         folder.rmdir()
@@ -246,17 +253,24 @@ class Trainer:
         if not self.cfg.checkpoint_dir:
             return
         folder = Path(self.cfg.checkpoint_dir)
-        weights, opt, state = (folder / name for name in PARTIAL_FILES)
+        made = not folder.exists()
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            self.base.save_weights(weights)
-            np.savez(opt, **{f"v{i}": np.asarray(v) for i, v in enumerate(self.optimizer.variables)})
-            state.write_text(json.dumps({"epochs_done": epochs_done, "history": self.history, "run": self.cfg.run}))
-            for partial, final in zip(PARTIAL_FILES, CHECKPOINT_FILES):
-                os.replace(folder / partial, folder / final)
         except OSError as err:
-            raise EdgevitError(f"Could not write the checkpoint in {str(folder)!r}: "
-                               f"{err.strerror or first_line(err)}.") from None
+            raise EdgevitError(f"Could not make the checkpoint folder {str(folder)!r}: {cause(err)}.") from None
+        optimizer_state = io.BytesIO()
+        np.savez(optimizer_state, **{f"v{i}": np.asarray(v) for i, v in enumerate(self.optimizer.variables)})
+        state = {"epochs_done": epochs_done, "history": self.history, "run": self.cfg.run}
+        try:
+            with staged(list(self._ckpt_paths())) as staging:
+                weights, opt, state_file = self._ckpt_paths()
+                staging.write_bytes(weights, weights_h5(self.base))
+                staging.write_bytes(opt, optimizer_state.getvalue())
+                staging.write_text(state_file, json.dumps(state))
+        except BaseException:
+            if made:  # the first save: nothing of this run is left behind
+                remove_checkpoint(folder)
+            raise
 
     # -- the loop -------------------------------------------------------------------------------
     def _lr_at(self, progress: float) -> float:

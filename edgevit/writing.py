@@ -1,0 +1,233 @@
+"""How edgevit writes files: checked before any work, written whole or not
+at all, and every failure reported as one error naming the file and the cause.
+
+- :func:`check_writable` runs before a command's slow part: the output
+  folders must exist and take a new file (a probe file is made and removed,
+  which is what catches /proc, read-only mounts and a full disk even for root,
+  whom permission bits do not stop).
+- :func:`staged` writes a command's outputs into hidden folders beside
+  them and moves them into place together only when all were written
+  (:func:`replace_all`); a failure or an interruption removes the folders and
+  leaves the files that were there before as they were. A write that fails
+  is one error naming the output, not the staged file.
+- :func:`temporary_folder` is the scratch folder for files that are no
+  output (inputs of a child process), written inside :func:`writing`, which
+  gives the same errors.
+- :func:`weights_h5` renders a Keras ``.weights.h5`` file in memory, so that
+  HDF5 never writes to a disk that can fail half-way (a file-size limit made
+  h5py print tracebacks for every open object and then crash the process).
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from edgevit.errors import EdgevitError, cause
+
+STAGING_PREFIX = ".edgevit-"
+
+
+def write_error(path: str | Path, err: OSError) -> EdgevitError:
+    return EdgevitError(f"Could not write {str(path)!r}: {cause(err)}.")
+
+
+def _probe(folder: Path, refusal: str) -> None:
+    """Make and remove a one-byte file in ``folder``; ``refusal`` starts
+    the error when it cannot."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=STAGING_PREFIX + "probe-", dir=folder)
+    except OSError as err:
+        raise EdgevitError(f"{refusal}: {cause(err)}.") from None
+    try:
+        os.write(fd, b"\0")
+    except OSError as err:
+        raise EdgevitError(f"{refusal}: {cause(err)}.") from None
+    finally:
+        os.close(fd)
+        os.unlink(name)
+
+
+def check_writable(files: list[Path], folders: list[Path] = (), flag: str = "-o") -> None:
+    """Fail before any work when one of ``files`` could not be written or one
+    of ``folders`` created (siblings in one folder): a missing, read-only or
+    special folder (/proc), a full disk, a name longer than the file system
+    takes, a folder where a file goes or the other way round, a read-only
+    file in the way. ``flag``: the option that named them, for the advice."""
+    parent = files[0].parent
+    if not parent.is_dir():
+        raise EdgevitError(f"Output folder {str(parent)!r} does not exist." if not parent.exists()
+                           else f"Output folder {str(parent)!r} is not a folder.")
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):  # the file system does not say
+        name_max = 255
+    for path in [*files, *folders]:
+        length = len(os.fsencode(path.name))
+        if length > name_max:
+            shown = path.name if len(path.name) <= 40 else f"{path.name[:16]}...{path.name[-20:]}"
+            raise EdgevitError(f"Output name {shown!r} is {length} bytes long; this file system takes "
+                               f"{name_max}: choose a shorter {flag}.")
+    for path in files:
+        if path.is_dir():
+            raise EdgevitError(f"{str(path)!r} is a folder where a file would be written: "
+                               f"move it or choose another {flag}.")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise EdgevitError(f"{str(path)!r} exists and is read-only; it would be replaced.")
+    for path in folders:
+        if path.exists() and not path.is_dir():
+            raise EdgevitError(f"{str(path)!r} is a file where a folder would be made: "
+                               f"move it or choose another {flag}.")
+    _probe(parent, f"Output folder {str(parent)!r} does not take new files")
+
+
+def check_folder_writable(folder: Path, what: str) -> None:
+    """Fail before any work when files could not be written into ``folder``
+    (made with its parents when missing): ``what`` names it in the error."""
+    if folder.exists() and not folder.is_dir():
+        raise EdgevitError(f"{what} {str(folder)!r} is a file, not a folder: pass a folder.")
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise EdgevitError(f"{what} {str(folder)!r} cannot be made: {str(existing)!r} is a file.")
+    _probe(existing, f"{what} {str(folder)!r} does not take new files" if existing == folder
+           else f"{what} {str(folder)!r} cannot be made in {str(existing)!r}")
+
+
+class Staging:
+    """The hidden folders (one per output folder) a command's outputs are
+    written into before they are moved into place (see :func:`staged`)."""
+
+    def __init__(self, finals: list[Path]):
+        self.finals = finals
+        self.folders: dict[Path, Path] = {}
+        for final in finals:
+            if final.parent not in self.folders:
+                try:
+                    self.folders[final.parent] = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=final.parent))
+                except OSError as err:
+                    self.remove()
+                    raise write_error(final, err) from None
+
+    def path_of(self, final: Path) -> Path:
+        """Where ``final`` is written before it is moved into place."""
+        return self.folders[final.parent] / final.name
+
+    @contextmanager
+    def writing(self, final: Path) -> Iterator[Path]:
+        """The block writes ``final`` at the path it is given; a failure is
+        one error naming ``final``."""
+        with writing(final):
+            yield self.path_of(final)
+
+    def write_bytes(self, final: Path, content: bytes) -> None:
+        with self.writing(final) as path:
+            path.write_bytes(content)
+
+    def write_text(self, final: Path, text: str) -> None:
+        with self.writing(final) as path:
+            path.write_text(text, encoding="utf-8")
+
+    def commit(self) -> None:
+        replace_all([(self.path_of(final), final) for final in self.finals])
+
+    def remove(self) -> None:
+        for folder in self.folders.values():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def staged(finals: list[Path]) -> Iterator[Staging]:
+    """Write ``finals`` through staging folders beside them (see
+    :class:`Staging`); when the block ends without error, all are moved into
+    place together. On any failure or interruption the staging folders are
+    removed and the output folders are left as they were."""
+    staging = Staging([Path(f) for f in finals])
+    try:
+        yield staging
+        staging.commit()
+    finally:
+        staging.remove()
+
+
+def replace_all(moves: list[tuple[Path, Path]]) -> None:
+    """Move each staged file onto its final path, all or nothing: the files
+    they replace are moved aside first (beside the staged file) and put back
+    if any move fails or is interrupted."""
+    moved_aside, placed = [], []
+    current = moves[0][1]
+
+    def aside(staged_file: Path, final: Path) -> Path:
+        return staged_file.parent / ("previous-" + final.name)
+
+    try:
+        for staged_file, current in moves:
+            if current.exists():
+                os.replace(current, aside(staged_file, current))
+                moved_aside.append((staged_file, current))
+        for staged_file, current in moves:
+            os.replace(staged_file, current)
+            placed.append(current)
+    except BaseException as err:
+        for final in placed:
+            final.unlink(missing_ok=True)
+        for staged_file, final in moved_aside:
+            os.replace(aside(staged_file, final), final)
+        if isinstance(err, OSError):
+            raise EdgevitError(f"Could not write {str(current)!r}: {cause(err)}; "
+                               "the files that were there before are back in place.") from None
+        raise
+
+
+@contextmanager
+def temporary_folder(prefix: str) -> Iterator[Path]:
+    """A scratch folder in the system's temporary folder, removed afterwards
+    (its files are written inside :func:`writing`)."""
+    try:
+        folder = Path(tempfile.mkdtemp(prefix=prefix))
+    except OSError as err:
+        raise EdgevitError(f"Could not make a temporary folder in {tempfile.gettempdir()!r}: {cause(err)} "
+                           "(TMPDIR chooses another place).") from None
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """The block writes ``path``: a failure is one error naming it."""
+    try:
+        yield
+    except OSError as err:
+        raise write_error(path, err) from None
+
+
+def save_array(path: Path, array) -> None:
+    """``np.save`` that fails as any other write: numpy's own file writes
+    report a short write ("N requested and M written") without its cause."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    with writing(path):
+        path.write_bytes(buffer.getvalue())
+
+
+class _NamedBuffer(io.BytesIO):
+    """An in-memory file Keras takes for a ``.weights.h5`` path."""
+
+    def __str__(self) -> str:
+        return "memory.weights.h5"
+
+
+def weights_h5(model) -> bytes:
+    """The ``.weights.h5`` file of ``model``, rendered in memory."""
+    buffer = _NamedBuffer()
+    model.save_weights(buffer)
+    return buffer.getvalue()
