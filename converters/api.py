@@ -11,7 +11,7 @@ from .registry import IMPORTERS, Importer
 from .rules import assign, match_score, plan
 
 # Every Importer.source; `edgevit import-weights --source` offers these (and auto).
-SOURCES = ("timm", "cvnets", "huggingface")
+SOURCES = ("timm", "cvnets", "huggingface", "official")
 
 
 def _load_importers():
