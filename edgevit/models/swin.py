@@ -303,7 +303,9 @@ class CosineWindowAttention(WindowAttention):
         return self.cpb_out(self.cpb_hidden(ops.convert_to_tensor(self._coordinates)))
 
     def position_bias(self):
-        return BIAS_RANGE * ops.sigmoid(super().position_bias())
+        # the sigmoid as 1 / (1 + exp(-x)): the converter folds those ops of a
+        # constant, but leaves a LOGISTIC (which the GPU takes with no constant input)
+        return BIAS_RANGE / (1.0 + ops.exp(-super().position_bias()))
 
     def projection_bias(self):
         """``[3C]``: q_bias, zeros for the keys, v_bias."""

@@ -925,6 +925,11 @@ class QuantWindowAttention(QuantizedPoints, WindowAttention):
                         "softmax": "SOFTMAX"}
     ON_BIASED_GRID = ("kept", "masked")
 
+    def position_bias(self):
+        # computed from weights only: while exporting, the constant itself, so
+        # that the converter meets its fake-quant op on a constant
+        return _traced_constant(self, "position_bias", super().position_bias)
+
     def quantize_point(self, tag: str, x):
         if tag not in self.ON_BIASED_GRID or self.constant or _float_while_exporting("SOFTMAX"):
             return super().quantize_point(tag, x)
@@ -950,6 +955,9 @@ class QuantCosineWindowAttention(QuantWindowAttention, CosineWindowAttention):
     PRODUCTS = {"q_square": ("qkv", "qkv"), "query": ("qkv", "q_rsqrt"),
                 "k_square": ("qkv", "qkv"), "keys": ("qkv", "k_rsqrt")}
     FLOAT_WHEN_MIXED = {**QuantWindowAttention.FLOAT_WHEN_MIXED, "q_mean_eps": "RSQRT", "k_mean_eps": "RSQRT"}
+
+    def query_scale(self):
+        return _traced_constant(self, "query_scale", super().query_scale)
 
     def project(self, x):
         kernel = self.qkv.kernel
