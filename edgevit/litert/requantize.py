@@ -50,14 +50,7 @@ def masked_softmax_grids(model_content: bytes) -> bytes:
     of that grid's range: masked pairs saturate at its bottom, far enough
     below every unmasked score to weigh nothing after the softmax.
     """
-    model = read_model(model_content)
-    op_names, int8 = opcode_names(model), schema_module().TensorType.INT8
-    changed = False
-    for graph in model.subgraphs or []:
-        changed |= _MaskedScores(model, graph, op_names, int8).run()
-    if not changed:
-        return model_content
-    return write_model(model, len(model_content) + 1024)
+    return _requantized(model_content, _MaskedScores)
 
 
 def sum_mean_grids(model_content: bytes) -> bytes:
@@ -123,11 +116,17 @@ def _needs_rescale_above_one(model, op_names) -> bool:
 def xnnpack_int8_grids(model_content: bytes) -> bytes:
     """``model_content`` with the second operand of every int8 BATCH_MATMUL
     on a zero-point-0 grid (the file itself when nothing needed it)."""
+    return _requantized(model_content, _Requantizer)
+
+
+def _requantized(model_content: bytes, requantizer: type) -> bytes:
+    """``model_content`` with ``requantizer`` run over each subgraph (the
+    file itself when it changed nothing)."""
     model = read_model(model_content)
     op_names, int8 = opcode_names(model), schema_module().TensorType.INT8
     changed = False
     for graph in model.subgraphs or []:
-        changed |= _Requantizer(model, graph, op_names, int8).run()
+        changed |= requantizer(model, graph, op_names, int8).run()
     if not changed:
         return model_content
     return write_model(model, len(model_content) + 1024)
