@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mobilevit_latency import summarise, time_interleaved  # noqa: E402
 
 SMALLEST = ["vit_tiny16", "deit_tiny", "deepvit_s", "convit_tiny", "crossvit_tiny", "pit_ti", "cvt_13",
-            "mixer_s16", "resmlp_12", "pvt_v2_b0"]
+            "mixer_s16", "resmlp_12", "pvt_v2_b0", "swin_tiny", "swinv2_tiny"]
 
 
 def convert_all(models, precisions, calib_samples, out_dir: Path, diagnose: bool) -> list[dict]:
@@ -85,13 +85,18 @@ def main(argv=None) -> int:
     columns += [c for t in args.threads for c in (f"median_ms_{t}t", f"vs_fp32_{t}t")]
     if args.diagnose:
         columns.append("first_int8_layer_below_0.98")
+    print_table(rows, columns, args.json_path)
+    return 0
+
+
+def print_table(rows: list[dict], columns: list[str], json_path: str | None) -> None:
+    """``rows`` as a Markdown table of ``columns``, and as JSON to ``json_path`` if given."""
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for row in rows:
         print("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(rows, indent=2))
-    return 0
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -71,9 +71,12 @@ def randomize_(module, seed: int = 0) -> None:
     import torch
 
     gen = torch.Generator().manual_seed(seed)
+    # buffers a state dict leaves out are computed, not learned (Swin's shift
+    # masks and coordinate tables, SwinV2's zero key bias): kept as they are
+    saved = set(module.state_dict())
     with torch.no_grad():
         for name, t in list(module.named_parameters()) + list(module.named_buffers()):
-            if not t.is_floating_point():
+            if not t.is_floating_point() or name not in saved:
                 continue
             leaf = name.rsplit(".", 1)[-1]
             if leaf == "running_var":

@@ -38,7 +38,8 @@ from .layouts import (Transform, conv_kernel, dense_kernel, depthwise_kernel, id
                       inverse_depthwise, inverse_identity, reshaped)
 
 # Buffers PyTorch keeps that carry no information for inference.
-IGNORED_SUFFIXES = ("num_batches_tracked", "unfolding_weights", "relative_position_index", "attn_mask")
+IGNORED_SUFFIXES = ("num_batches_tracked", "unfolding_weights", "relative_position_index", "attn_mask",
+                    "relative_coords_table")
 SUFFIXES = {"kernel": "weight", "bias": "bias", "gamma": "weight", "beta": "bias",
             "moving_mean": "running_mean", "moving_variance": "running_var"}
 

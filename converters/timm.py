@@ -128,3 +128,33 @@ _PVT_OFFICIAL = (
 register(Importer("official", "pvt_v2", _mirror_rules(*_PVT_OFFICIAL), head=("head",),
                   reference="https://github.com/whai362/PVT (classification/pvt_v2.py)",
                   notes="official release checkpoints (patch_embed1..4, block1..4, norm1..4)"))
+
+# Swin v1 / v2: edgevit's names are timm's (``head`` is timm's ``head.fc``).
+_SWIN = (Rule(r"head", "head.fc"), Rule(r"([\w.]+)/(cpb_mlp\.\d)", r"\1.\2"))
+for _family in ("swin", "swinv2"):
+    register(Importer("timm", _family, _mirror_rules(*_SWIN), reference=TIMM, head=("head",)))
+
+# The official Swin-Transformer releases (``{"model": state_dict}``) merge
+# patches at the end of a stage, timm at the start of the next (timm's
+# checkpoint_filter_fn renames them), and name the classifier ``head``.
+SWIN_OFFICIAL = "https://github.com/microsoft/Swin-Transformer"
+_SWIN_OFFICIAL_DOWNSAMPLE = Rule(r"layers\.(\d+)\.downsample\.(norm|reduction)",
+                                 lambda m: f"layers.{int(m.group(1)) - 1}.downsample.{m.group(2)}")
+for _family in ("swin", "swinv2"):
+    register(Importer("official", _family, _mirror_rules(_SWIN_OFFICIAL_DOWNSAMPLE, Rule(r"head", "head"), _SWIN[1]),
+                      reference=SWIN_OFFICIAL, head=("head",),
+                      notes="official release checkpoints (downsample at the end of a stage)"))
+
+TIMM_NAMES.update({
+    "swin_tiny": "swin_tiny_patch4_window7_224", "swin_small": "swin_small_patch4_window7_224",
+    "swin_base": "swin_base_patch4_window7_224", "swin_large": "swin_large_patch4_window7_224",
+    "swin_base_384": "swin_base_patch4_window12_384", "swin_large_384": "swin_large_patch4_window12_384",
+    "swinv2_tiny": "swinv2_tiny_window8_256", "swinv2_small": "swinv2_small_window8_256",
+    "swinv2_base": "swinv2_base_window8_256", "swinv2_tiny_w16": "swinv2_tiny_window16_256",
+    "swinv2_small_w16": "swinv2_small_window16_256", "swinv2_base_w16": "swinv2_base_window16_256",
+    "swinv2_base_w12_192": "swinv2_base_window12_192", "swinv2_large_w12_192": "swinv2_large_window12_192",
+    "swinv2_base_w12to16": "swinv2_base_window12to16_192to256",
+    "swinv2_large_w12to16": "swinv2_large_window12to16_192to256",
+    "swinv2_base_w12to24": "swinv2_base_window12to24_192to384",
+    "swinv2_large_w12to24": "swinv2_large_window12to24_192to384",
+})

@@ -27,7 +27,9 @@ ALL = [n for n in TIMM_NAMES if n in REGISTERED]
 FIRST_OF_FAMILY = list({get_spec(n).family: n for n in reversed(ALL)}.values())
 # MobileViT runs at 224 by default: the last stage is then 7x7, off the 2x2
 # patch grid, so the bilinear resize paths are checked too.
-DEFAULT_SIZE = {"mobilevit_v1": 224, "mobilevit_v2": 224}
+DEFAULT_SIZE = {"mobilevit_v1": 224, "mobilevit_v2": 224,
+                # Swin at 64: v1's first stages padded to whole windows and shifted, v2's first shifted
+                "swin": 64, "swinv2": 64}
 # timm builds these for any input size (no img_size argument)
 INPUT_SIZE_FREE = {"mobilevit_v1", "mobilevit_v2", "pvt_v2"}
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgevit.errors import EdgevitError
-from edgevit.export.convert import CPU_FLOAT_OPS, INTEGER_PRECISIONS, epsilon_adds, short_kernel_stem
+from edgevit.export.convert import (CPU_FLOAT_OPS, INTEGER_PRECISIONS, epsilon_adds, score_arithmetic,
+                                    short_kernel_stem)
 from edgevit.export.graph import GraphSummary, describe
 from edgevit.export.result import Check
 from edgevit.litert import delegates as delegate_rules
@@ -60,10 +61,11 @@ def audit(model_content: bytes, precision: str, io_dtype: str) -> Audit:
     if precision == "int8_mixed":
         allowed = (*CPU_FLOAT_OPS, "QUANTIZE", "DEQUANTIZE")
         floats = summary.float_ops(allow_io_boundary=True)
-        kept = {op.index for op in epsilon_adds(graph) + short_kernel_stem(graph)}
+        kept = {op.index for op in epsilon_adds(graph) + short_kernel_stem(graph) + score_arithmetic(graph)}
         unexpected = [op for op in floats if op.name not in allowed and op.index not in kept]
-        checks.append(Check(f"float only in {'/'.join(CPU_FLOAT_OPS)}, the LayerNorm epsilon ADD, a short-kernel "
-                            "stem (and their (de)quantize)", not unexpected,
+        checks.append(Check(f"float only in {'/'.join(CPU_FLOAT_OPS)}, the LayerNorm epsilon ADD, the score "
+                            "arithmetic before a softmax, a short-kernel stem (and their (de)quantize)",
+                            not unexpected,
                             ", ".join(f"{op.name}#{op.index}" for op in unexpected[:10])
                             or f"{sum(op.name in CPU_FLOAT_OPS for op in floats)} float ops"))
     delegates = delegate_rules.summary(delegate_rules.check(graph))

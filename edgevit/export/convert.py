@@ -180,6 +180,28 @@ def epsilon_adds(graph: Graph) -> list[Op]:
     return adds
 
 
+def score_arithmetic(graph: Graph) -> list[Op]:
+    """The ops between an attention's scores BATCH_MATMUL and its SOFTMAX
+    (Swin's position bias and shift mask, reshapes around them): in
+    int8_mixed they stay in float with the two ops they connect; an int8
+    ADD there would quantize scores whose masked pairs reach -100."""
+    between = []
+    for op in graph.ops:
+        if op.name != "SOFTMAX":
+            continue
+        path, index = [], op.inputs[0].index
+        while index in graph.producers:
+            producer = graph.ops[graph.producers[index]]
+            if producer.name == "BATCH_MATMUL":
+                between += path
+                break
+            if producer.name not in ("ADD", "MUL", "RESHAPE") or len(producer.runtime_inputs) != 1:
+                break
+            path.append(producer)
+            index = producer.runtime_inputs[0].index
+    return between
+
+
 def short_kernel_stem(graph: Graph) -> list[Op]:
     """The ops before the second convolution when the first one is a
     CONV_2D whose kernel reads fewer than SHORT_KERNEL values per output (a
@@ -201,8 +223,9 @@ def short_kernel_stem(graph: Graph) -> list[Op]:
 
 
 def _convert_mixed(converter, calibration, on_step, model_name: str) -> bytes:
-    """int8 everywhere except CPU_FLOAT_OPS, the epsilon ADDs before them and
-    a short-kernel stem, via the converter's selective quantization: the calibrated float model is
+    """int8 everywhere except CPU_FLOAT_OPS, the epsilon ADDs before them,
+    the score arithmetic between them and a short-kernel stem, via the
+    converter's selective quantization: the calibrated float model is
     quantized with a deny list of op kinds and of op outputs by name (what
     tf.lite.experimental.QuantizationDebugger does, without its debug model)."""
     import tensorflow as tf
@@ -218,7 +241,8 @@ def _convert_mixed(converter, calibration, on_step, model_name: str) -> bytes:
         with native_output_captured():
             calibrated = converter.convert()
             graph = read(calibrated)
-            float_outputs = [op.outputs[0].name for op in epsilon_adds(graph) + short_kernel_stem(graph)]
+            float_outputs = [op.outputs[0].name for op in
+                             epsilon_adds(graph) + short_kernel_stem(graph) + score_arithmetic(graph)]
             return bytes(tflite_convert.mlir_quantize(calibrated, denylisted_ops=list(CPU_FLOAT_OPS),
                                                       denylisted_nodes=float_outputs))
     except Exception as err:

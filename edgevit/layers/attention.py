@@ -5,6 +5,7 @@ single rank-4 transpose) and use no einsum, which TFLite cannot convert.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import keras
@@ -20,6 +21,17 @@ def softmax(x):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return ops.softmax(x, axis=-1)
+
+
+def masked_scores_range(lo: float, hi: float, keys: int) -> tuple[float, float]:
+    """The int8 range of masked attention scores (a large negative constant
+    added to the masked pairs) whose unmasked scores span [lo, hi]: masked
+    pairs only need to saturate at the bottom, ``ln(512 * keys)`` below
+    ``lo``. Each then weighs less than ``1 / (512 * keys)`` of the row's
+    largest score, so together less than half a step of the softmax's int8
+    output (1/256); a range reaching down to the mask itself (-100) would
+    round the scores to steps of ~0.4."""
+    return lo - math.log(512.0 * keys), hi
 
 
 @keras.saving.register_keras_serializable(package="edgevit")

@@ -93,6 +93,24 @@ class Fold(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
+class SpaceToChannels(keras.layers.Layer):
+    """``[B, H, W, C]`` -> ``[B, H/2, W/2, 4C]``: each 2x2 neighbourhood's
+    pixels on the channels in column-major order, (0, 0), (1, 0), (0, 1),
+    (1, 1) (Swin's patch merging: ``x[0::2, 0::2], x[1::2, 0::2],
+    x[0::2, 1::2], x[1::2, 1::2]``), so official checkpoints load
+    unpermuted. RESHAPE, SPLIT and CONCATENATION only, like :class:`Unfold`
+    (SPACE_TO_DEPTH orders them row-major and has no int16 kernel)."""
+
+    def call(self, x):
+        top_left, top_right, bottom_left, bottom_right = pixel_planes(x, 2)
+        return ops.concatenate([top_left, bottom_left, top_right, bottom_right], axis=3)
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, channels = input_shape
+        return (batch, height // 2, width // 2, 4 * channels)
+
+
+@keras.saving.register_keras_serializable(package="edgevit")
 class ResizeBilinear(keras.layers.Layer):
     """Bilinear resize with PyTorch's ``align_corners`` semantics (both exist
     in the official MobileViT code: v1/v3 use False, v2 uses True)."""

@@ -21,17 +21,36 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgevit.layers.attention import masked_scores_range
 from edgevit.litert.flatbuffer import (holds_data, opcode_names, operator_links, read_model, schema_module,
                                       write_model)
 
+# a constant added to masked attention scores is at or below this
+MASK_FLOOR = -50.0
 SCALE_KEEPING = ("RESHAPE", "TRANSPOSE", "SPLIT", "SPLIT_V", "SQUEEZE", "EXPAND_DIMS", "SLICE", "STRIDED_SLICE")
 FIXED_OUTPUT_GRID = ("SOFTMAX", "LOGISTIC", "TANH", "L2_NORMALIZATION", "LOG_SOFTMAX")
 
 
 def calibrated_int8_grids(model_content: bytes) -> bytes:
-    """``model_content`` with :func:`xnnpack_int8_grids` and
-    :func:`sum_mean_grids` applied (the file itself when neither changed it)."""
-    return sum_mean_grids(xnnpack_int8_grids(model_content))
+    """``model_content`` with :func:`xnnpack_int8_grids`,
+    :func:`sum_mean_grids` and :func:`masked_softmax_grids` applied (the
+    file itself when none changed it)."""
+    return masked_softmax_grids(sum_mean_grids(xnnpack_int8_grids(model_content)))
+
+
+def masked_softmax_grids(model_content: bytes) -> bytes:
+    """``model_content`` with each masked softmax's scores on a grid of the
+    unmasked scores' range.
+
+    A mask (Swin's shifted windows) multiplies the scores by a 0/1 constant
+    and adds a 0/-100 one before the SOFTMAX. Calibration gives the sum the
+    range down to -100, steps of ~0.4 where the scores need ~0.02. Here the
+    product keeps the scores' own grid (a product by 0 or 1 is exact on
+    it), and the sum gets :func:`edgevit.layers.attention.masked_scores_range`
+    of that grid's range: masked pairs saturate at its bottom, far enough
+    below every unmasked score to weigh nothing after the softmax.
+    """
+    return _requantized(model_content, _MaskedScores)
 
 
 def sum_mean_grids(model_content: bytes) -> bytes:
@@ -97,11 +116,17 @@ def _needs_rescale_above_one(model, op_names) -> bool:
 def xnnpack_int8_grids(model_content: bytes) -> bytes:
     """``model_content`` with the second operand of every int8 BATCH_MATMUL
     on a zero-point-0 grid (the file itself when nothing needed it)."""
+    return _requantized(model_content, _Requantizer)
+
+
+def _requantized(model_content: bytes, requantizer: type) -> bytes:
+    """``model_content`` with ``requantizer`` run over each subgraph (the
+    file itself when it changed nothing)."""
     model = read_model(model_content)
     op_names, int8 = opcode_names(model), schema_module().TensorType.INT8
     changed = False
     for graph in model.subgraphs or []:
-        changed |= _Requantizer(model, graph, op_names, int8).run()
+        changed |= requantizer(model, graph, op_names, int8).run()
     if not changed:
         return model_content
     return write_model(model, len(model_content) + 1024)
@@ -173,3 +198,61 @@ def _params(tensor) -> tuple[float, int] | None:
     if q is None or q.scale is None or len(q.scale) != 1:
         return None
     return float(q.scale[0]), int(q.zeroPoint[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0
+
+
+class _MaskedScores(_Requantizer):
+    def run(self) -> bool:
+        changed = False
+        for op in self.graph.operators or []:
+            if self.op_names[op.opcodeIndex] != "SOFTMAX":
+                continue
+            add = self._through_scale_keeping(int(op.inputs[0]))
+            kept = self._runtime_operand(add, "ADD", {0.0, MASK_FLOOR})
+            mul = self.producer.get(kept) if kept is not None else None
+            scores = self._runtime_operand(mul, "MUL", {0.0, 1.0})
+            params = _params(self.graph.tensors[scores]) if scores is not None else None
+            if params is None or self.graph.tensors[scores].type != self.int8:
+                continue
+            scale, zero_point = params
+            keys = int(self.graph.tensors[op.inputs[0]].shape[-1])
+            lo, hi = masked_scores_range(scale * (-128 - zero_point), scale * (127 - zero_point), keys)
+            changed |= self._set(kept, params)
+            changed |= self._set(int(add.outputs[0]), _grid(lo, hi))
+        return changed
+
+    def _through_scale_keeping(self, index: int):
+        op = self.producer.get(index)
+        while op is not None and self.op_names[op.opcodeIndex] in SCALE_KEEPING:
+            op = self.producer.get(int(op.inputs[_data_slot(self.op_names[op.opcodeIndex])]))
+        return op
+
+    def _runtime_operand(self, op, kind: str, values: set[float]) -> int | None:
+        """``op``'s runtime operand when ``op`` is a ``kind`` of it and a
+        constant holding just ``values`` (those below MASK_FLOOR counting as
+        MASK_FLOOR), else None."""
+        if op is None or self.op_names[op.opcodeIndex] != kind or len(op.inputs) != 2:
+            return None
+        constants = [int(t) for t in op.inputs if self._constant(int(t))]
+        if len(constants) != 1 or not self._holds_only(constants[0], values):
+            return None
+        return next(int(t) for t in op.inputs if int(t) != constants[0])
+
+    def _constant(self, index: int) -> bool:
+        return holds_data(self.model, self.graph.tensors[index])
+
+    def _holds_only(self, index: int, values: set[float]) -> bool:
+        tensor = self.graph.tensors[index]
+        params = _params(tensor)
+        if tensor.type != self.int8 or params is None:
+            return False
+        levels = np.unique(np.frombuffer(bytes(bytearray(self.model.buffers[tensor.buffer].data)), dtype=np.int8))
+        real = {MASK_FLOOR if v <= MASK_FLOOR else round(float(v), 4)
+                for v in params[0] * (levels.astype(np.int64) - params[1])}
+        return bool(real) and real <= values and len(real) == len(values)
+
+
+def _grid(lo: float, hi: float) -> tuple[float, int]:
+    """[scale, zero point] of the int8 range [lo, hi] (zero included)."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    scale = (hi - lo) / 255.0
+    return scale, int(np.clip(round(-128.0 - lo / scale), -128, 127))

@@ -33,13 +33,14 @@ import numpy as np
 from keras import ops
 
 from edgevit.errors import EdgevitError
-from edgevit.layers.attention import MultiHeadSelfAttention, SeparableSelfAttention
+from edgevit.layers.attention import MultiHeadSelfAttention, SeparableSelfAttention, masked_scores_range
 from edgevit.layers.mha import HeadAttention
 from edgevit.layers.norm import LayerNorm
 from edgevit.layers.tokens import BicubicResize, PositionEmbedding
 from edgevit.models.convit import GatedPositionalSelfAttention
 from edgevit.models.deepvit import ReAttention
 from edgevit.models.resmlp import Affine, LayerScale
+from edgevit.models.swin import CosineWindowAttention, WindowAttention
 
 PACKAGE = "edgevit.qat"
 # TFLite fixes the int8 output of LOGISTIC and SOFTMAX to scale 1/256,
@@ -912,6 +913,67 @@ class QuantReAttention(QuantizedPoints, ReAttention):
 
     def point_tags(self):
         return self.TAGS if self.apply_transform else tuple(t for t in self.TAGS if not t.startswith("mixed"))
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantWindowAttention(QuantizedPoints, WindowAttention):
+    """Swin's window attention. The shift mask's MUL by 1/0 keeps the
+    biased scores' grid (exact), and its ADD of 0/-100 writes them on the
+    grid :func:`masked_scores_range` derives from that one: masked pairs
+    saturate at its bottom, as in a post-training int8 file."""
+
+    dense_class = QuantDense
+    TAGS = ("qkv", "query_scaled", "scores", "biased", "softmax", "context")
+    FIXED = {"softmax": UNIT_RANGE}
+    CONSTANTS = ("bias", "keep", "drop")
+    MATMULS = {"scores": ("query_scaled", "qkv"), "context": ("softmax", "qkv")}
+    DENSE_INPUTS = {"qkv": 0, "proj": "context"}
+    DENSE_OUTPUTS = {"qkv": "qkv"}
+    OUTPUT_DENSE = "proj"
+    # the position bias and the mask stay in float with the scores and the softmax
+    FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL", "biased": "SOFTMAX", "kept": "SOFTMAX", "masked": "SOFTMAX",
+                        "softmax": "SOFTMAX"}
+    ON_BIASED_GRID = ("kept", "masked")
+
+    def position_bias(self):
+        # computed from weights only: while exporting, the constant itself, so
+        # that the converter meets its fake-quant op on a constant
+        return _traced_constant(self, "position_bias", super().position_bias)
+
+    def quantize_point(self, tag: str, x):
+        if tag not in self.ON_BIASED_GRID or self.constant or _float_while_exporting("SOFTMAX"):
+            return super().quantize_point(tag, x)
+        biased = self.quantizer("biased")
+        if biased.observing:
+            return x
+        lo, hi = biased.quantization_range()
+        if tag == "masked":
+            lo, hi = masked_scores_range(lo, hi, self.tokens)
+        return _fake_quant(x, lo, hi)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantCosineWindowAttention(QuantWindowAttention, CosineWindowAttention):
+    """SwinV2's window attention: the query and key normalisations are the
+    integer LayerNorm's ops, and the q/v biases are the int32 bias of the
+    one FULLY_CONNECTED that projects q, k and v."""
+
+    TAGS = ("qkv", "q_square", "q_mean", "q_mean_eps", "q_rsqrt", "query", "query_scaled",
+            "k_square", "k_mean", "k_mean_eps", "k_rsqrt", "keys", "scores", "biased", "softmax", "context")
+    CONSTANTS = ("query_scale", "bias", "keep", "drop")
+    MATMULS = {"scores": ("query_scaled", "keys"), "context": ("softmax", "qkv")}
+    PRODUCTS = {"q_square": ("qkv", "qkv"), "query": ("qkv", "q_rsqrt"),
+                "k_square": ("qkv", "qkv"), "keys": ("qkv", "k_rsqrt")}
+    FLOAT_WHEN_MIXED = {**QuantWindowAttention.FLOAT_WHEN_MIXED, "q_mean_eps": "RSQRT", "k_mean_eps": "RSQRT"}
+
+    def query_scale(self):
+        return _traced_constant(self, "query_scale", super().query_scale)
+
+    def project(self, x):
+        kernel = self.qkv.kernel
+        products = ops.matmul(x, round_kernel_to_grid(kernel))
+        return self.qkv.accumulated(products, kernel_bound(kernel, -1), None,
+                                    self.projection_bias() if self.qkv_bias else None)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -28,12 +28,13 @@ import keras
 
 from edgevit.errors import EdgevitError
 from edgevit.layers import (BicubicResize, DropPath, Fold, HeadAttention, LayerNorm, MultiHeadSelfAttention,
-                            PositionEmbedding, PrefixTokens, ResizeBilinear, SeparableSelfAttention, TokenSlice,
-                            Unfold)
+                            PositionEmbedding, PrefixTokens, ResizeBilinear, SeparableSelfAttention, SpaceToChannels,
+                            TokenSlice, Unfold)
 from edgevit.layers.transformer import TokenSplit
 from edgevit.models.convit import GatedPositionalSelfAttention
 from edgevit.models.deepvit import ReAttention
 from edgevit.models.resmlp import Affine, LayerScale
+from edgevit.models.swin import CosineWindowAttention, WindowAttention
 from edgevit.quantize import layers as q
 
 RANGE_KINDS = ("input", "output", "points", "folded", "shared")
@@ -93,6 +94,9 @@ _REGISTRY: dict[type, QuantizeRule] = {
     BicubicResize: QuantizeRule("points", q.QuantBicubicResize),
     Affine: QuantizeRule("points", q.QuantAffine),
     LayerScale: QuantizeRule("points", q.QuantLayerScale),
+    SpaceToChannels: KEEPS_INPUT_SCALE,
+    WindowAttention: QuantizeRule("points", q.QuantWindowAttention, ATTENTION_PROJECTIONS),
+    CosineWindowAttention: QuantizeRule("points", q.QuantCosineWindowAttention, ATTENTION_PROJECTIONS),
 }
 
 
