@@ -76,7 +76,7 @@ def test_int8_graph_is_all_integer_and_carries_metadata(tmp_path):
     assert report["precision"] == "int8"
     assert list(report) == ["model", "precision", "quantization_ranges", "input_size", "weights", "file", "size_bytes",
                             "io", "ops", "macs", "op_histogram", "max_rank", "checks", "delegates", "images",
-                            "agreement", "seconds", "files", "gpu_accelerator"]
+                            "agreement", "seconds", "files", "gpu_accelerator", "weights_hint"]
     assert report["quantization_ranges"] == sidecar["quantization_ranges"] == "calibrated"
     assert report == result.to_dict() and report["ops"] == len(summary.ops)
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgevit.layers.attention import masked_scores_range
 from edgevit.litert.flatbuffer import (holds_data, opcode_names, operator_links, read_model, schema_module,
                                       write_model)
 
@@ -202,6 +201,10 @@ def _params(tensor) -> tuple[float, int] | None:
 
 class _MaskedScores(_Requantizer):
     def run(self) -> bool:
+        # the rule QAT trains masked scores on (imported here: edgevit.layers loads Keras, which the
+        # command line imports only once its early checks have passed)
+        from edgevit.layers.attention import masked_scores_range
+
         changed = False
         for op in self.graph.operators or []:
             if self.op_names[op.opcodeIndex] != "SOFTMAX":
