@@ -11,11 +11,12 @@ from .registry import IMPORTERS, Importer
 from .rules import assign, match_score, plan
 
 # Every Importer.source; `edgevit import-weights --source` offers these (and auto).
-SOURCES = ("timm", "cvnets", "huggingface")
+SOURCES = ("timm", "cvnets", "huggingface", "official")
 
 
 def _load_importers():
     from . import cvnets, hf_cvt, timm  # noqa: F401  (registering)
+    from . import cswin  # noqa: F401
 
 
 def importers_for(family: str) -> dict[str, Importer]:
