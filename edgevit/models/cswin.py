@@ -114,17 +114,26 @@ def stripe_attention(q, k, v, window, num_heads: int, name: str):
     return y
 
 
-def cswin_block(x, num_heads: int, windows: list, mlp_ratio: float, drop_path: float, name: str):
-    """x + proj(stripe attention of each branch), then x + MLP(LN(x))."""
+def cross_shaped_attention(x, num_heads: int, windows: list, name: str):
+    """``proj`` of the stripe attention of each branch (one branch: the
+    whole map), each on its share of the heads and of the channels."""
     dim, branches = x.shape[-1], len(windows)
-    y = LayerNorm(epsilon=LN_EPS, name=f"{name}.norm1")(x)
-    qkv = layers.Dense(3 * dim, kernel_initializer=DENSE_INIT, name=f"{name}.qkv")(y)
-    parts = ChannelSplit(3 * branches, name=f"{name}.split_qkv")(qkv)  # q, k, v of each branch in turn
-    outs = [stripe_attention(parts[b], parts[branches + b], parts[2 * branches + b], window,
-                             num_heads // branches, name=f"{name}.attns.{b}")
+    qkv = layers.Dense(3 * dim, kernel_initializer=DENSE_INIT, name=f"{name}.qkv")(x)
+    q, k, v = ChannelSplit(3, name=f"{name}.split_qkv")(qkv)
+    if branches > 1:  # each of q, k, v holds the branches' channels in turn; XNNPACK splits into 2-4 parts only
+        q, k, v = (ChannelSplit(branches, name=f"{name}.split_{t}")(part) for t, part in zip("qkv", (q, k, v)))
+    else:
+        q, k, v = [q], [k], [v]
+    outs = [stripe_attention(q[b], k[b], v[b], window, num_heads // branches, name=f"{name}.attns.{b}")
             for b, window in enumerate(windows)]
     y = outs[0] if branches == 1 else layers.Concatenate(axis=-1, name=f"{name}.join")(outs)
-    y = layers.Dense(dim, kernel_initializer=DENSE_INIT, name=f"{name}.proj")(y)
+    return layers.Dense(dim, kernel_initializer=DENSE_INIT, name=f"{name}.proj")(y)
+
+
+def cswin_block(x, num_heads: int, windows: list, mlp_ratio: float, drop_path: float, name: str):
+    """x + cross-shaped attention(LN(x)), then x + MLP(LN(x))."""
+    dim = x.shape[-1]
+    y = cross_shaped_attention(LayerNorm(epsilon=LN_EPS, name=f"{name}.norm1")(x), num_heads, windows, name)
     if drop_path:
         y = DropPath(drop_path, name=f"{name}.drop_path1")(y)
     x = layers.Add(name=f"{name}.add1")([x, y])

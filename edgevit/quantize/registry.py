@@ -31,7 +31,9 @@ from edgevit.layers import (BicubicResize, DropPath, Fold, HeadAttention, LayerN
                             PositionEmbedding, PrefixTokens, ResizeBilinear, SeparableSelfAttention, TokenSlice,
                             Unfold)
 from edgevit.layers.transformer import TokenSplit
+from edgevit.layers.windows import WindowMerge, WindowPartition
 from edgevit.models.convit import GatedPositionalSelfAttention
+from edgevit.models.cswin import ChannelSplit
 from edgevit.models.deepvit import ReAttention
 from edgevit.models.resmlp import Affine, LayerScale
 from edgevit.quantize import layers as q
@@ -93,6 +95,7 @@ _REGISTRY: dict[type, QuantizeRule] = {
     BicubicResize: QuantizeRule("points", q.QuantBicubicResize),
     Affine: QuantizeRule("points", q.QuantAffine),
     LayerScale: QuantizeRule("points", q.QuantLayerScale),
+    **dict.fromkeys((WindowPartition, WindowMerge, ChannelSplit), KEEPS_INPUT_SCALE),
 }
 
 
