@@ -60,7 +60,7 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
                    input_size: int | None = None) -> ImportResult:
     """Import ``checkpoint`` into the edgevit variant ``model``.
 
-    ``source`` is ``timm``, ``cvnets`` or ``huggingface`` (``auto`` picks
+    ``source`` is ``timm``, ``cvnets``, ``huggingface`` or ``official`` (``auto`` picks
     the naming the checkpoint uses). ``num_classes`` defaults to the checkpoint's
     classifier; ``input_size`` defaults to the variant's, and position
     embeddings are resampled when it differs from the checkpoint's. The
