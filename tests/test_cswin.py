@@ -64,10 +64,13 @@ def test_half_the_heads_attend_in_vertical_stripes_half_in_horizontal_ones():
 
 
 def test_stripes_wider_than_the_map_cover_it_and_others_must_divide_it():
-    assert stripes((4, 4), 7, 3, "cswin_tiny") == [(4, 4), (4, 4)]
-    assert stripes((28, 28), 2, 2, "cswin_tiny") == [(28, 2), (2, 28)]
-    with pytest.raises(edgevit.EdgevitError, match="stage 3's 8x8 map does not split into stripes 7 wide"):
+    assert stripes((4, 4), 7) == [(4, 4), (4, 4)]
+    assert stripes((28, 28), 2) == [(28, 2), (2, 28)]
+    with pytest.raises(edgevit.EdgevitError, match=r"Input size 128 does not work for cswin_tiny: stage 3's 8x8 "
+                                                   r"map does not split into stripes 7 wide; e.g. 96 or 224\."):
         edgevit.create_model("cswin_tiny", input_size=128)
+    with pytest.raises(edgevit.EdgevitError, match=r"stage 3's 14x14 map .* stripes 12 wide; e.g. 192 or 384\."):
+        edgevit.create_model("cswin_base_384", input_size=224)
     with pytest.raises(edgevit.EdgevitError, match="multiple of 32"):
         edgevit.create_model("cswin_tiny", input_size=112)
 

@@ -88,13 +88,33 @@ class ChannelSplit(keras.layers.Layer):
         return {**super().get_config(), "parts": self.parts}
 
 
-def stripes(grid: tuple[int, int], split: int, stage: int, name: str) -> list[tuple[int, int]]:
+def stripes(grid: tuple[int, int], split: int) -> list[tuple[int, int]]:
     """The (vertical, horizontal) stripe windows of a stage's map."""
     height, width = grid
-    if (height > split and height % split) or (width > split and width % split):
-        raise EdgevitError(f"Input size does not work for {name}: stage {stage}'s {height}x{width} map does not "
-                           f"split into stripes {split} wide.")
     return [(height, min(split, width)), (min(split, height), width)]
+
+
+def misfit_stage(cfg: CSWinConfig, input_size: int) -> tuple[int, int] | None:
+    """(stage, map side) of the first stage whose map does not split into
+    its stripes at ``input_size`` (a multiple of 32), or None."""
+    side = input_size // 4
+    for stage, split in enumerate(cfg.splits, 1):
+        if side > split and side % split:
+            return stage, side
+        side = -(-side // 2)
+    return None
+
+
+def check_input_size(cfg: CSWinConfig, name: str, input_size: int) -> None:
+    misfit = misfit_stage(cfg, input_size)
+    if misfit is None:
+        return
+    stage, side = misfit
+    fitting = [next((s for s in sizes if misfit_stage(cfg, s) is None), None)
+               for sizes in (range(input_size - 32, 0, -32), range(input_size + 32, 64 * input_size, 32))]
+    raise EdgevitError(f"Input size {input_size} does not work for {name}: stage {stage}'s {side}x{side} map does "
+                       f"not split into stripes {cfg.splits[stage - 1]} wide; e.g. "
+                       f"{' or '.join(str(s) for s in fitting if s)}.")
 
 
 def stripe_attention(q, k, v, window, num_heads: int, name: str):
@@ -154,6 +174,7 @@ def conv_embed(x, filters: int, kernel_size: int, strides: int, padding: int, na
 def build_cswin(cfg: CSWinConfig, name: str, num_classes: int, input_size: int, *,
                 drop_path_rate: float = 0.0) -> keras.Model:
     """A CSWin model of ``cfg`` (the registered variants use ``CONFIGS``)."""
+    check_input_size(cfg, name, input_size)
     inputs = image_input(input_size)
     x = conv_embed(inputs, cfg.embed_dim, 7, 4, 2, name="stage1_conv_embed")
     rates = drop_path_rates(drop_path_rate, sum(cfg.depths))
@@ -161,7 +182,7 @@ def build_cswin(cfg: CSWinConfig, name: str, num_classes: int, input_size: int, 
         if stage:
             x = conv_embed(x, 2 * x.shape[-1], 3, 2, 1, name=f"merge{stage}")
         grid = tuple(x.shape[1:3])
-        windows = stripes(grid, cfg.splits[stage], stage + 1, name) if stage < 3 else [grid]
+        windows = stripes(grid, cfg.splits[stage]) if stage < 3 else [grid]
         for i in range(depth):
             x = cswin_block(x, cfg.heads[stage], windows, cfg.mlp_ratio, rates.pop(0), name=f"stage{stage + 1}.{i}")
     x = LayerNorm(epsilon=LN_EPS, name="norm")(x)
