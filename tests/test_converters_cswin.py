@@ -15,16 +15,11 @@ difference on all six variants at their default sizes
 (converters/README.md).
 """
 import functools
-import hashlib
 
-import numpy as np
 import pytest
 
 import edgevit
-from edgevit.converters import import_weights
-from edgevit.converters.api import importers_for
-from edgevit.converters.checkpoints import write_safetensors
-from edgevit.converters.rules import export_state_dict, plan
+from tests.official_checkpoints import assert_imports_back, names_and_shapes_hash, state_dict_in, write_checkpoint
 
 OFFICIAL = {
     "cswin_tiny": (418, "24df181b8272fa30"), "cswin_small": (656, "ae7e385b22257aca"),
@@ -39,36 +34,15 @@ SIZE = 64  # no tensor shape depends on the input size
 def source_model(name):
     """A random-init model and its weights in the official naming (built once)."""
     model = edgevit.create_model(name, input_size=SIZE)
-    return model, export_state_dict(plan(model, importers_for("cswin")["official"].rules(model), "official"))
-
-
-def names_and_shapes_hash(state_dict):
-    lines = sorted(f"{k}:{tuple(v.shape)}" for k, v in state_dict.items())
-    return len(lines), hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
-
-
-def write_checkpoint(state_dict, folder, name):
-    """As the release files hold them (the EMA weights of a training
-    checkpoint), or as .safetensors when torch is absent."""
-    try:
-        import torch
-    except ImportError:
-        path = folder / f"{name}.safetensors"
-        write_safetensors(state_dict, path)
-        return path
-    path = folder / f"{name}.pth"
-    torch.save({"epoch": 299, "state_dict_ema": {k: torch.from_numpy(v) for k, v in state_dict.items()}}, path)
-    return path
+    return model, state_dict_in(model, "official")
 
 
 def round_trip(tmp_path, name):
+    """As the release files hold them: the EMA weights of a training checkpoint."""
     source, state_dict = source_model(name)
     assert names_and_shapes_hash(state_dict) == OFFICIAL[name]
-    path = write_checkpoint(state_dict, tmp_path, name)
-    result = import_weights(path, name, input_size=SIZE)
-    assert result.report["source"] == "official" and result.report["tensors"] == OFFICIAL[name][0]
-    for a, b in zip(source.weights, result.model.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    path = write_checkpoint(state_dict, tmp_path / f"{name}.pth", entry="state_dict_ema")
+    assert_imports_back(path, source, "official", OFFICIAL[name][0], SIZE)
 
 
 @pytest.mark.parametrize("name", DEFAULT)
