@@ -16,6 +16,7 @@ SOURCES = ("timm", "cvnets", "huggingface", "official")
 
 def _load_importers():
     from . import cvnets, hf_cvt, timm  # noqa: F401  (registering)
+    from . import cswin  # noqa: F401
 
 
 def importers_for(family: str) -> dict[str, Importer]:
@@ -74,7 +75,7 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
                    input_size: int | None = None, channel_order: str | None = None) -> ImportResult:
     """Import ``checkpoint`` into the edgevit variant ``model``.
 
-    ``source`` is ``timm``, ``cvnets`` or ``huggingface`` (``auto`` picks
+    ``source`` is ``timm``, ``cvnets``, ``huggingface`` or ``official`` (``auto`` picks
     the naming the checkpoint uses). ``num_classes`` defaults to the checkpoint's
     classifier; ``input_size`` defaults to the variant's, and position
     embeddings are resampled when it differs from the checkpoint's.

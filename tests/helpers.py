@@ -127,3 +127,21 @@ def round_trips_and_converts(tmp_path, name, size, precisions=("fp32", "int8")):
     x = np.random.default_rng(1).random((2, size, size, 3), dtype="float32")
     assert round_trip_outputs(tmp_path, model, x).shape == (2, 10)
     return model, {p: exports_within_floor(tmp_path, name, p, size, model=model) for p in precisions}
+
+
+def int8_and_qat_outputs(tmp_path, model, x, input_range):
+    """Outputs on ``x`` of ``model``'s int8 file (LiteRT's XNNPACK kernels,
+    in a child process) and of the QAT model it was converted from, after
+    moving every weight off its initial value as training does (no all-one
+    scales or zero biases the converter would fold away)."""
+    from edgevit.export.convert import convert
+    from edgevit.export.run_model import run_in_child
+    from edgevit.quantize.qat import quantize_model
+
+    rng = np.random.default_rng(1)
+    for w in model.weights:
+        w.assign(np.asarray(w) + rng.normal(0, 0.1, w.shape).astype(np.float32))
+    qat = quantize_model(model, x, input_range=input_range)
+    path = tmp_path / f"{model.name}.tflite"
+    path.write_bytes(convert(qat, "int8", None, "int8"))
+    return run_in_child(path, x), outputs(qat, x)

@@ -18,17 +18,13 @@ BGR; their import reverses the stem's input channels so the model takes RGB,
 and writing one (``targets_for``) reverses them back.
 """
 import functools
-import hashlib
 
 import numpy as np
 import pytest
 
 import edgevit
 from edgevit.converters import import_weights
-from edgevit.converters.api import importers_for, targets_for
-from edgevit.converters.checkpoints import write_safetensors
-from edgevit.converters.rules import export_state_dict
-from edgevit.registry import get_spec
+from tests.official_checkpoints import assert_imports_back, names_and_shapes_hash, state_dict_in, write_checkpoint
 
 OFFICIAL = {
     "mobilevit_v1_xxs": (279, "d914f1dbda7635b8"), "mobilevit_v1_xs": (279, "93dbbabe18e14d79"),
@@ -48,46 +44,22 @@ DEFAULT = ["mobilevit_v3_xxs", "mobilevit_v3_050"]
 SIZE = 64  # tensor shapes do not depend on the input size
 
 
-def cvnets_state_dict(model):
-    importer = importers_for(get_spec(model.name).family)["cvnets"]
-    return export_state_dict(targets_for(model, importer))
-
-
 @functools.cache
 def source_model(name):
     """A random-init model and its weights in cvnets naming (built once)."""
     model = edgevit.create_model(name, input_size=SIZE)
-    return model, cvnets_state_dict(model)
+    return model, state_dict_in(model, "cvnets")
 
 
-def names_and_shapes_hash(state_dict):
-    lines = sorted(f"{k}:{tuple(v.shape)}" for k, v in state_dict.items())
-    return len(lines), hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
-
-
-def write_checkpoint(state_dict, folder):
-    """As the release does (torch.save of the EMA state dict), or as
-    .safetensors when torch is absent."""
-    try:
-        import torch
-    except ImportError:
-        path = folder / "checkpoint_ema_best.safetensors"
-        write_safetensors(state_dict, path)
-        return path
-    path = folder / "checkpoint_ema_best.pt"
-    torch.save({k: torch.from_numpy(v) for k, v in state_dict.items()}, path)
-    return path
+def write_release_checkpoint(state_dict, folder):
+    """As the release does: torch.save of the EMA state dict."""
+    return write_checkpoint(state_dict, folder / "checkpoint_ema_best.pt")
 
 
 def round_trip(tmp_path, name):
     source, state_dict = source_model(name)
     assert names_and_shapes_hash(state_dict) == OFFICIAL[name]
-    path = write_checkpoint(state_dict, tmp_path)
-    result = import_weights(path, name, input_size=SIZE)
-    assert result.report["source"] == "cvnets" and result.report["tensors"] == OFFICIAL[name][0]
-    # every weight back bit for bit (so the outputs are identical too)
-    for a, b in zip(source.weights, result.model.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    assert_imports_back(write_release_checkpoint(state_dict, tmp_path), source, "cvnets", OFFICIAL[name][0], SIZE)
 
 
 @pytest.mark.parametrize("name", DEFAULT)
@@ -124,7 +96,7 @@ def test_cvnets_names_read_like_the_official_code(name, keys):
 def test_wrong_variant_names_first_mismatching_tensor(tmp_path):
     """An xxs checkpoint for the v1 xs: the first tensor of another shape,
     both shapes, in the checkpoint's layout."""
-    path = write_checkpoint(source_model("mobilevit_v1_xxs")[1], tmp_path)
+    path = write_release_checkpoint(source_model("mobilevit_v1_xxs")[1], tmp_path)
     with pytest.raises(edgevit.EdgevitError, match=r"tensor 'layer_1.0.block.exp_1x1.block.conv.weight' "
                                                    r"has shape \(32, 16, 1, 1\), mobilevit_v1_xs needs "
                                                    r"\(64, 16, 1, 1\)"):
@@ -133,7 +105,7 @@ def test_wrong_variant_names_first_mismatching_tensor(tmp_path):
 
 def test_low_latency_checkpoint_and_full_model_report_missing_and_extra_tensors(tmp_path):
     """v3_xxs_l2 has two transformer blocks in layer 4 where v3_xxs has four."""
-    path = write_checkpoint(source_model("mobilevit_v3_xxs_l2")[1], tmp_path)
+    path = write_release_checkpoint(source_model("mobilevit_v3_xxs_l2")[1], tmp_path)
     with pytest.raises(edgevit.EdgevitError, match=r"lacks 26 of the 279 tensors mobilevit_v3_xxs needs .*"
                                                    r"'layer_4\.1\.global_rep\.2\.pre_norm_mha\.0\.weight'.* and "
                                                    r"has 2 it has no place for.*'layer_4.1.global_rep.2.weight'"):
@@ -145,7 +117,7 @@ def test_checkpoints_trained_on_bgr_give_a_model_that_takes_rgb(tmp_path, name, 
     """The imported model on RGB pixels computes what the checkpoint's own
     network (its tensors read as they are) computes on the pixels it was
     trained on."""
-    path = write_checkpoint(source_model(name)[1], tmp_path)
+    path = write_release_checkpoint(source_model(name)[1], tmp_path)
     imported = import_weights(path, name, input_size=SIZE)
     as_is = import_weights(path, name, input_size=SIZE, channel_order="RGB").model
     assert imported.report["channel_order"].startswith(trained_on)

@@ -8,6 +8,7 @@ import edgevit
 
 from edgevit.layers import (Fold, LayerNorm, MultiHeadSelfAttention, ResizeBilinear,
                             SeparableSelfAttention, Unfold, make_divisible)
+from edgevit.layers.windows import WindowMerge, WindowPartition
 
 RNG = np.random.default_rng(0)
 
@@ -150,3 +151,25 @@ def test_random_init_gives_every_layer_its_own_weights_and_repeats_after_reseedi
             by_shape.setdefault(tuple(w.shape), []).append(np.asarray(w))
     repeated = [s for s, ks in by_shape.items() if any(np.array_equal(ks[0], k) for k in ks[1:])]
     assert not repeated, repeated
+
+
+def _windows_reference(x, wh, ww):
+    """Windows as the official CSWin / Swin code cuts them: the rank-6 view
+    ``[B, H/wh, wh, W/ww, ww, C]``, window axes first."""
+    b, h, w, c = x.shape
+    return x.reshape(b, h // wh, wh, w // ww, ww, c).transpose(0, 1, 3, 2, 4, 5).reshape(-1, wh, ww, c)
+
+
+@pytest.mark.parametrize("window", [(4, 2), (2, 8), (1, 8), (4, 1), (2, 4), (1, 1), (4, 8)])
+def test_window_partition_matches_the_rank6_view_and_merges_back(window):
+    x = _rand(2, 4, 8, 3)
+    windows = WindowPartition(window)(x)
+    np.testing.assert_array_equal(windows, _windows_reference(x, *window))
+    np.testing.assert_array_equal(WindowMerge((4, 8))(windows), x)
+    assert WindowPartition(window).compute_output_shape(x.shape) == windows.shape
+    assert WindowMerge((4, 8)).compute_output_shape(windows.shape) == x.shape
+
+
+def test_window_partition_needs_windows_that_tile_the_map():
+    with pytest.raises(ValueError, match="a 4x8 map does not split into 3x8 windows"):
+        WindowPartition((3, 8))(_rand(1, 4, 8, 3))

@@ -30,7 +30,7 @@ def test_partition_is_the_rank6_permutation_and_merge_inverts_it(window):
 
 
 def test_a_map_that_does_not_divide_into_windows_is_an_error():
-    with pytest.raises(ValueError, match="6x8 map does not divide into 4x4 windows"):
+    with pytest.raises(ValueError, match="6x8 map does not split into 4x4 windows"):
         partition_windows(ops.convert_to_tensor(MAP), (4, 4))
 
 

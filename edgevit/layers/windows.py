@@ -1,6 +1,6 @@
 """Windows of a feature map, in tensors of rank <= 4: the partition of a
-``[B, H, W, C]`` map into non-overlapping ``wh x ww`` windows of tokens and
-back, and the cyclic shift of a map written as slices and concatenations.
+``[B, H, W, C]`` map into non-overlapping ``wh x ww`` windows and back, and
+the cyclic shift of a map written as slices and concatenations.
 
 The usual partition is a rank-6 permutation
 ``[B, H/wh, wh, W/ww, ww, C] -> [B, H/wh, W/ww, wh, ww, C]``, and the usual
@@ -9,13 +9,20 @@ becomes a Flex op no delegate runs. Here the window rows stay merged with
 the batch and each window's columns with the channels, so one rank-4
 TRANSPOSE does the permutation: ``[B * H/wh, wh, W/ww, ww * C] ->
 [B * H/wh, W/ww, wh, ww * C]``. The windows come out in row-major order,
-tokens row-major inside each window, as in the reference implementations.
+pixels row-major inside each window, as in the reference implementations.
+Full-width windows (horizontal stripes) and one-row windows need no
+transpose: they are contiguous in memory.
 
 Windows may be rectangular: square windows are Swin's, windows of the full
-height or width are stripes (CSWin's cross-shaped attention).
+height or width are stripes (CSWin's cross-shaped attention). Attention
+takes them as tokens (:func:`partition_windows`); per-window convolutions
+(CSWin's LePE) take them as maps (:class:`WindowPartition`), where the zero
+padding at every window border is what a convolution over the batch of
+windows does.
 """
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 
@@ -23,7 +30,7 @@ def window_grid(grid, window) -> tuple[int, int]:
     """How many windows fit along the height and the width of ``grid``."""
     (height, width), (wh, ww) = grid, window
     if height % wh or width % ww:
-        raise ValueError(f"a {height}x{width} map does not divide into {wh}x{ww} windows")
+        raise ValueError(f"a {height}x{width} map does not split into {wh}x{ww} windows")
     return height // wh, width // ww
 
 
@@ -64,3 +71,49 @@ def cyclic_shift(x, shift):
             head, tail = (x[:, cut:], x[:, :cut]) if axis == 1 else (x[:, :, cut:], x[:, :, :cut])
             x = ops.concatenate([head, tail], axis=axis)
     return x
+
+
+@keras.saving.register_keras_serializable(package="edgevit")
+class WindowPartition(keras.layers.Layer):
+    """:func:`partition_windows` as maps: ``[B, H, W, C]`` ->
+    ``[B * nH * nW, wh, ww, C]`` for ``window=(wh, ww)``."""
+
+    def __init__(self, window, **kwargs):
+        super().__init__(**kwargs)
+        self.window = tuple(int(w) for w in window)
+
+    def call(self, x):
+        wh, ww = self.window
+        return ops.reshape(partition_windows(x, self.window), (-1, wh, ww, x.shape[-1]))
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, channels = input_shape
+        wh, ww = self.window
+        windows = None if batch is None else batch * (height // wh) * (width // ww)
+        return (windows, wh, ww, channels)
+
+    def get_config(self):
+        return {**super().get_config(), "window": list(self.window)}
+
+
+@keras.saving.register_keras_serializable(package="edgevit")
+class WindowMerge(keras.layers.Layer):
+    """Inverse of :class:`WindowPartition`: windows ``[N, wh, ww, C]`` back
+    onto a ``[B, H, W, C]`` map of ``grid=(H, W)``."""
+
+    def __init__(self, grid, **kwargs):
+        super().__init__(**kwargs)
+        self.grid = tuple(int(g) for g in grid)
+
+    def call(self, x):
+        _, wh, ww, channels = x.shape
+        return merge_windows(ops.reshape(x, (-1, wh * ww, channels)), self.grid, (wh, ww))
+
+    def compute_output_shape(self, input_shape):
+        windows, wh, ww, channels = input_shape
+        height, width = self.grid
+        batch = None if windows is None else windows // ((height // wh) * (width // ww))
+        return (batch, height, width, channels)
+
+    def get_config(self):
+        return {**super().get_config(), "grid": list(self.grid)}

@@ -31,7 +31,9 @@ from edgevit.layers import (BicubicResize, DropPath, Fold, HeadAttention, LayerN
                             PositionEmbedding, PrefixTokens, ResizeBilinear, SeparableSelfAttention, SpaceToChannels,
                             TokenSlice, Unfold)
 from edgevit.layers.transformer import TokenSplit
+from edgevit.layers.windows import WindowMerge, WindowPartition
 from edgevit.models.convit import GatedPositionalSelfAttention
+from edgevit.models.cswin import ChannelSplit
 from edgevit.models.deepvit import ReAttention
 from edgevit.models.resmlp import Affine, LayerScale
 from edgevit.models.swin import CosineWindowAttention, WindowAttention
@@ -97,6 +99,7 @@ _REGISTRY: dict[type, QuantizeRule] = {
     SpaceToChannels: KEEPS_INPUT_SCALE,
     WindowAttention: QuantizeRule("points", q.QuantWindowAttention, ATTENTION_PROJECTIONS),
     CosineWindowAttention: QuantizeRule("points", q.QuantCosineWindowAttention, ATTENTION_PROJECTIONS),
+    **dict.fromkeys((WindowPartition, WindowMerge, ChannelSplit), KEEPS_INPUT_SCALE),
 }
 
 
