@@ -11,11 +11,12 @@ from .registry import IMPORTERS, Importer
 from .rules import assign, match_score, plan
 
 # Every Importer.source; `edgevit import-weights --source` offers these (and auto).
-SOURCES = ("timm", "cvnets", "huggingface")
+SOURCES = ("timm", "cvnets", "huggingface", "t2t")
 
 
 def _load_importers():
     from . import cvnets, hf_cvt, timm  # noqa: F401  (registering)
+    from . import t2t  # noqa: F401
 
 
 def importers_for(family: str) -> dict[str, Importer]:
@@ -59,7 +60,7 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
                    input_size: int | None = None) -> ImportResult:
     """Import ``checkpoint`` into the edgevit variant ``model``.
 
-    ``source`` is ``timm``, ``cvnets`` or ``huggingface`` (``auto`` picks
+    ``source`` is ``timm``, ``cvnets``, ``huggingface`` or ``t2t`` (``auto`` picks
     the naming the checkpoint uses). ``num_classes`` defaults to the checkpoint's
     classifier; ``input_size`` defaults to the variant's, and position
     embeddings are resampled when it differs from the checkpoint's. The
