@@ -87,14 +87,15 @@ class TokenPerformer(QuantizePoints, keras.layers.Layer):
                                  initializer=keras.initializers.Orthogonal(gain=math.sqrt(self.features)))
 
     def random_features(self, x, role: str):
-        """``phi(x)`` of keys or queries ``[B, T, emb]`` -> ``[B, T, m]``; the
-        squared norm as a mean times its count (MEAN's int8 kernel)."""
+        """``sqrt(m) phi(x)`` of keys or queries ``[B, T, emb]`` -> ``[B, T, m]``
+        (the squared norm as a mean times its count, for MEAN's int8 kernel).
+        The 1 / sqrt(m) of both feature maps cancels in the normalised
+        attention but for ``epsilon``, which is scaled by m instead."""
         mark = self.quantize_point
-        half_norm = mark(f"{role}_half_norm", ops.mean(mark(f"{role}_square", x * x), axis=-1, keepdims=True)
-                         * (self.emb / 2))
+        square_mean = mark(f"{role}_square_mean", ops.mean(mark(f"{role}_square", x * x), axis=-1, keepdims=True))
+        half_norm = mark(f"{role}_half_norm", square_mean * (self.emb / 2))
         projected = mark(f"{role}_projected", ops.matmul(x, mark("directions", ops.transpose(self.w))))
-        exponent = mark(f"{role}_exponent", projected - half_norm)
-        return mark(f"{role}_features", ops.exp(exponent) * (1.0 / math.sqrt(self.features)))
+        return mark(f"{role}_features", ops.exp(mark(f"{role}_exponent", projected - half_norm)))
 
     def call(self, x, training=None):
         import tensorflow as tf
@@ -115,9 +116,10 @@ class TokenPerformer(QuantizePoints, keras.layers.Layer):
         mixed = mark("mixed", merge_heads(tf.linalg.matmul(split_heads(query_features, 1), context)))
         # 1 / (normaliser + eps) as rsqrt squared: an int8 DIV stops the
         # interpreter when its divisor rounds to zero, an int8 RSQRT saturates
-        inverse_root = mark("inverse_root", ops.rsqrt(mark("normaliser_eps", normaliser + self.epsilon)))
+        epsilon = self.epsilon * self.features
+        inverse_root = mark("inverse_root", ops.rsqrt(mark("normaliser_eps", normaliser + epsilon)))
         attended = mark("attended", mark("mixed_scaled", mixed * inverse_root) * inverse_root)
-        return v + self.dropout(self.proj(attended), training=training)
+        return v + self.dropout(mark("proj", self.proj(attended)), training=training)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.emb)
@@ -149,7 +151,7 @@ class TokenAttention(QuantizePoints, keras.layers.Layer):
         q, k, v = ops.split(self.quantize_point("qkv", self.qkv(x)), 3, axis=-1)
         scores = attention_scores(split_heads(q, 1), split_heads_transposed(k, 1), self.scale, self.quantize_point)
         context = self.quantize_point("context", merge_heads(apply_scores(scores, split_heads(v, 1))))
-        return v + self.proj(context)
+        return v + self.quantize_point("proj", self.proj(context))
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.emb)
@@ -230,7 +232,10 @@ def build_t2t_vit(name: str, num_classes: int, input_size: int, *, drop_path_rat
 
 
 _T2T = dict(family="t2t_vit", default_input_size=224, preprocessing=PREPROCESS_T2T, input_size_multiple=16,
-            reference=REFERENCE_T2T, checkpoint_formats=("t2t",), options=builder_options(build_t2t_vit))
+            reference=REFERENCE_T2T, checkpoint_formats=("t2t",), options=builder_options(build_t2t_vit),
+            mixed_float_layers=("tokens_to_token.attention1.norm1", "tokens_to_token.attention1",
+                                "tokens_to_token.attention2"))
+_T2T_T = {**_T2T, "mixed_float_layers": ("tokens_to_token.attention1.norm1",)}
 
 
 @register_model(**_T2T)
@@ -263,16 +268,16 @@ def t2t_vit_24(num_classes: int = 1000, input_size: int = 224, **options):
     return build_t2t_vit("t2t_vit_24", num_classes, input_size, **options)
 
 
-@register_model(**_T2T)
+@register_model(**_T2T_T)
 def t2t_vit_t_14(num_classes: int = 1000, input_size: int = 224, **options):
     return build_t2t_vit("t2t_vit_t_14", num_classes, input_size, **options)
 
 
-@register_model(**_T2T)
+@register_model(**_T2T_T)
 def t2t_vit_t_19(num_classes: int = 1000, input_size: int = 224, **options):
     return build_t2t_vit("t2t_vit_t_19", num_classes, input_size, **options)
 
 
-@register_model(**_T2T)
+@register_model(**_T2T_T)
 def t2t_vit_t_24(num_classes: int = 1000, input_size: int = 224, **options):
     return build_t2t_vit("t2t_vit_t_24", num_classes, input_size, **options)

@@ -34,6 +34,8 @@ from edgevit.layers.transformer import TokenSplit
 from edgevit.models.convit import GatedPositionalSelfAttention
 from edgevit.models.deepvit import ReAttention
 from edgevit.models.resmlp import Affine, LayerScale
+from edgevit.models.t2t_vit import TokenAttention, TokenPerformer
+from edgevit.layers.soft_split import SoftSplit
 from edgevit.quantize import layers as q
 
 RANGE_KINDS = ("input", "output", "points", "folded", "shared")
@@ -93,6 +95,10 @@ _REGISTRY: dict[type, QuantizeRule] = {
     BicubicResize: QuantizeRule("points", q.QuantBicubicResize),
     Affine: QuantizeRule("points", q.QuantAffine),
     LayerScale: QuantizeRule("points", q.QuantLayerScale),
+    # one-hot depthwise convolution: the int8 copy keeps its input's levels
+    SoftSplit: ONE_OP,
+    TokenPerformer: QuantizeRule("points", q.QuantTokenPerformer, ("kqv.kernel", "proj.kernel")),
+    TokenAttention: QuantizeRule("points", q.QuantTokenAttention, ATTENTION_PROJECTIONS),
 }
 
 
