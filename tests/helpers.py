@@ -104,3 +104,9 @@ def round_trips_and_converts(tmp_path, name, size, precisions=("fp32", "int8")):
     x = np.random.default_rng(1).random((2, size, size, 3), dtype="float32")
     assert round_trip_outputs(tmp_path, model, x).shape == (2, 10)
     return model, {p: exports_within_floor(tmp_path, name, p, size, model=model) for p in precisions}
+
+
+def assert_same_weights(model, other):
+    """Every weight of ``other`` equals ``model``'s bit for bit (so do their outputs)."""
+    for a, b in zip(model.weights, other.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)

@@ -17,7 +17,6 @@ models agree to <= 3e-5 max abs logit difference (converters/README.md).
 import functools
 import hashlib
 
-import numpy as np
 import pytest
 
 import edgevit
@@ -26,6 +25,7 @@ from edgevit.converters.api import importers_for
 from edgevit.converters.checkpoints import write_safetensors
 from edgevit.converters.rules import export_state_dict, plan
 from edgevit.registry import get_spec
+from tests.helpers import assert_same_weights
 
 OFFICIAL = {
     "mobilevit_v1_xxs": (279, "d914f1dbda7635b8"), "mobilevit_v1_xs": (279, "93dbbabe18e14d79"),
@@ -82,9 +82,7 @@ def round_trip(tmp_path, name):
     path = write_checkpoint(state_dict, tmp_path)
     result = import_weights(path, name, input_size=SIZE)
     assert result.report["source"] == "cvnets" and result.report["tensors"] == OFFICIAL[name][0]
-    # every weight back bit for bit (so the outputs are identical too)
-    for a, b in zip(source.weights, result.model.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    assert_same_weights(source, result.model)
 
 
 @pytest.mark.parametrize("name", DEFAULT)

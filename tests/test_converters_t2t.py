@@ -25,7 +25,7 @@ import edgevit
 from edgevit.converters import import_weights
 from edgevit.converters.api import importers_for
 from edgevit.converters.rules import export_state_dict, plan
-from tests.helpers import zero_initialisers
+from tests.helpers import assert_same_weights, zero_initialisers
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install \"edgevit[torch]\")")
 
@@ -84,10 +84,7 @@ def round_trip(tmp_path, name):
     result = import_weights(path, name, input_size=SIZE)
     assert result.report["source"] == "t2t" and result.report["entry"] == "state_dict_ema"
     assert result.report["tensors"] == OFFICIAL[name][0]
-    # every weight back bit for bit (so the outputs are identical too), the
-    # Performer's fixed feature directions and the position table included
-    for a, b in zip(source.weights, result.model.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    assert_same_weights(source, result.model)  # the Performers' directions and the position table too
 
 
 @pytest.mark.parametrize("name", DEFAULT)

@@ -356,7 +356,8 @@ def photos(tmp_path_factory):
 
 SMALLEST = {"mobilevit_v1_xxs": 64, "mobilevit_v2_050": 64, "mobilevit_v3_xxs": 64, "vit_tiny16": 32,
             "deit_tiny": 32, "deepvit_s": 32, "convit_tiny": 32, "crossvit_tiny": 120, "pit_ti": 32,
-            "cvt_13": 64, "mixer_s16": 32, "resmlp_12": 32}
+            "cvt_13": 64, "mixer_s16": 32, "resmlp_12": 32,
+            "t2t_vit_7": 32}
 
 
 def test_every_family_has_its_smallest_variant_here():
