@@ -923,7 +923,7 @@ class QuantTokenPerformer(QuantizedPoints, TokenPerformer):
                 "attended": ("mixed_scaled", "inverse_root")}
     DENSE_INPUTS = {"kqv": 0, "proj": "attended"}
     DENSE_OUTPUTS = {"kqv": "kqv", "proj": "proj", "key_projected": "w", "query_projected": "w"}
-    FLOAT_WHEN_MIXED = {"context": "BATCH_MATMUL", "mixed": "BATCH_MATMUL", "normaliser_eps": "RSQRT"}
+    FLOAT_WHEN_MIXED = {"context": "BATCH_MATMUL", "normaliser_eps": "RSQRT"}
 
     def dense_output(self, tag):
         if self.DENSE_OUTPUTS[tag] != "w":
