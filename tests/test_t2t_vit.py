@@ -8,6 +8,7 @@ from edgevit.export.convert import PRECISIONS
 from edgevit.litert.flatbuffer import read
 from edgevit.info import count_params
 from edgevit.layers.soft_split import SoftSplit
+from edgevit.layers.tokens import sinusoid_table
 from edgevit.registry import get_spec
 from tests.helpers import exports_within_floor, round_trips_and_converts, zero_initialisers
 
@@ -71,6 +72,16 @@ def test_token_grids_follow_the_three_soft_splits():
     assert model.get_layer("tokens_to_token.project").output.shape[1:] == (14, 14, 256)
     assert model.get_layer("pos_embed").pos_embed.shape == (1, 197, 256)
     assert not model.get_layer("pos_embed").trainable_weights  # the fixed sinusoid table
+
+
+def test_position_table_is_the_official_sinusoid_table():
+    """Entries of the official ``get_sinusoid_encoding(197, 256)`` (yitu-opensource/T2T-ViT
+    0f63dc9; the whole table was equal to ``sinusoid_table`` to the last bit)."""
+    table = sinusoid_table(197, 256)
+    official = {(1, 0): 0.8414709568023682, (1, 1): 0.5403022766113281, (5, 10): -0.3406049609184265,
+                (100, 255): 0.9999422430992126, (196, 128): 0.9252115488052368, (196, 129): -0.3794517517089844}
+    assert {k: float(table[k]) for k in official} == official
+    assert not table[0, 0::2].any() and (table[0, 1::2] == 1).all()
 
 
 def test_smallest_variant_round_trips_and_converts(tmp_path):

@@ -24,7 +24,7 @@ from edgevit.native_output import import_tensorflow_quietly, native_output_captu
 @user_errors
 def import_weights_command(checkpoint, model_name, output, source, num_classes, input_size, as_json):
     """Import CHECKPOINT (timm / cvnets / MobileViTv3 .pth/.pt/.bin/.safetensors,
-    Hugging Face CvT) into edgevit MODEL and write a .weights.h5 file for
+    Hugging Face CvT, official T2T-ViT .pth.tar) into edgevit MODEL and write a .weights.h5 file for
     `edgevit convert MODEL --weights FILE`."""
     from pathlib import Path
 

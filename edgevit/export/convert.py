@@ -17,7 +17,7 @@ Every setting that decides what the converter produces lives here:
   grid of their own (``edgevit.litert.requantize``);
 - int8_mixed also keeps in float the layers a model registers as
   ``mixed_float_layers``, where int8 loses its accuracy (T2T-ViT's
-  Performer random features on 3136 tokens);
+  Performers and its LayerNorm over raw pixel patches);
 - int8 files compute each LayerNorm's RSQRT(variance + epsilon) with two 1x1
   convolutions (``edgevit.litert.piecewise``): NNAPI takes a quantized RSQRT
   only from Android 14, XNNPACK not at all;

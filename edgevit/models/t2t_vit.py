@@ -32,12 +32,11 @@ from dataclasses import dataclass
 import keras
 from keras import layers, ops
 
-from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, drop_path_rates, to_map, to_tokens,
-                            transformer_encoder)
+from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, SoftSplit, drop_path_rates, to_map,
+                            to_tokens, transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.mha import apply_scores, attention_scores, merge_heads, split_heads, split_heads_transposed
 from edgevit.layers.quantize_points import QuantizePoints
-from edgevit.layers.soft_split import SoftSplit
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, builder_options, register_model
 
@@ -222,7 +221,8 @@ def build_t2t_vit(name: str, num_classes: int, input_size: int, *, drop_path_rat
     x = to_tokens(x, "tokens_to_token.flatten2")
     # The class token travels as a tensor of its own (int8 scale of its own), as in ViT.
     cls = PrefixTokens(["cls_token"], [0.02], concat=False, name="cls_token")(x)
-    groups = PositionEmbedding(grid, num_prefix=1, sinusoid=True, name="pos_embed")([cls, x])
+    # a table saved at another size is resampled as the official loader does (no antialias)
+    groups = PositionEmbedding(grid, num_prefix=1, sinusoid=True, antialias=False, name="pos_embed")([cls, x])
     for i, rate in enumerate(drop_path_rates(drop_path_rate, cfg.depth)):
         groups = transformer_encoder(groups, cfg.embed_dim, int(cfg.embed_dim * cfg.mlp_ratio), cfg.num_heads,
                                      activation="gelu", epsilon=LN_EPS, qkv_bias=False, drop_path=rate,
