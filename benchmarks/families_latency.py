@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mobilevit_latency import summarise, time_interleaved  # noqa: E402
 
 SMALLEST = ["vit_tiny16", "deit_tiny", "deepvit_s", "convit_tiny", "crossvit_tiny", "pit_ti", "cvt_13",
-            "mixer_s16", "resmlp_12", "pvt_v2_b0", "swin_tiny", "swinv2_tiny", "cswin_tiny"]
+            "mixer_s16", "resmlp_12", "pvt_v2_b0", "swin_tiny", "swinv2_tiny", "cswin_tiny", "t2t_vit_7"]
 
 
 def convert_all(models, precisions, calib_samples, out_dir: Path, diagnose: bool) -> list[dict]:

@@ -17,6 +17,7 @@ SOURCES = ("timm", "cvnets", "huggingface", "official")
 def _load_importers():
     from . import cvnets, hf_cvt, timm  # noqa: F401  (registering)
     from . import cswin  # noqa: F401
+    from . import t2t  # noqa: F401
 
 
 def importers_for(family: str) -> dict[str, Importer]:

@@ -68,18 +68,20 @@ def _prefix_tokens(n_old: int, n_new: int) -> int | None:
     return None
 
 
-def resample_pos_embed(pe: np.ndarray, target_shape: tuple, num_prefix_tokens: int | None = None) -> np.ndarray:
+def resample_pos_embed(pe: np.ndarray, target_shape: tuple, num_prefix_tokens: int | None = None,
+                       antialias: bool = True) -> np.ndarray:
     """Fit a position embedding to the target shape: ``[1, prefix + H*W, C]``
     token layout (prefix tokens kept, found from the shapes when not given)
     or a ``[1, C, H, W]`` grid (PiT; returned as ``[1, H, W, C]``); the
-    square patch grid is resampled as timm does (bicubic, antialiased)."""
+    square patch grid is resampled bicubically, antialiased as timm does
+    (``antialias=False``: as ``F.interpolate`` does by default)."""
     target_shape = tuple(target_shape)
     if pe.ndim == 4 and len(target_shape) == 4:
         if pe.shape[1] == target_shape[3] and pe.shape[3] != target_shape[3]:
             pe = np.transpose(pe, (0, 2, 3, 1))  # NCHW -> NHWC
         if pe.shape[3] != target_shape[3] or pe.shape == target_shape:
             return pe
-        return resample_grid(pe[0], target_shape[1:3], antialias=True)[None]
+        return resample_grid(pe[0], target_shape[1:3], antialias=antialias)[None]
     if pe.shape == target_shape or pe.ndim != 3 or len(target_shape) != 3 or pe.shape[-1] != target_shape[-1]:
         return pe  # the shape check names it
     prefix = num_prefix_tokens if num_prefix_tokens is not None else _prefix_tokens(pe.shape[1], target_shape[1])
@@ -90,12 +92,12 @@ def resample_pos_embed(pe: np.ndarray, target_shape: tuple, num_prefix_tokens: i
     side_old, side_new = math.isqrt(old), math.isqrt(new)
     if side_old ** 2 != old or side_new ** 2 != new:
         return pe
-    grid = resample_grid(grid.reshape(side_old, side_old, -1), (side_new, side_new), antialias=True)
+    grid = resample_grid(grid.reshape(side_old, side_old, -1), (side_new, side_new), antialias=antialias)
     return np.concatenate([head, grid.reshape(1, new, -1)], axis=1)
 
 
-def pos_embed_transform(num_prefix_tokens: int | None = None) -> Transform:
+def pos_embed_transform(num_prefix_tokens: int | None = None, antialias: bool = True) -> Transform:
     def transform(w, shape):
-        return resample_pos_embed(w, shape, num_prefix_tokens)
+        return resample_pos_embed(w, shape, num_prefix_tokens, antialias)
     transform.resamples = True
     return transform

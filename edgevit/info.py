@@ -34,6 +34,7 @@ def model_info(name: str, input_size: int | None = None) -> dict:
         "input_size_multiple": spec.input_size_multiple,
         "reference": spec.reference,
         "checkpoint_formats": list(spec.checkpoint_formats),
+        "int8_mixed_float_layers": list(spec.mixed_float_layers),
         "preprocessing": spec.preprocessing_at(size).to_dict(),
         "pretrained": spec.pretrained.to_dict() if spec.pretrained else {"unavailable": "none registered"},
     }

@@ -131,6 +131,9 @@ class ModelSpec:
     checkpoint_formats: tuple[str, ...] = ()
     options: tuple[str, ...] = ()
     pretrained: Pretrained | Unpublished | None = None
+    # Layers whose ops --int8-mixed also keeps in float: where int8 loses the
+    # model's accuracy (docs/families.md measures each).
+    mixed_float_layers: tuple[str, ...] = ()
 
     def preprocessing_at(self, input_size: int | None) -> Preprocessing:
         if input_size is None or input_size == self.preprocessing.input_size:
@@ -151,12 +154,13 @@ def builder_options(family_builder: Callable) -> tuple[str, ...]:
 def register_model(*, family: str, default_input_size: int, preprocessing: Preprocessing,
                    input_size_multiple: int = 32, reference: str = "",
                    checkpoint_formats: tuple[str, ...] = (), options: tuple[str, ...] = (),
-                   pretrained: PretrainedTable | None = None):
+                   pretrained: PretrainedTable | None = None, mixed_float_layers: tuple[str, ...] = ()):
     """Register the decorated builder ``fn(num_classes, input_size, **options)
     -> keras.Model`` under its function name; ``options`` names the keyword
     arguments it accepts (see :func:`builder_options`). ``pretrained`` is the
     family's table of official ImageNet weights by variant name (one line
-    per variant, as timm's ``default_cfgs``), read by ``weights="imagenet"``."""
+    per variant, as timm's ``default_cfgs``), read by ``weights="imagenet"``;
+    ``mixed_float_layers`` the layer names whose ops int8_mixed keeps in float."""
 
     def decorator(fn):
         name = fn.__name__
@@ -166,7 +170,7 @@ def register_model(*, family: str, default_input_size: int, preprocessing: Prepr
             name=name, family=family, builder=fn, default_input_size=default_input_size,
             preprocessing=preprocessing, input_size_multiple=input_size_multiple,
             reference=reference, checkpoint_formats=checkpoint_formats, options=tuple(options),
-            pretrained=(pretrained or {}).get(name))
+            pretrained=(pretrained or {}).get(name), mixed_float_layers=tuple(mixed_float_layers))
         return fn
 
     return decorator

@@ -145,3 +145,9 @@ def int8_and_qat_outputs(tmp_path, model, x, input_range):
     path = tmp_path / f"{model.name}.tflite"
     path.write_bytes(convert(qat, "int8", None, "int8"))
     return run_in_child(path, x), outputs(qat, x)
+
+
+def assert_same_weights(model, other):
+    """Every weight of ``other`` equals ``model``'s bit for bit (so do their outputs)."""
+    for a, b in zip(model.weights, other.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)

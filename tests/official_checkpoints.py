@@ -15,6 +15,7 @@ from edgevit.converters.api import importers_for, targets_for
 from edgevit.converters.checkpoints import write_safetensors
 from edgevit.converters.rules import export_state_dict
 from edgevit.registry import get_spec
+from tests.helpers import assert_same_weights
 
 
 def state_dict_in(model, source: str) -> dict[str, np.ndarray]:
@@ -49,5 +50,4 @@ def assert_imports_back(path: Path, model, source: str, tensors: int, input_size
     gives ``model``'s weights back bit for bit."""
     result = import_weights(path, model.name, input_size=input_size)
     assert result.report["source"] == source and result.report["tensors"] == tensors
-    for a, b in zip(model.weights, result.model.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    assert_same_weights(model, result.model)

@@ -432,7 +432,7 @@ def photos(tmp_path_factory):
 SMALLEST = {"mobilevit_v1_xxs": 64, "mobilevit_v2_050": 64, "mobilevit_v3_xxs": 64, "vit_tiny16": 32,
             "deit_tiny": 32, "deepvit_s": 32, "convit_tiny": 32, "crossvit_tiny": 120, "pit_ti": 32,
             "cvt_13": 64, "mixer_s16": 32, "resmlp_12": 32, "pvt_v2_b0": 64, "swin_tiny": 32, "swinv2_tiny": 32,
-            "cswin_tiny": 64}
+            "cswin_tiny": 64, "t2t_vit_7": 32}
 # cswin_tiny's 25 blocks, 21 of them alike in stage 3, as one block per stage (every kind of layer)
 SHALLOW = {"cswin_tiny": shallow_tiny}
 

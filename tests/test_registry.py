@@ -12,7 +12,8 @@ from edgevit.registry import get_spec
 
 # One variant per family with stochastic depth, at a small valid input size.
 DROP_PATH_VARIANTS = {"deit_tiny": 32, "convit_tiny": 32, "crossvit_tiny": 120, "cvt_13": 32, "pit_ti": 32,
-                      "mixer_s16": 32, "resmlp_12": 32, "deepvit_s": 32, "pvt_v2_b0": 32, "cswin_tiny": 64}
+                      "mixer_s16": 32, "resmlp_12": 32, "deepvit_s": 32, "pvt_v2_b0": 32, "cswin_tiny": 64,
+                      "t2t_vit_7": 32}
 
 
 def layer_rates(model, cls) -> dict[str, float]:

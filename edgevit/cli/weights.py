@@ -29,8 +29,8 @@ from edgevit.native_output import import_tensorflow_quietly, native_output_captu
 @user_errors
 def import_weights_command(checkpoint, model_name, output, source, num_classes, input_size, channel_order, as_json):
     """Import CHECKPOINT (timm / cvnets / MobileViTv3 .pth/.pt/.bin/.safetensors,
-    Hugging Face CvT, official CSWin releases) into edgevit MODEL and write a .weights.h5 file for
-    `edgevit convert MODEL --weights FILE`."""
+    Hugging Face CvT, official PVT v2 / Swin / CSWin / T2T-ViT releases) into
+    edgevit MODEL and write a .weights.h5 file for `edgevit convert MODEL --weights FILE`."""
     from pathlib import Path
 
     from edgevit.writing import check_writable

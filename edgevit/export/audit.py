@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgevit.errors import EdgevitError
-from edgevit.export.convert import (CPU_FLOAT_OPS, INTEGER_PRECISIONS, epsilon_adds, score_arithmetic,
+from edgevit.export.convert import (CPU_FLOAT_OPS, INTEGER_PRECISIONS, epsilon_adds, ops_of_layers, score_arithmetic,
                                     short_kernel_stem)
 from edgevit.export.graph import GraphSummary, describe
 from edgevit.export.result import Check
@@ -32,9 +32,10 @@ class Audit:
                         # and what XNNPACK leaves to LiteRT's builtin kernels here (measured)
 
 
-def audit(model_content: bytes, precision: str, io_dtype: str) -> Audit:
+def audit(model_content: bytes, precision: str, io_dtype: str, float_layers: tuple[str, ...] = ()) -> Audit:
     """Describe and check a converted file; raise when a full-integer precision
-    left float ops in the graph."""
+    left float ops in the graph. ``float_layers``: the layers an int8_mixed
+    file keeps in float (the model's ``mixed_float_layers``)."""
     graph = read(model_content)
     summary = describe(graph)
     dynamic = summary.dynamic_shape_ops()
@@ -61,10 +62,12 @@ def audit(model_content: bytes, precision: str, io_dtype: str) -> Audit:
     if precision == "int8_mixed":
         allowed = (*CPU_FLOAT_OPS, "QUANTIZE", "DEQUANTIZE")
         floats = summary.float_ops(allow_io_boundary=True)
-        kept = {op.index for op in epsilon_adds(graph) + short_kernel_stem(graph) + score_arithmetic(graph)}
+        kept = {op.index for op in epsilon_adds(graph) + short_kernel_stem(graph) + score_arithmetic(graph)
+                + ops_of_layers(graph, float_layers)}
         unexpected = [op for op in floats if op.name not in allowed and op.index not in kept]
+        layers = f", {', '.join(float_layers)}" if float_layers else ""
         checks.append(Check(f"float only in {'/'.join(CPU_FLOAT_OPS)}, the LayerNorm epsilon ADD, the score "
-                            "arithmetic before a softmax, a short-kernel stem (and their (de)quantize)",
+                            f"arithmetic before a softmax, a short-kernel stem{layers} (and their (de)quantize)",
                             not unexpected,
                             ", ".join(f"{op.name}#{op.index}" for op in unexpected[:10])
                             or f"{sum(op.name in CPU_FLOAT_OPS for op in floats)} float ops"))

@@ -15,6 +15,9 @@ Every setting that decides what the converter produces lives here:
 - calibrated int8 files get the grid XNNPACK needs to take every int8
   BATCH_MATMUL, and (int8-mixed too) sums written as a mean times a count a
   grid of their own (``edgevit.litert.requantize``);
+- int8_mixed also keeps in float the layers a model registers as
+  ``mixed_float_layers``, where int8 loses its accuracy (T2T-ViT's
+  Performers and its LayerNorm over raw pixel patches);
 - int8 files compute each LayerNorm's RSQRT(variance + epsilon) with two 1x1
   convolutions (``edgevit.litert.piecewise``): NNAPI takes a quantized RSQRT
   only from Android 14, XNNPACK not at all;
@@ -24,6 +27,7 @@ Every setting that decides what the converter produces lives here:
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -90,11 +94,14 @@ def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = T
 
 def convert(model, precision: str, calibration: np.ndarray | None = None,
             io_dtype: str | None = None,
-            on_calibration_step: Callable[[], None] | None = None) -> bytes:
+            on_calibration_step: Callable[[], None] | None = None,
+            float_layers: tuple[str, ...] = ()) -> bytes:
     """Convert ``model``. Full-integer precisions need ``calibration``: a
     [N, H, W, 3] batch of preprocessed inputs, unless the model carries
     trained fake-quant ranges (QAT), which quantize it instead (a float
-    precision converts a QAT model without its fake quantization)."""
+    precision converts a QAT model without its fake quantization).
+    ``float_layers``: names of layers whose ops int8_mixed keeps in float
+    (a registered model's ``mixed_float_layers``)."""
     import tensorflow as tf
 
     if precision not in PRECISIONS:
@@ -122,7 +129,7 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     elif precision == "int8_mixed":
         return restore_operand_ranks(sum_mean_grids(_convert_mixed(converter, calibration, on_calibration_step,
-                                                                   model.name)))
+                                                                   model.name, float_layers)))
     elif precision in INTEGER_PRECISIONS:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if calibration is not None:
@@ -222,11 +229,22 @@ def short_kernel_stem(graph: Graph) -> list[Op]:
     return []
 
 
-def _convert_mixed(converter, calibration, on_step, model_name: str) -> bytes:
+def ops_of_layers(graph: Graph, layer_names: tuple[str, ...]) -> list[Op]:
+    """The ops a converted graph computes for the Keras layers named
+    ``layer_names``: their output tensors are named ``model/layer[_N]/op``
+    (``_N`` numbers the call in TensorFlow's name scopes)."""
+    if not layer_names:
+        return []
+    pattern = re.compile(r"[^/;]*/(" + "|".join(re.escape(n) for n in layer_names) + r")(_\d+)?/")
+    return [op for op in graph.ops if pattern.match(op.outputs[0].name)]
+
+
+def _convert_mixed(converter, calibration, on_step, model_name: str, float_layers: tuple[str, ...] = ()) -> bytes:
     """int8 everywhere except CPU_FLOAT_OPS, the epsilon ADDs before them,
-    the score arithmetic between them and a short-kernel stem, via the
-    converter's selective quantization: the calibrated float model is
-    quantized with a deny list of op kinds and of op outputs by name (what
+    the score arithmetic between them, a short-kernel stem and the ops of
+    ``float_layers``, via the converter's
+    selective quantization: the calibrated float model is quantized with a
+    deny list of op kinds and of op outputs by name (what
     tf.lite.experimental.QuantizationDebugger does, without its debug model)."""
     import tensorflow as tf
     from tensorflow.lite.python import convert as tflite_convert
@@ -241,8 +259,8 @@ def _convert_mixed(converter, calibration, on_step, model_name: str) -> bytes:
         with native_output_captured():
             calibrated = converter.convert()
             graph = read(calibrated)
-            float_outputs = [op.outputs[0].name for op in
-                             epsilon_adds(graph) + short_kernel_stem(graph) + score_arithmetic(graph)]
+            float_outputs = [op.outputs[0].name for op in epsilon_adds(graph) + short_kernel_stem(graph)
+                             + score_arithmetic(graph) + ops_of_layers(graph, float_layers)]
             return bytes(tflite_convert.mlir_quantize(calibrated, denylisted_ops=list(CPU_FLOAT_OPS),
                                                       denylisted_nodes=float_outputs))
     except Exception as err:

@@ -225,7 +225,8 @@ def convert_model(model, spec: ModelSpec, opts: ExportOptions, job: Prepared,
     start = time.perf_counter()
     if job.calibration is not None:
         with progress.bar("calibrating", total=len(job.calibration)) as advance:
-            content = convert(model, opts.precision, job.calibration, job.io_dtype, on_calibration_step=advance)
+            content = convert(model, opts.precision, job.calibration, job.io_dtype, on_calibration_step=advance,
+                              float_layers=spec.mixed_float_layers)
     else:
         content = convert(model, opts.precision, io_dtype=job.io_dtype)
     return content, time.perf_counter() - start
@@ -349,7 +350,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
     progress = progress or Progress(enabled=False)
     job = prepare(model, spec, opts, progress)
     content, convert_seconds = convert_model(model, spec, opts, job, progress)
-    checked = audit(content, opts.precision, job.io_dtype)
+    checked = audit(content, opts.precision, job.io_dtype, spec.mixed_float_layers)
     packaged = package(content, model, spec, opts, job, checked)
     with staged(job.files.all()) as staging:
         staging.write_bytes(job.files.model, packaged.content)

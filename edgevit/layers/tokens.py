@@ -138,13 +138,21 @@ class PositionEmbedding(QuantizePoints, keras.layers.Layer):
     Weights saved at another input size are resampled bicubically on load
     (prefix entries kept as they are), as timm does when a checkpoint is used
     at a new resolution.
+
+    ``sinusoid=True``: the fixed sine/cosine table of "Attention Is All You
+    Need" over the ``num_prefix + h*w`` positions instead (T2T-ViT), a
+    non-trainable weight (a checkpoint may still carry another table, e.g.
+    one resampled for a new resolution).
     """
 
     def __init__(self, grid, num_prefix: int = 0, layout: str = "tokens", std: float = 0.02,
-                 antialias: bool = True, **kwargs):
+                 antialias: bool = True, sinusoid: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.grid = tuple(int(g) for g in grid)
         self.num_prefix, self.layout, self.std, self.antialias = num_prefix, layout, std, antialias
+        self.sinusoid = sinusoid
+        if sinusoid and layout != "tokens":
+            raise ValueError("a sinusoid position table has the token layout")
 
     def _shape(self, channels):
         if self.layout == "map":
@@ -154,8 +162,12 @@ class PositionEmbedding(QuantizePoints, keras.layers.Layer):
     def build(self, input_shape):
         if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple)):
             input_shape = input_shape[-1]
-        self.pos_embed = self.add_weight(name="pos_embed", shape=self._shape(input_shape[-1]),
-                                         initializer=keras.initializers.TruncatedNormal(stddev=self.std))
+        shape = self._shape(input_shape[-1])
+        initializer = keras.initializers.TruncatedNormal(stddev=self.std)
+        if self.sinusoid:
+            initializer = keras.initializers.Constant(sinusoid_table(shape[1], shape[2])[None])
+        self.pos_embed = self.add_weight(name="pos_embed", shape=shape, initializer=initializer,
+                                         trainable=not self.sinusoid)
 
     def call(self, x):
         q = self.quantize_point
@@ -190,7 +202,15 @@ class PositionEmbedding(QuantizePoints, keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "grid": list(self.grid), "num_prefix": self.num_prefix,
-                "layout": self.layout, "std": self.std, "antialias": self.antialias}
+                "layout": self.layout, "std": self.std, "antialias": self.antialias, "sinusoid": self.sinusoid}
+
+
+def sinusoid_table(positions: int, channels: int) -> np.ndarray:
+    """``[positions, channels]``: channel pair (2i, 2i+1) holds sin and cos
+    of ``position / 10000 ** (2i / channels)``."""
+    angles = np.arange(positions)[:, None] / np.power(10000.0, 2 * (np.arange(channels) // 2) / channels)
+    table = np.where(np.arange(channels) % 2 == 0, np.sin(angles), np.cos(angles))
+    return table.astype("float32")
 
 
 @keras.saving.register_keras_serializable(package="edgevit")

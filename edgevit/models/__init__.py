@@ -1,4 +1,4 @@
 """Model families. Importing this package registers every variant."""
 from edgevit.models import mobilevit, mobilevit_v2  # noqa: F401
 from edgevit.models import convit, crossvit, cvt, deepvit, deit, mixer, pit, resmlp, vit  # noqa: F401
-from edgevit.models import cswin, pvt, swin  # noqa: F401
+from edgevit.models import cswin, pvt, swin, t2t_vit  # noqa: F401

@@ -41,6 +41,7 @@ from edgevit.models.convit import GatedPositionalSelfAttention
 from edgevit.models.deepvit import ReAttention
 from edgevit.models.resmlp import Affine, LayerScale
 from edgevit.models.swin import CosineWindowAttention, WindowAttention
+from edgevit.models.t2t_vit import TokenAttention, TokenPerformer
 
 PACKAGE = "edgevit.qat"
 # TFLite fixes the int8 output of LOGISTIC and SOFTMAX to scale 1/256,
@@ -974,6 +975,41 @@ class QuantCosineWindowAttention(QuantWindowAttention, CosineWindowAttention):
         products = ops.matmul(x, round_kernel_to_grid(kernel))
         return self.qkv.accumulated(products, kernel_bound(kernel, -1), None,
                                     self.projection_bias() if self.qkv_bias else None)
+class QuantTokenPerformer(QuantizedPoints, TokenPerformer):
+    """T2T-ViT's Performer with every int8 op fake-quantized: the random
+    feature directions are the FULLY_CONNECTED weights of both projections
+    (per output channel, one channel per direction)."""
+
+    dense_class = QuantDense
+    TAGS = ("kqv", *(f"{role}_{tag}" for role in ("key", "query")
+                     for tag in ("square", "square_mean", "half_norm", "projected", "exponent", "features")),
+            "key_mean", "key_sum", "weighted", "normaliser_mean", "normaliser", "context", "mixed",
+            "normaliser_eps", "inverse_root", "mixed_scaled", "attended", "proj")
+    KERNELS = {"directions": (0,)}
+    MATMULS = {"context": ("key_features", "kqv"), "mixed": ("query_features", "context")}
+    PRODUCTS = {"key_square": ("kqv", "kqv"), "query_square": ("kqv", "kqv"),
+                "weighted": ("query_features", "key_sum"), "mixed_scaled": ("mixed", "inverse_root"),
+                "attended": ("mixed_scaled", "inverse_root")}
+    DENSE_INPUTS = {"kqv": 0, "proj": "attended"}
+    DENSE_OUTPUTS = {"kqv": "kqv", "proj": "proj", "key_projected": "w", "query_projected": "w"}
+    FLOAT_WHEN_MIXED = {"context": "BATCH_MATMUL", "normaliser_eps": "RSQRT"}
+
+    def dense_output(self, tag):
+        if self.DENSE_OUTPUTS[tag] != "w":
+            return super().dense_output(tag)
+        # keys or queries (a split of kqv, its scale) times the directions
+        return {"input_params": self.params_of("kqv"), "kernel_scales": weight_scales(kernel_bound(self.w, 0))}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class QuantTokenAttention(QuantizedPoints, TokenAttention):
+    dense_class = QuantDense
+    TAGS = ("qkv", "query_scaled", "scores", "softmax", "context", "proj")
+    FIXED = {"softmax": UNIT_RANGE}
+    MATMULS = {"scores": ("query_scaled", "qkv"), "context": ("softmax", "qkv")}
+    DENSE_INPUTS = {"qkv": 0, "proj": "context"}
+    DENSE_OUTPUTS = {"qkv": "qkv", "proj": "proj"}
+    FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL", "softmax": "SOFTMAX"}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

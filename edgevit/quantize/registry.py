@@ -30,6 +30,7 @@ from edgevit.errors import EdgevitError
 from edgevit.layers import (BicubicResize, DropPath, Fold, HeadAttention, LayerNorm, MultiHeadSelfAttention,
                             PositionEmbedding, PrefixTokens, ResizeBilinear, SeparableSelfAttention, SpaceToChannels,
                             TokenSlice, Unfold)
+from edgevit.layers.soft_split import SoftSplit
 from edgevit.layers.transformer import TokenSplit
 from edgevit.layers.windows import WindowMerge, WindowPartition
 from edgevit.models.convit import GatedPositionalSelfAttention
@@ -37,6 +38,7 @@ from edgevit.models.cswin import ChannelSplit
 from edgevit.models.deepvit import ReAttention
 from edgevit.models.resmlp import Affine, LayerScale
 from edgevit.models.swin import CosineWindowAttention, WindowAttention
+from edgevit.models.t2t_vit import TokenAttention, TokenPerformer
 from edgevit.quantize import layers as q
 
 RANGE_KINDS = ("input", "output", "points", "folded", "shared")
@@ -100,6 +102,10 @@ _REGISTRY: dict[type, QuantizeRule] = {
     WindowAttention: QuantizeRule("points", q.QuantWindowAttention, ATTENTION_PROJECTIONS),
     CosineWindowAttention: QuantizeRule("points", q.QuantCosineWindowAttention, ATTENTION_PROJECTIONS),
     **dict.fromkeys((WindowPartition, WindowMerge, ChannelSplit), KEEPS_INPUT_SCALE),
+    # one-hot depthwise convolution: the int8 copy keeps its input's levels
+    SoftSplit: ONE_OP,
+    TokenPerformer: QuantizeRule("points", q.QuantTokenPerformer, ("kqv.kernel", "proj.kernel")),
+    TokenAttention: QuantizeRule("points", q.QuantTokenAttention, ATTENTION_PROJECTIONS),
 }
 
 
