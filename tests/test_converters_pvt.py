@@ -11,15 +11,10 @@ max abs logit difference (converters/README.md). With timm installed, timm's
 own remapping of original checkpoints (``checkpoint_filter_fn``) must turn
 the written names into timm's.
 """
-import numpy as np
 import pytest
 
 import edgevit
-from edgevit.converters import import_weights
-from edgevit.converters.api import importers_for
-from edgevit.converters.rules import export_state_dict, plan
-from tests.helpers import outputs
-from tests.test_converters_cvnets import names_and_shapes_hash, write_checkpoint
+from tests.official_checkpoints import assert_imports_back, names_and_shapes_hash, state_dict_in, write_checkpoint
 
 OFFICIAL = {
     "pvt_v2_b0": (178, "65106c6bd5eb0e9e"), "pvt_v2_b1": (178, "2390167ccd0a001a"),
@@ -30,21 +25,15 @@ OFFICIAL = {
 SIZE = {"pvt_v2_b2_li": 224}  # tensor shapes do not depend on the input size; _li needs a multiple of 224
 
 
-def official_state_dict(model):
-    return export_state_dict(plan(model, importers_for("pvt_v2")["official"].rules(model), "official"))
-
-
 @pytest.mark.parametrize("name", ["pvt_v2_b0", *[pytest.param(n, marks=pytest.mark.slow)
                                                  for n in sorted(set(OFFICIAL) - {"pvt_v2_b0"})]])
 def test_official_checkpoint_round_trip(tmp_path, name):
     size = SIZE.get(name, 64)
     model = edgevit.create_model(name, input_size=size)
-    state_dict = official_state_dict(model)
+    state_dict = state_dict_in(model, "official")
     assert names_and_shapes_hash(state_dict) == OFFICIAL[name]
-    result = import_weights(write_checkpoint(state_dict, tmp_path), name, input_size=size)
-    assert result.report["source"] == "official" and result.report["num_classes"] == 1000
-    images = np.random.default_rng(0).random((2, size, size, 3), dtype="float32")
-    np.testing.assert_array_equal(outputs(result.model, images), outputs(model, images))
+    assert_imports_back(write_checkpoint(state_dict, tmp_path / f"{name}.pth"), model, "official",
+                        OFFICIAL[name][0], size)
 
 
 def test_timm_maps_the_official_names_onto_its_own():
@@ -56,7 +45,7 @@ def test_timm_maps_the_official_names_onto_its_own():
 
     model = edgevit.create_model("pvt_v2_b0", input_size=64)
     reference = timm.create_model("pvt_v2_b0")
-    remapped = checkpoint_filter_fn({k: torch.from_numpy(v) for k, v in official_state_dict(model).items()},
+    remapped = checkpoint_filter_fn({k: torch.from_numpy(v) for k, v in state_dict_in(model, "official").items()},
                                     reference)
     assert {k: tuple(v.shape) for k, v in remapped.items()} == \
         {k: tuple(v.shape) for k, v in reference.state_dict().items()}

@@ -975,6 +975,9 @@ class QuantCosineWindowAttention(QuantWindowAttention, CosineWindowAttention):
         products = ops.matmul(x, round_kernel_to_grid(kernel))
         return self.qkv.accumulated(products, kernel_bound(kernel, -1), None,
                                     self.projection_bias() if self.qkv_bias else None)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class QuantTokenPerformer(QuantizedPoints, TokenPerformer):
     """T2T-ViT's Performer with every int8 op fake-quantized: the random
     feature directions are the FULLY_CONNECTED weights of both projections
