@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import edgevit
-from edgevit.data.sample_photos import photo_dir
+from edgevit.data.sample_photos import photo_dir, sample_batch
 from edgevit.errors import EdgevitError
 from edgevit.export.agreement import agreement
 from edgevit.export.convert import convert
@@ -28,7 +28,7 @@ from edgevit.quantize.registry import QuantizeRule, register
 from edgevit.registry import get_spec
 from edgevit.saving import load_model
 from edgevit.train.data import find_dataset, load_split
-from tests.helpers import needs_arm, outputs
+from tests.helpers import int8_and_qat_outputs, needs_arm, outputs
 from tests.test_cswin import shallow_tiny
 
 SIZE = 32
@@ -363,6 +363,20 @@ def test_int8_file_computes_exactly_what_a_convolutional_qat_model_computes(conv
     near rounding midpoints, and each such step spreads to later layers)."""
     qat, x, path = convnet_qat
     np.testing.assert_array_equal(run_in_child(path, x), outputs(qat, x))
+
+
+@pytest.mark.parametrize("name", ["mobilevit_v2_050", "mobilevit_v3_050"])
+def test_int8_file_of_a_v2_based_qat_model_computes_exactly_what_it_computes(tmp_path, name):
+    """MobileViT v2's GroupNorm scales a whole map by one RSQRT of one MEAN:
+    one level off there (a MEAN, or the SUB before it, rounded from float
+    values instead of the kernel's integers) moves every element after it.
+    On sample photos, with trained-scale weights, every logit of the int8
+    file on XNNPACK equals the QAT model's."""
+    size = 96
+    pre = get_spec(name).preprocessing_at(size)
+    model = edgevit.create_model(name, num_classes=CLASSES, input_size=size)
+    x = sample_batch(pre, 16)
+    np.testing.assert_array_equal(*int8_and_qat_outputs(tmp_path, model, x, pre.value_range))
 
 
 @needs_arm

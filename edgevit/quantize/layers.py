@@ -223,6 +223,24 @@ def batch_matmul_requantized(x, lhs, rhs, lo, hi):
     return ops.where(ops.equal(rhs[1], 0.0), once, twice)
 
 
+def mean_requantized(summands, summand_params, axes, lo, hi):
+    """What XNNPACK writes for the int8 MEAN of ``summands`` (on the grid
+    ``summand_params``) over ``axes`` into a tensor with range [lo, hi]: the
+    int32 sum of the levels times the float32 multiplier ``input_scale /
+    (output_scale * count)``, rounded half to even (measured to match every
+    element of the MEANs of a trained MobileViT v2). The float mean's
+    fake-quant lands a few ulps off that product now and then; in a
+    GroupNorm, whose variance is one MEAN over the whole map, such a step
+    moves every element of the map."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    count = int(np.prod([summands.shape[a] for a in axes]))
+    input_scale = ops.cast(summand_params[0], "float32")
+    multiplier = input_scale / (ops.cast(scale, "float32") * np.float32(count))
+    levels = ops.round(summands / input_scale)  # whole numbers: their float32 sum is exact
+    quantized = ops.round(ops.sum(levels, axis=axes, keepdims=True) * multiplier)
+    return (ops.clip(quantized + zero_point, -128.0, 127.0) - zero_point) * scale
+
+
 def sum_requantized(addends, addend_params, lo, hi):
     """What XNNPACK writes for the int8 ADD of ``addends`` (two tensors on
     the grids ``addend_params``) into a tensor with range [lo, hi]: each
@@ -285,7 +303,8 @@ class ActivationQuantizer(keras.layers.Layer):
         self.built = True
 
     def call(self, x, training=None, slot: int = 0, lhs=None, rhs=None, with_params: bool = False,
-             input_params=None, kernel_scales=None, addends=None, addend_params=None):
+             input_params=None, kernel_scales=None, addends=None, addend_params=None, summands=None,
+             summand_params=None, axes=None):
         """``lhs``, ``rhs``: the operands' [scale, zero point] when ``x`` is
         the output of a BATCH_MATMUL, whose kernel may round differently (see
         :func:`batch_matmul_requantized`). ``input_params``,
@@ -294,7 +313,9 @@ class ActivationQuantizer(keras.layers.Layer):
         (see :func:`accumulator_requantized`). ``addends``,
         ``addend_params``: the operands of the int8 ADD that writes ``x`` and
         their [scale, zero point] (see :func:`sum_requantized`).
-        ``with_params``: also return
+        ``summands``, ``summand_params``, ``axes``: the operand of the int8
+        MEAN over ``axes`` that writes ``x`` and its [scale, zero point] (see
+        :func:`mean_requantized`). ``with_params``: also return
         [scale, zero point], for the layers that read ``x`` (their int32
         bias, their BATCH_MATMUL)."""
         if self.fixed_range is None and (training or self.observing):
@@ -311,6 +332,8 @@ class ActivationQuantizer(keras.layers.Layer):
                 exact = accumulator_requantized(x, input_params, kernel_scales, lo, hi)
             elif addends is not None and not _exporting():
                 exact = sum_requantized(addends, addend_params, lo, hi)
+            elif summands is not None and not _exporting():
+                exact = mean_requantized(summands, summand_params, axes, lo, hi)
             if exact is not None:
                 quantized = quantized + ops.stop_gradient(exact - quantized)
         return (quantized, self.params()) if with_params else quantized
@@ -353,11 +376,15 @@ class ActivationQuantizer(keras.layers.Layer):
 
 class IntegerAccumulation:
     """Mixin for the layers with an int8 kernel: their output as the int8
-    kernel accumulates it, a whole number of steps of input scale x channel
-    weight scale, with the bias rounded to such steps (int32, as the
-    converter rounds it). A float32 sum of on-grid products misses that grid
-    by a few ulps, enough to round the other way at the next fake-quant now
-    and then; on the grid, the QAT model and the int8 file agree.
+    kernel accumulates it, the integer sum of input level x weight level
+    times input scale x channel weight scale, with the bias rounded to such
+    steps (int32, as the converter rounds it). The products and sums run on
+    the levels, whole numbers that float32 adds exactly (below 2^24): a
+    float32 sum of the scaled products misses the int32 accumulator by a few
+    ulps, and by a step or more where the accumulator is large (trained
+    weights, wide layers), enough to round the other way at the next
+    fake-quant now and then; on the levels, the QAT model and the int8 file
+    agree. The gradients are those of the float op.
 
     The input's [scale, zero point] come with the call (``input_params``)
     or, inside a quantization-aware layer, from ``input_params_source``,
@@ -365,27 +392,46 @@ class IntegerAccumulation:
 
     input_params_source = None
 
-    def accumulated(self, products, kernel_bound, input_params, bias=None, with_kernel_scales: bool = False):
-        """``products``: the layer's output before the bias (``bias``: the
-        layer's own by default). ``with_kernel_scales``: also return the
-        output channels' int8 scales, for the quantizer of the output (see
+    def accumulate(self, op, inputs, kernel, kernel_scales, input_params, bias=None,
+                   with_kernel_scales: bool = False):
+        """``op(inputs, kernel)`` plus ``bias`` (the layer's own by
+        default), as the int8 kernel computes it. ``kernel``: on its
+        per-channel int8 grid, output channels on its last axis, whose
+        scales the file keeps as ``kernel_scales``. ``with_kernel_scales``:
+        also return them, for the quantizer of the output (see
         :func:`accumulator_requantized`)."""
-        outputs = self._accumulated(products, kernel_bound, input_params, bias)
-        return (outputs, weight_scales(kernel_bound)) if with_kernel_scales else outputs
-
-    def _accumulated(self, products, kernel_bound, input_params, bias):
         if input_params is None and self.input_params_source is not None:
             input_params = self.input_params_source()
         if bias is None and self.use_bias:
             bias = self.bias
-        outputs = products if bias is None else ops.add(products, bias)
         if input_params is None or _exporting():
-            return outputs
-        step = input_params[0] * weight_scales(kernel_bound)
-        exact = ops.round(products / step) * step
-        if bias is not None:
-            exact = exact + ops.round(bias / step) * step
-        return outputs + ops.stop_gradient(exact - outputs)
+            outputs = op(inputs, kernel)
+            outputs = outputs if bias is None else ops.add(outputs, bias)
+        else:
+            step = input_params[0] * kernel_scales
+            outputs = op(on_levels(inputs, input_params[0]), on_levels(kernel, kernel_scales)) * step
+            if bias is not None:
+                outputs = outputs + bias_levels(bias, input_params[0], kernel_scales) * step
+        return (outputs, kernel_scales) if with_kernel_scales else outputs
+
+
+def bias_levels(bias, input_scale, kernel_scales):
+    """The int32 bias the converter writes: ``bias`` over its scale, the
+    float32 product input scale x channel scale, divided in float64 and
+    rounded (divided in float32, or by the exact product, about one bias in
+    a few thousand of a MobileViT rounds the other way), with the gradient
+    of the division."""
+    scale = input_scale * kernel_scales
+    scaled = bias / scale
+    levels = ops.round(ops.cast(bias, "float64") / ops.cast(scale, "float64"))
+    return scaled + ops.stop_gradient(ops.cast(levels, scaled.dtype) - scaled)
+
+
+def on_levels(x, scale):
+    """``x / scale`` rounded to whole numbers (``x`` lies on the grid of
+    ``scale``, up to float32 error), with the gradient of the division."""
+    scaled = x / scale
+    return scaled + ops.stop_gradient(ops.round(scaled) - scaled)
 
 
 def with_channel_scales(spec, with_kernel_scales: bool):
@@ -409,7 +455,10 @@ def fake_quant_kernel(kernel, channel_axis: int):
 def round_kernel_to_grid(kernel, reduced_axes=None):
     """The per-output-channel symmetric int8 grid (channels: every axis but
     ``reduced_axes``, by default the last axis of a Dense kernel), with a
-    straight-through gradient (see the module docstring)."""
+    straight-through gradient (see the module docstring). While exporting,
+    a constant: the converter derives the FULLY_CONNECTED weight scales of a
+    constant as :func:`weight_scales` of its :func:`kernel_bound`, but of a
+    slice computed in the graph an ulp or two lower now and then."""
     if _without_fake_quant():
         return kernel
     axes = list(range(len(kernel.shape) - 1)) if reduced_axes is None else list(reduced_axes)
@@ -428,9 +477,9 @@ class QuantConv2D(IntegerAccumulation, keras.layers.Conv2D):
     already folded into kernel and bias)."""
 
     def call(self, inputs, input_params=None, with_kernel_scales: bool = False):
-        products = self.convolution_op(inputs, fake_quant_kernel(self.kernel, -1))
-        return self.accumulated(products, kernel_bound(self.kernel, -1), input_params,
-                                with_kernel_scales=with_kernel_scales)
+        return self.accumulate(self.convolution_op, inputs, fake_quant_kernel(self.kernel, -1),
+                               weight_scales(kernel_bound(self.kernel, -1)), input_params,
+                               with_kernel_scales=with_kernel_scales)
 
     def compute_output_spec(self, inputs, input_params=None, with_kernel_scales: bool = False):
         return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
@@ -445,10 +494,13 @@ class QuantDepthwiseConv2D(IntegerAccumulation, keras.layers.DepthwiseConv2D):
     def call(self, inputs, input_params=None, with_kernel_scales: bool = False):
         shape = self.kernel.shape
         flat = ops.reshape(self.kernel, (shape[0], shape[1], 1, shape[2] * shape[3]))
-        kernel = ops.reshape(fake_quant_kernel(flat, -1), shape)
-        products = ops.depthwise_conv(inputs, kernel, strides=self.strides, padding=self.padding,
+
+        def depthwise(x, flat_kernel):
+            return ops.depthwise_conv(x, ops.reshape(flat_kernel, shape), strides=self.strides, padding=self.padding,
                                       dilation_rate=self.dilation_rate, data_format=self.data_format)
-        return self.accumulated(products, kernel_bound(flat, -1), input_params, with_kernel_scales=with_kernel_scales)
+
+        return self.accumulate(depthwise, inputs, fake_quant_kernel(flat, -1), weight_scales(kernel_bound(flat, -1)),
+                               input_params, with_kernel_scales=with_kernel_scales)
 
     def compute_output_spec(self, inputs, input_params=None, with_kernel_scales: bool = False):
         return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
@@ -459,20 +511,20 @@ class QuantDense(IntegerAccumulation, keras.layers.Dense):
     """Dense with its kernel on the per-output-channel int8 grid."""
 
     def call(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
-        products = ops.matmul(inputs, round_kernel_to_grid(self.kernel))
-        return self.accumulated(products, kernel_bound(self.kernel, -1), input_params,
-                                with_kernel_scales=with_kernel_scales)
+        kernel = round_kernel_to_grid(self.kernel)
+        return self.accumulate(ops.matmul, inputs, kernel, weight_scales(kernel_bound(kernel, -1)), input_params,
+                               with_kernel_scales=with_kernel_scales)
 
     def compute_output_spec(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
         return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
 
     def channels(self, inputs, start: int, stop: int):
         """Output channels [start, stop) alone, as a FULLY_CONNECTED of
-        their own computes them (per-channel grids are the same)."""
-        kernel = self.kernel[:, start:stop]
-        products = ops.matmul(inputs, round_kernel_to_grid(kernel))
-        return self.accumulated(products, kernel_bound(kernel, -1), None,
-                                self.bias[start:stop] if self.use_bias else None)
+        their own computes them (per-channel grids are the same; the slice
+        of the constant grid, see :func:`round_kernel_to_grid`)."""
+        kernel = round_kernel_to_grid(self.kernel)[:, start:stop]
+        return self.accumulate(ops.matmul, inputs, kernel, weight_scales(kernel_bound(kernel, -1)), None,
+                               self.bias[start:stop] if self.use_bias else None)
 
 
 class QuantizedPoints:
@@ -530,11 +582,25 @@ class QuantizedPoints:
     # accumulator. OUTPUT_PRODUCT: the same for the layer's output.
     PRODUCTS: dict[str, tuple[str | int, str | int]] = {}
     OUTPUT_PRODUCT: tuple[str | int, str | int] | None = None
+    # op output tag -> the operands (a tag or an input index) of the ADD
+    # (sign 1) or SUB (sign -1) that writes it, and the sign: XNNPACK sums
+    # their levels with fixed-point multipliers (see sum_requantized)
+    SUMS: dict[str, tuple[str | int, str | int, float]] = {}
+    # op output tag -> the operand (a tag or an input index) of the MEAN
+    # that writes it and the axes it reduces: XNNPACK rescales the integer
+    # sum of the levels (see mean_requantized)
+    MEANS: dict[str, tuple[str | int, tuple[int, ...]]] = {}
+    # the same for the ADD or SUB that writes the layer's output
+    OUTPUT_SUM: tuple[str | int, str | int, float] | None = None
 
     def __init__(self, *args, momentum: float = DEFAULT_MOMENTUM, sites: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
         self.momentum, self.sites = momentum, int(sites)
         self.site, self.input_params, self.constant = 0, None, False
+        # this call's inputs and quantized op outputs by tag (the operands of
+        # SUMS and MEANS), and its constants' [scale, zero point]
+        self.operands: dict[str | int, object] = {}
+        self.constant_params: dict[str, object] = {}
         # XNNPACK runs an int8 BATCH_MATMUL only when its second operand has zero point 0
         symmetric = {rhs for _, rhs in (*self.MATMULS.values(), *filter(None, [self.OUTPUT_MATMUL]))}
         for site in range(self.sites):
@@ -550,7 +616,7 @@ class QuantizedPoints:
         """[scale, zero point] of the layer's input ``source`` (an index) or
         of its internal op output ``source`` (a tag); None if unknown."""
         if isinstance(source, str):
-            return self.quantizer(source).params()
+            return self.constant_params[source] if source in self.CONSTANTS else self.quantizer(source).params()
         return self.input_params[source] if self.input_params else None
 
     def point_tags(self) -> tuple[str, ...]:
@@ -589,6 +655,7 @@ class QuantizedPoints:
         the layer's output, which an internal Dense or MUL writes
         (:meth:`output_accumulator`)."""
         self.site, self.input_params = site, input_params
+        self.operands = dict(enumerate(keras.tree.flatten(inputs)))
         self.constant = bool(input_params) and all(p is None for p in input_params)
         outputs = self.float_call(inputs, training)
         return (outputs, self.output_accumulator()) if with_accumulator else outputs
@@ -603,23 +670,36 @@ class QuantizedPoints:
         for :meth:`call`'s ``with_accumulator``)."""
         if self.OUTPUT_DENSE is not None:
             return True
-        product = self.output_product()
-        return product is not None and all(not isinstance(source, int) or
-                                           (source < len(input_params) and input_params[source] is not None)
-                                           for source in product)
+        operands = self.output_product() or (self.OUTPUT_SUM[:2] if self.OUTPUT_SUM else None)
+        return operands is not None and all(not isinstance(source, int) or
+                                            (source < len(input_params) and input_params[source] is not None)
+                                            for source in operands)
 
     def output_accumulator(self) -> dict:
         if self.OUTPUT_DENSE is not None:
             return self.accumulator_of(self.OUTPUT_DENSE)
+        if self.OUTPUT_SUM is not None:
+            return self.sum_of(*self.OUTPUT_SUM)
         return self.product_of(*self.output_product())
 
     def compute_output_spec(self, *args, with_accumulator: bool = False, **kwargs):
         spec = super().compute_output_spec(*args, **kwargs)
         if not with_accumulator:
             return spec
+
+        def params():  # one symbolic tensor each: the functional graph maps values by tensor
+            return keras.KerasTensor((2,), "float32")
+
+        if self.OUTPUT_SUM is not None:
+            return spec, {"addends": [keras.KerasTensor(spec.shape, spec.dtype),
+                                      keras.KerasTensor(self.output_sum_shape(), spec.dtype)],
+                          "addend_params": [params(), params()]}
         channels = getattr(self, self.OUTPUT_DENSE).units if self.OUTPUT_DENSE else 1
-        return spec, {"input_params": keras.KerasTensor((2,), "float32"),
-                      "kernel_scales": keras.KerasTensor((channels,), "float32")}
+        return spec, {"input_params": params(), "kernel_scales": keras.KerasTensor((channels,), "float32")}
+
+    def output_sum_shape(self) -> tuple[int, ...]:
+        """The shape of the second operand of ``OUTPUT_SUM``."""
+        raise NotImplementedError(f"{type(self).__name__} has no output sum")
 
     def product_of(self, first, second) -> dict:
         """The quantizer arguments for a MUL of two int8 operands (a tag or
@@ -629,12 +709,31 @@ class QuantizedPoints:
             return {"input_params": None, "kernel_scales": None}
         return {"input_params": first, "kernel_scales": second[:1]}
 
+    def sum_of(self, first, second, sign: float) -> dict | None:
+        """The quantizer arguments for an ADD (``sign`` 1) or SUB (-1) of
+        two int8 operands (a tag or an input index each); None where one is
+        not an int8 tensor. A SUB is XNNPACK's ADD with the second
+        operand's multiplier negated: its levels negated here."""
+        params = [self.params_of(first), self.params_of(second)]
+        if any(p is None for p in params):
+            return None
+        second_operand = self.operands[second] if sign == 1.0 else ops.multiply(self.operands[second], sign)
+        return {"addends": [self.operands[first], second_operand], "addend_params": params}
+
+    def mean_of(self, source, axes: tuple[int, ...]) -> dict | None:
+        """The quantizer arguments for a MEAN over ``axes`` of an int8
+        operand (a tag or an input index); None where it is not one."""
+        params = self.params_of(source)
+        if params is None:
+            return None
+        return {"summands": self.operands[source], "summand_params": params, "axes": tuple(axes)}
+
     def accumulator_of(self, dense: str, start: int = 0, stop: int | None = None) -> dict:
         """The quantizer arguments for the output channels [start, stop) of
         the internal Dense ``dense`` (see accumulator_requantized)."""
         kernel = getattr(self, dense).kernel
         return {"input_params": self.params_of(self.DENSE_INPUTS[dense]),
-                "kernel_scales": weight_scales(kernel_bound(kernel, -1))[start:stop]}
+                "kernel_scales": weight_scales(kernel_bound(round_kernel_to_grid(kernel), -1))[start:stop]}
 
     def dense_output(self, tag: str) -> dict:
         """The quantizer arguments for op output ``tag`` written by an internal Dense."""
@@ -652,6 +751,13 @@ class QuantizedPoints:
         return float_call(inputs)
 
     def quantize_point(self, tag: str, x):
+        if tag in self.CONSTANTS:
+            self.constant_params[tag] = constant_params(x)
+        quantized = self.quantized_point(tag, x)
+        self.operands[tag] = quantized
+        return quantized
+
+    def quantized_point(self, tag: str, x):
         if self.constant or (tag in self.FLOAT_WHEN_MIXED and _float_while_exporting(self.FLOAT_WHEN_MIXED[tag])):
             return x
         if tag in self.CONSTANTS:
@@ -664,11 +770,19 @@ class QuantizedPoints:
         tail_tags = [t for t, _, _ in self.IDENTITY_TAIL]
         if tag in tail_tags:
             return self.unless_identity_follows(self.IDENTITY_TAIL[tail_tags.index(tag):], x)
-        accumulator = self.dense_output(tag) if tag in self.DENSE_OUTPUTS else \
+        return self.quantizer(tag)(x, **(self.kernel_arithmetic(tag) or {}))
+
+    def kernel_arithmetic(self, tag: str) -> dict | None:
+        """The quantizer arguments with which op output ``tag`` is rounded
+        as LiteRT's kernel computes it; None where the op has no such rule
+        or an operand is not an int8 tensor."""
+        if tag in self.SUMS:
+            return self.sum_of(*self.SUMS[tag])
+        if tag in self.MEANS:
+            return self.mean_of(*self.MEANS[tag])
+        arguments = self.dense_output(tag) if tag in self.DENSE_OUTPUTS else \
             self.product_of(*self.PRODUCTS[tag]) if tag in self.PRODUCTS else None
-        if accumulator is not None and accumulator["input_params"] is not None:
-            return self.quantizer(tag)(x, **accumulator)
-        return self.quantizer(tag)(x)
+        return arguments if arguments is not None and arguments["input_params"] is not None else None
 
     def unless_identity_follows(self, tail, x):
         """``x`` quantized at the first tag of ``tail``, or as it is where
@@ -676,7 +790,8 @@ class QuantizedPoints:
         def identity(weight, value):
             return ops.all(ops.equal(fake_quant_constant(getattr(self, weight)), value))
 
-        quantized = self.quantizer(tail[0][0])(x)
+        tag = tail[0][0]
+        quantized = self.quantizer(tag)(x, **(self.kernel_arithmetic(tag) or {}))
         if _exporting():  # the converter sees the weights as constants: decide while tracing
             import tensorflow as tf
 
@@ -697,8 +812,16 @@ class QuantizedPoints:
 def fake_quant_constant(value):
     """Per-tensor int8 over the value's own range (with zero), as the
     converter quantizes a constant operand; straight-through gradient."""
-    lo, hi = value_range(ops.stop_gradient(value), ops.stop_gradient(value))
-    return _fake_quant(value, lo, hi)
+    return _fake_quant(value, *constant_range(value))
+
+
+def constant_range(value):
+    return value_range(ops.stop_gradient(value), ops.stop_gradient(value))
+
+
+def constant_params(value):
+    """[scale, zero point] of a constant operand (see :func:`fake_quant_constant`)."""
+    return ops.stack(scale_and_zero_point(*constant_range(value)))
 
 
 def value_range(minima, maxima, symmetric: bool = False):
@@ -809,8 +932,17 @@ class QuantLayerNorm(QuantizedPoints, LayerNorm):
 
     TAGS = ("mean", "centred", "square", "variance", "variance_eps", "rsqrt", "normalised", "scaled")
     CONSTANTS = ("gamma", "beta")
-    PRODUCTS = {"square": ("centred", "centred"), "normalised": ("centred", "rsqrt")}
+    PRODUCTS = {"square": ("centred", "centred"), "normalised": ("centred", "rsqrt"), "scaled": ("normalised", "gamma")}
+    SUMS = {"centred": (0, "mean", -1.0)}
+    OUTPUT_SUM = ("scaled", "beta", 1.0)
     IDENTITY_TAIL = (("normalised", "gamma", 1.0), ("scaled", "beta", 0.0))
+
+    def output_sum_shape(self):
+        return tuple(self.beta.shape)
+
+    @property
+    def MEANS(self):  # noqa: N802  (the class attribute of the other quantized layers)
+        return {"mean": (0, self.axes), "variance": ("square", self.axes)}
     FLOAT_WHEN_MIXED = {"variance_eps": "RSQRT"}  # a range on the RSQRT output quantizes it after the float op
 
     def float_call(self, x, training):
@@ -841,6 +973,7 @@ class QuantSeparableSelfAttention(QuantizedPoints, SeparableSelfAttention):
     DENSE_INPUTS = {"qkv": 0, "proj": "gated"}
     DENSE_OUTPUTS = {"qkv": "qkv", "values": "qkv"}
     PRODUCTS = {"weighted_keys": ("qkv", "softmax"), "gated": ("values", "context")}
+    MEANS = {"context_mean": ("weighted_keys", (1,))}
     OUTPUT_DENSE = "proj"
 
     def project(self, x, start, stop):
@@ -971,10 +1104,9 @@ class QuantCosineWindowAttention(QuantWindowAttention, CosineWindowAttention):
         return _traced_constant(self, "query_scale", super().query_scale)
 
     def project(self, x):
-        kernel = self.qkv.kernel
-        products = ops.matmul(x, round_kernel_to_grid(kernel))
-        return self.qkv.accumulated(products, kernel_bound(kernel, -1), None,
-                                    self.projection_bias() if self.qkv_bias else None)
+        kernel = round_kernel_to_grid(self.qkv.kernel)
+        return self.qkv.accumulate(ops.matmul, x, kernel, weight_scales(kernel_bound(kernel, -1)), None,
+                                   self.projection_bias() if self.qkv_bias else None)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
