@@ -32,7 +32,8 @@ import numpy as np  # noqa: E402
 
 # The smallest registered variant of every family.
 FAMILIES = ("mobilevit_v1_xxs", "mobilevit_v2_050", "mobilevit_v3_xxs", "vit_tiny16", "deit_tiny", "deepvit_s",
-            "convit_tiny", "crossvit_tiny", "pit_ti", "cvt_13", "mixer_s16", "resmlp_12")
+            "convit_tiny", "crossvit_tiny", "pit_ti", "cvt_13", "mixer_s16", "resmlp_12", "pvt_v2_b0", "swin_tiny",
+            "swinv2_tiny", "cswin_tiny", "t2t_vit_7")
 
 
 def smallest_size(name: str, size: int) -> int:
