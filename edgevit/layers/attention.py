@@ -60,8 +60,6 @@ class MultiHeadSelfAttention(QuantizePoints, keras.layers.Layer):
         self.proj.build((*input_shape[:-1], self.dim))
 
     def call(self, x, training=None):
-        import tensorflow as tf
-
         mark = self.quantize_point
         tokens = x.shape[1]
         qkv = ops.reshape(mark("qkv", self.qkv(x)), (-1, tokens, 3 * self.num_heads, self.head_dim))
@@ -70,9 +68,9 @@ class MultiHeadSelfAttention(QuantizePoints, keras.layers.Layer):
         # keys as [B, heads, head_dim, N]: a transpose inside the matmul would
         # become BATCH_MATMUL's adj_y flag, which the classic GPU delegate ignores
         keys_t = ops.transpose(k, (0, 2, 3, 1))
-        attn = mark("scores", tf.linalg.matmul(mark("query_scaled", q * self.scale), keys_t))
+        attn = mark("scores", self.matmul("scores", mark("query_scaled", q * self.scale), keys_t))
         attn = self.dropout(mark("softmax", softmax(attn)), training=training)
-        out = ops.transpose(mark("context", tf.linalg.matmul(attn, v)), (0, 2, 1, 3))  # [B, N, heads, head_dim]
+        out = ops.transpose(mark("context", self.matmul("context", attn, v)), (0, 2, 1, 3))  # [B, N, heads, head_dim]
         return self.proj(ops.reshape(out, (-1, tokens, self.dim)))
 
     def compute_output_shape(self, input_shape):
@@ -126,7 +124,10 @@ class SeparableSelfAttention(QuantizePoints, keras.layers.Layer):
         scores = ops.transpose(mark("softmax", softmax(scores)), (0, 3, 1, 2))
         scores = self.dropout(scores, training=training)
         weighted = mark("weighted_keys", ops.multiply(key, scores))
-        context = mark("context", mark("context_mean", ops.mean(weighted, axis=1, keepdims=True)) * float(tokens))
+        if tokens == 1:  # one patch (a small map): the converter folds the mean and the product by 1 away
+            context = weighted
+        else:
+            context = mark("context", mark("context_mean", ops.mean(weighted, axis=1, keepdims=True)) * float(tokens))
         gated = mark("gated", ops.multiply(values, context))
         return self.proj(gated)
 

@@ -37,20 +37,13 @@ def merge_heads(x):
     return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, tokens, heads * head_dim))
 
 
-def attention_scores(q, keys_t, scale: float, mark):
+def attention_scores(q, keys_t, scale: float, layer):
     """Softmax(q k^T * scale) of ``[B, heads, Nq, d]`` queries and
-    ``[B, heads, d, Nk]`` keys (:func:`split_heads_transposed`); ``mark`` is
-    the calling layer's ``quantize_point``."""
-    import tensorflow as tf
-
-    scores = mark("scores", tf.linalg.matmul(mark("query_scaled", q * scale), keys_t))
+    ``[B, heads, d, Nk]`` keys (:func:`split_heads_transposed`), with the
+    calling ``layer``'s quantize points and matmul."""
+    mark = layer.quantize_point
+    scores = mark("scores", layer.matmul("scores", mark("query_scaled", q * scale), keys_t))
     return mark("softmax", softmax(scores))
-
-
-def apply_scores(scores, v):
-    import tensorflow as tf
-
-    return tf.linalg.matmul(scores, v)
 
 
 @keras.saving.register_keras_serializable(package="edgevit")
@@ -67,8 +60,8 @@ class HeadAttention(QuantizePoints, keras.layers.Layer):
         q, k, v = inputs
         scale = self.scale if self.scale is not None else (q.shape[-1] // self.num_heads) ** -0.5
         scores = attention_scores(split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads), scale,
-                                  self.quantize_point)
-        return merge_heads(apply_scores(scores, split_heads(v, self.num_heads)))
+                                  self)
+        return merge_heads(self.matmul(None, scores, split_heads(v, self.num_heads)))
 
     def compute_output_shape(self, input_shapes):
         return tuple(input_shapes[0])

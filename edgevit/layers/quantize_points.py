@@ -8,7 +8,8 @@ both are the identity, so float models are unchanged; the quantization-aware
 subclasses in ``edgevit.quantize.layers`` fake-quantize at each tag, which is
 what an int8 file computes there. Internal projections are built with
 ``dense_class``, which those subclasses replace by a Dense with an int8
-kernel.
+kernel, and products of two activations (BATCH_MATMUL) go through
+``matmul``, which they compute on the int8 levels.
 """
 from __future__ import annotations
 
@@ -22,3 +23,10 @@ class QuantizePoints:
 
     def quantize_point(self, tag: str, x):
         return x
+
+    def matmul(self, tag: str | None, a, b):
+        """``a @ b`` of two activations, the op output ``tag`` (None: the
+        layer's output)."""
+        import tensorflow as tf
+
+        return tf.linalg.matmul(a, b)

@@ -25,7 +25,7 @@ from keras import layers, ops
 from edgevit.layers import (PositionEmbedding, PrefixTokens, drop_path_rates, patch_embed,
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
-from edgevit.layers.mha import (apply_scores, attention_scores, merge_heads, softmax, split_heads,
+from edgevit.layers.mha import (attention_scores, merge_heads, softmax, split_heads,
                                 split_heads_transposed)
 from edgevit.layers.quantize_points import QuantizePoints
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
@@ -86,7 +86,7 @@ class GatedPositionalSelfAttention(QuantizePoints, keras.layers.Layer):
         grid = int(round(tokens ** 0.5))
         q, k = ops.split(mark("qk", self.qk(x)), 2, axis=-1)
         content = attention_scores(split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads),
-                                   (self.dim // self.num_heads) ** -0.5, mark)
+                                   (self.dim // self.num_heads) ** -0.5, self)
         rel = ops.convert_to_tensor(relative_indices(grid).reshape(1, tokens * tokens, 3))
         position = ops.reshape(self.pos_proj(rel), (1, tokens, tokens, self.num_heads))
         # image-independent, so the converter folds it into a constant operand
@@ -99,8 +99,8 @@ class GatedPositionalSelfAttention(QuantizePoints, keras.layers.Layer):
         # weighted mean of v, so the two terms share a scale without loss.
         values = mark("v", self.v(x))
         v = split_heads(values, self.num_heads)
-        content = mark("content_gated", ops.multiply(mark("content_context", apply_scores(content, v)),
-                                                     mark("content_gate", 1.0 - gate)))
+        content = mark("content_context", self.matmul("content_context", content, v))
+        content = mark("content_gated", ops.multiply(content, mark("content_gate", 1.0 - gate)))
         position = mark("position_context", self.positional_context(position, values))
         position = mark("position_gated", ops.multiply(position, mark("position_gate", gate)))
         return self.proj(merge_heads(mark("mixed", ops.add(content, position))))

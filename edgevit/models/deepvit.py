@@ -25,7 +25,7 @@ from keras import layers, ops
 from edgevit.layers import (DropPath, LayerNorm, PositionEmbedding, PrefixTokens, conv_norm_act, drop_path_rates,
                             mlp, to_tokens)
 from edgevit.layers.conv import BN_EPSILON, BN_MOMENTUM, DENSE_INIT
-from edgevit.layers.mha import apply_scores, attention_scores, merge_heads, split_heads, split_heads_transposed
+from edgevit.layers.mha import attention_scores, merge_heads, split_heads, split_heads_transposed
 from edgevit.layers.quantize_points import QuantizePoints
 from edgevit.layers.transformer import join_groups, split_groups
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
@@ -65,12 +65,12 @@ class ReAttention(QuantizePoints, keras.layers.Layer):
         mark = self.quantize_point
         q, k, v = ops.split(mark("qkv", self.qkv(x)), 3, axis=-1)
         attn = attention_scores(split_heads(q, self.num_heads), split_heads_transposed(k, self.num_heads),
-                                self.scale, mark)
+                                self.scale, self)
         if self.apply_transform:
             mixed = ops.transpose(attn, (0, 2, 3, 1))          # heads as channels
             mixed = mark("mixed", self.mix_heads(mixed, training))
             attn = mark("mixed_scaled", ops.transpose(mixed, (0, 3, 1, 2)) * self.scale)
-        context = mark("context", apply_scores(attn, split_heads(v, self.num_heads)))
+        context = mark("context", self.matmul("context", attn, split_heads(v, self.num_heads)))
         return self.proj(merge_heads(context))
 
     def head_norm(self):

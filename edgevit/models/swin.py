@@ -189,7 +189,7 @@ class WindowAttention(QuantizePoints, keras.layers.Layer):
         q, k, v = ops.split(ops.reshape(qkv, (-1, self.tokens, 3 * self.num_heads, self.head_dim)), 3, axis=2)
         scores = self.scores(q, k)
         attn = mark("softmax", softmax(self.masked(scores)))
-        context = mark("context", self.matmul(attn, self.heads_first(v, (0, 2, 1, 3))))
+        context = mark("context", self.matmul("context", attn, self.heads_first(v, (0, 2, 1, 3))))
         context = ops.reshape(context, (-1, self.num_heads, self.tokens, self.head_dim))
         out = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, self.tokens, self.dim))
         return self.unpartition(self.proj(out))
@@ -198,7 +198,8 @@ class WindowAttention(QuantizePoints, keras.layers.Layer):
         """``q k^T * head_dim^-0.5``, ``[B, windows * heads, N, N]``."""
         mark = self.quantize_point
         q = mark("query_scaled", q * self.head_dim ** -0.5)
-        return mark("scores", self.matmul(self.heads_first(q, (0, 2, 1, 3)), self.heads_first(k, (0, 2, 3, 1))))
+        return mark("scores", self.matmul("scores", self.heads_first(q, (0, 2, 1, 3)),
+                                          self.heads_first(k, (0, 2, 3, 1))))
 
     def masked(self, scores):
         """The scores plus the position bias, then the shift mask, as
@@ -229,12 +230,6 @@ class WindowAttention(QuantizePoints, keras.layers.Layer):
         windows and heads on one axis."""
         x = ops.transpose(x, order)
         return ops.reshape(x, (-1, self.windows * self.num_heads, *x.shape[2:]))
-
-    @staticmethod
-    def matmul(a, b):
-        import tensorflow as tf
-
-        return tf.linalg.matmul(a, b)
 
     def partition(self, x):
         """``[B, H*W, C]`` tokens -> ``[B * windows, N, C]``."""
@@ -332,7 +327,8 @@ class CosineWindowAttention(WindowAttention):
         q = mark("query_scaled", ops.multiply(mark("query", self.normalised(q, "q")),
                                               mark("query_scale", self.query_scale())))
         keys = mark("keys", self.normalised(k, "k"))
-        return mark("scores", self.matmul(self.heads_first(q, (0, 2, 1, 3)), self.heads_first(keys, (0, 2, 3, 1))))
+        return mark("scores", self.matmul("scores", self.heads_first(q, (0, 2, 1, 3)),
+                                          self.heads_first(keys, (0, 2, 3, 1))))
 
     def get_config(self):
         return {**super().get_config(), "pretrained_window": self.pretrained_window}

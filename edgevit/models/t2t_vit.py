@@ -35,7 +35,7 @@ from keras import layers, ops
 from edgevit.layers import (LayerNorm, PositionEmbedding, PrefixTokens, SoftSplit, drop_path_rates, to_map,
                             to_tokens, transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
-from edgevit.layers.mha import apply_scores, attention_scores, merge_heads, split_heads, split_heads_transposed
+from edgevit.layers.mha import attention_scores, merge_heads, split_heads, split_heads_transposed
 from edgevit.layers.quantize_points import QuantizePoints
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, builder_options, register_model, url_weights
@@ -97,7 +97,6 @@ class TokenPerformer(QuantizePoints, keras.layers.Layer):
         return mark(f"{role}_features", ops.exp(mark(f"{role}_exponent", projected - half_norm)))
 
     def call(self, x, training=None):
-        import tensorflow as tf
 
         mark = self.quantize_point
         tokens = x.shape[1]
@@ -111,8 +110,8 @@ class TokenPerformer(QuantizePoints, keras.layers.Layer):
         # them, as one-head attention at rank 4 (split_heads_transposed: a rank-3
         # transpose next to the matmul would become its adj_x flag, which the
         # classic GPU delegate ignores)
-        context = mark("context", tf.linalg.matmul(split_heads_transposed(key_features, 1), split_heads(v, 1)))
-        mixed = mark("mixed", merge_heads(tf.linalg.matmul(split_heads(query_features, 1), context)))
+        context = mark("context", self.matmul("context", split_heads_transposed(key_features, 1), split_heads(v, 1)))
+        mixed = mark("mixed", merge_heads(self.matmul("mixed", split_heads(query_features, 1), context)))
         # 1 / (normaliser + eps) as rsqrt squared: an int8 DIV stops the
         # interpreter when its divisor rounds to zero, an int8 RSQRT saturates
         epsilon = self.epsilon * self.features
@@ -148,8 +147,8 @@ class TokenAttention(QuantizePoints, keras.layers.Layer):
 
     def call(self, x):
         q, k, v = ops.split(self.quantize_point("qkv", self.qkv(x)), 3, axis=-1)
-        scores = attention_scores(split_heads(q, 1), split_heads_transposed(k, 1), self.scale, self.quantize_point)
-        context = self.quantize_point("context", merge_heads(apply_scores(scores, split_heads(v, 1))))
+        scores = attention_scores(split_heads(q, 1), split_heads_transposed(k, 1), self.scale, self)
+        context = self.quantize_point("context", merge_heads(self.matmul("context", scores, split_heads(v, 1))))
         return v + self.quantize_point("proj", self.proj(context))
 
     def compute_output_shape(self, input_shape):

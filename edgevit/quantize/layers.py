@@ -141,6 +141,19 @@ def scale_and_zero_point(lo, hi):
     converter computes in float64 and stores float32; a float32 difference
     of the bounds differs from that in the last bit for about a quarter of
     the ranges, and XNNPACK's requantization multiplies by these bits."""
+    scale, zero_point, _ = quantization_params(lo, hi)
+    return scale, zero_point
+
+
+# [scale, zero point, scale residual] of an int8 tensor (see quantization_params)
+PARAMS_SIZE = 3
+
+
+def quantization_params(lo, hi):
+    """The int8 scale and zero point of [lo, hi] (float32, as the file
+    keeps them; see :func:`scale_and_zero_point`) and the scale's residual:
+    the converter's float64 scale less the float32 one, which it quantizes
+    int32 biases with before it stores the scales (see :func:`bias_levels`)."""
     xp = _array_module(lo, hi)
     if xp is np:  # the bounds as float32 first: the fake-quant op's
         lo, hi = np.float64(np.float32(lo)), np.float64(np.float32(hi))
@@ -149,8 +162,9 @@ def scale_and_zero_point(lo, hi):
     scale = (hi - lo) / 255.0
     zero_point = xp.clip(xp.round(-128.0 - lo / scale), -128.0, 127.0)
     if xp is np:
-        return np.float32(scale), np.float32(zero_point)
-    return ops.cast(scale, "float32"), ops.cast(zero_point, "float32")
+        return np.float32(scale), np.float32(zero_point), np.float32(scale - np.float64(np.float32(scale)))
+    stored = ops.cast(scale, "float32")
+    return stored, ops.cast(zero_point, "float32"), ops.cast(scale - ops.cast(stored, "float64"), "float32")
 
 
 def _array_module(*values):
@@ -193,6 +207,27 @@ def accumulator_requantized(x, input_params, kernel_scales, lo, hi):
     return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
 
 
+def product_requantized(x, factor_params, lo, hi, square: bool = False):
+    """What XNNPACK writes for ``x``, the int8 MUL of two operands on the
+    grids ``factor_params`` ([scale, zero point] each), into a tensor with
+    range [lo, hi]: the integer product times the float32 multiplier
+    ``scale_a * scale_b / output_scale``, the product in float32, rounded
+    half to even, as a convolution's accumulator. A tensor times itself
+    (``square``) runs another kernel, which rounds the exact product once
+    (measured on every element of the MULs of MobileViT v1/v2/v3 files,
+    near-ties included: each rule turns about one near-tie in a thousand the
+    other way in the other case)."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    step = factor_params[0][0] * factor_params[1][0]
+    multiplier = step / scale
+    product = ops.round(ops.cast(x, "float64") / ops.cast(step, "float64"))
+    if square:
+        levels = ops.cast(ops.round(product * ops.cast(multiplier, "float64")), x.dtype)
+    else:
+        levels = ops.round(ops.cast(product, x.dtype) * multiplier)
+    return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
+
+
 def batch_matmul_requantized(x, lhs, rhs, lo, hi):
     """What LiteRT writes for ``x``, the float product of int8 operands with
     quantization ``lhs`` and ``rhs`` ([scale, zero point] each), into a
@@ -225,20 +260,24 @@ def batch_matmul_requantized(x, lhs, rhs, lo, hi):
 
 def mean_requantized(summands, summand_params, axes, lo, hi):
     """What XNNPACK writes for the int8 MEAN of ``summands`` (on the grid
-    ``summand_params``) over ``axes`` into a tensor with range [lo, hi]: the
-    int32 sum of the levels times the float32 multiplier ``input_scale /
-    (output_scale * count)``, rounded half to even (measured to match every
-    element of the MEANs of a trained MobileViT v2). The float mean's
-    fake-quant lands a few ulps off that product now and then; in a
+    ``summand_params``) over ``axes`` into a tensor with range [lo, hi]:
+    the int32 sum of the int8 values (input zero point included) times the
+    float32 multiplier ``input_scale / output_scale`` x ``1 / count``, plus
+    the output zero point less count x input zero point x multiplier, in
+    float32, rounded half to even (measured to match every element of the
+    MEANs of MobileViT v1, v2 and v3 files, whichever axes they reduce;
+    rescaling the sum of the levels instead rounds near-ties the other way).
+    The float mean's fake-quant lands a few ulps off now and then; in a
     GroupNorm, whose variance is one MEAN over the whole map, such a step
     moves every element of the map."""
     scale, zero_point = scale_and_zero_point(lo, hi)
-    count = int(np.prod([summands.shape[a] for a in axes]))
-    input_scale = ops.cast(summand_params[0], "float32")
-    multiplier = input_scale / (ops.cast(scale, "float32") * np.float32(count))
-    levels = ops.round(summands / input_scale)  # whole numbers: their float32 sum is exact
-    quantized = ops.round(ops.sum(levels, axis=axes, keepdims=True) * multiplier)
-    return (ops.clip(quantized + zero_point, -128.0, 127.0) - zero_point) * scale
+    count = np.float32(np.prod([summands.shape[a] for a in axes]))
+    input_scale, input_zero_point = (ops.cast(p, "float32") for p in (summand_params[0], summand_params[1]))
+    multiplier = (input_scale / ops.cast(scale, "float32")) * (np.float32(1.0) / count)
+    levels = ops.round(summands / input_scale) + input_zero_point  # whole numbers: their float32 sum is exact
+    values = ops.sum(levels, axis=axes, keepdims=True)
+    quantized = ops.round(values * multiplier + (zero_point - (count * input_zero_point) * multiplier))
+    return (ops.clip(quantized, -128.0, 127.0) - zero_point) * scale
 
 
 def sum_requantized(addends, addend_params, lo, hi):
@@ -303,14 +342,17 @@ class ActivationQuantizer(keras.layers.Layer):
         self.built = True
 
     def call(self, x, training=None, slot: int = 0, lhs=None, rhs=None, with_params: bool = False,
-             input_params=None, kernel_scales=None, addends=None, addend_params=None, summands=None,
-             summand_params=None, axes=None):
+             input_params=None, kernel_scales=None, factor_params=None, square_params=None, addends=None,
+             addend_params=None, summands=None, summand_params=None, axes=None):
         """``lhs``, ``rhs``: the operands' [scale, zero point] when ``x`` is
         the output of a BATCH_MATMUL, whose kernel may round differently (see
         :func:`batch_matmul_requantized`). ``input_params``,
         ``kernel_scales``: the input's [scale, zero point] and the channel
         scales when ``x`` is a convolution's or dense layer's accumulator
-        (see :func:`accumulator_requantized`). ``addends``,
+        (see :func:`accumulator_requantized`). ``factor_params``: the
+        [scale, zero point] of the two operands of the int8 MUL that writes
+        ``x`` (see :func:`product_requantized`), ``square_params`` the
+        operand's of a tensor times itself. ``addends``,
         ``addend_params``: the operands of the int8 ADD that writes ``x`` and
         their [scale, zero point] (see :func:`sum_requantized`).
         ``summands``, ``summand_params``, ``axes``: the operand of the int8
@@ -330,6 +372,10 @@ class ActivationQuantizer(keras.layers.Layer):
                 exact = batch_matmul_requantized(x, lhs, rhs, lo, hi)
             elif input_params is not None and not _exporting():
                 exact = accumulator_requantized(x, input_params, kernel_scales, lo, hi)
+            elif factor_params is not None and not _exporting():
+                exact = product_requantized(x, factor_params, lo, hi)
+            elif square_params is not None and not _exporting():
+                exact = product_requantized(x, [square_params, square_params], lo, hi, square=True)
             elif addends is not None and not _exporting():
                 exact = sum_requantized(addends, addend_params, lo, hi)
             elif summands is not None and not _exporting():
@@ -347,8 +393,8 @@ class ActivationQuantizer(keras.layers.Layer):
         return value_range(_value_now(self.range_min), _value_now(self.range_max), self.symmetric)
 
     def params(self):
-        """[scale, zero point] of the int8 tensor."""
-        return _traced_constant(self, "params", lambda: ops.stack(scale_and_zero_point(*self.quantization_range())))
+        """[scale, zero point, scale residual] of the int8 tensor (see :func:`quantization_params`)."""
+        return _traced_constant(self, "params", lambda: ops.stack(quantization_params(*self.quantization_range())))
 
     def _track(self, x, slot: int):
         # eagerly in numpy: the same float32 arithmetic at a fraction of the eager ops' cost
@@ -366,7 +412,7 @@ class ActivationQuantizer(keras.layers.Layer):
 
     def compute_output_spec(self, x, with_params: bool = False, **kwargs):
         spec = keras.KerasTensor(x.shape, x.dtype)
-        return (spec, keras.KerasTensor((2,), "float32")) if with_params else spec
+        return (spec, keras.KerasTensor((PARAMS_SIZE,), "float32")) if with_params else spec
 
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "slots": self.slots,
@@ -392,18 +438,18 @@ class IntegerAccumulation:
 
     input_params_source = None
 
-    def accumulate(self, op, inputs, kernel, kernel_scales, input_params, bias=None,
-                   with_kernel_scales: bool = False):
+    def accumulate(self, op, inputs, kernel, bound, input_params, bias=None, with_kernel_scales: bool = False):
         """``op(inputs, kernel)`` plus ``bias`` (the layer's own by
         default), as the int8 kernel computes it. ``kernel``: on its
-        per-channel int8 grid, output channels on its last axis, whose
-        scales the file keeps as ``kernel_scales``. ``with_kernel_scales``:
-        also return them, for the quantizer of the output (see
+        per-channel int8 grid, output channels on its last axis, which
+        span [-bound, bound]. ``with_kernel_scales``: also return the
+        channels' scales, for the quantizer of the output (see
         :func:`accumulator_requantized`)."""
         if input_params is None and self.input_params_source is not None:
             input_params = self.input_params_source()
         if bias is None and self.use_bias:
             bias = self.bias
+        kernel_scales = weight_scales(bound)
         if input_params is None or _exporting():
             outputs = op(inputs, kernel)
             outputs = outputs if bias is None else ops.add(outputs, bias)
@@ -411,19 +457,24 @@ class IntegerAccumulation:
             step = input_params[0] * kernel_scales
             outputs = op(on_levels(inputs, input_params[0]), on_levels(kernel, kernel_scales)) * step
             if bias is not None:
-                outputs = outputs + bias_levels(bias, input_params[0], kernel_scales) * step
+                outputs = outputs + bias_levels(bias, input_params, bound) * step
         return (outputs, kernel_scales) if with_kernel_scales else outputs
 
 
-def bias_levels(bias, input_scale, kernel_scales):
-    """The int32 bias the converter writes: ``bias`` over its scale, the
-    float32 product input scale x channel scale, divided in float64 and
-    rounded (divided in float32, or by the exact product, about one bias in
-    a few thousand of a MobileViT rounds the other way), with the gradient
-    of the division."""
-    scale = input_scale * kernel_scales
-    scaled = bias / scale
-    levels = ops.round(ops.cast(bias, "float64") / ops.cast(scale, "float64"))
+def bias_levels(bias, input_params, bound):
+    """The int32 bias the converter writes: ``bias`` over the product of
+    the input's and the channel's float64 scales, as it computes them from
+    the ranges before it stores them as float32 (``input_params``: the
+    input's [scale, zero point, scale residual]; ``bound``: the channels'
+    kernel bounds), rounded half away from zero; with the gradient of the
+    division. (Divided by the float32 scales, about one bias in ten
+    thousand of a trained MobileViT rounded the other way.)"""
+    def f64(value):
+        return ops.cast(value, "float64")
+
+    scaled = bias / (input_params[0] * weight_scales(bound))
+    quotient = f64(bias) / ((f64(input_params[0]) + f64(input_params[2])) * (f64(bound) * 2.0 / 254.0))
+    levels = ops.sign(quotient) * ops.floor(ops.abs(quotient) + 0.5)
     return scaled + ops.stop_gradient(ops.cast(levels, scaled.dtype) - scaled)
 
 
@@ -478,8 +529,7 @@ class QuantConv2D(IntegerAccumulation, keras.layers.Conv2D):
 
     def call(self, inputs, input_params=None, with_kernel_scales: bool = False):
         return self.accumulate(self.convolution_op, inputs, fake_quant_kernel(self.kernel, -1),
-                               weight_scales(kernel_bound(self.kernel, -1)), input_params,
-                               with_kernel_scales=with_kernel_scales)
+                               kernel_bound(self.kernel, -1), input_params, with_kernel_scales=with_kernel_scales)
 
     def compute_output_spec(self, inputs, input_params=None, with_kernel_scales: bool = False):
         return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
@@ -499,8 +549,8 @@ class QuantDepthwiseConv2D(IntegerAccumulation, keras.layers.DepthwiseConv2D):
             return ops.depthwise_conv(x, ops.reshape(flat_kernel, shape), strides=self.strides, padding=self.padding,
                                       dilation_rate=self.dilation_rate, data_format=self.data_format)
 
-        return self.accumulate(depthwise, inputs, fake_quant_kernel(flat, -1), weight_scales(kernel_bound(flat, -1)),
-                               input_params, with_kernel_scales=with_kernel_scales)
+        return self.accumulate(depthwise, inputs, fake_quant_kernel(flat, -1), kernel_bound(flat, -1), input_params,
+                               with_kernel_scales=with_kernel_scales)
 
     def compute_output_spec(self, inputs, input_params=None, with_kernel_scales: bool = False):
         return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
@@ -512,7 +562,7 @@ class QuantDense(IntegerAccumulation, keras.layers.Dense):
 
     def call(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
         kernel = round_kernel_to_grid(self.kernel)
-        return self.accumulate(ops.matmul, inputs, kernel, weight_scales(kernel_bound(kernel, -1)), input_params,
+        return self.accumulate(ops.matmul, inputs, kernel, kernel_bound(kernel, -1), input_params,
                                with_kernel_scales=with_kernel_scales)
 
     def compute_output_spec(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
@@ -523,7 +573,7 @@ class QuantDense(IntegerAccumulation, keras.layers.Dense):
         their own computes them (per-channel grids are the same; the slice
         of the constant grid, see :func:`round_kernel_to_grid`)."""
         kernel = round_kernel_to_grid(self.kernel)[:, start:stop]
-        return self.accumulate(ops.matmul, inputs, kernel, weight_scales(kernel_bound(kernel, -1)), None,
+        return self.accumulate(ops.matmul, inputs, kernel, kernel_bound(kernel, -1), None,
                                self.bias[start:stop] if self.use_bias else None)
 
 
@@ -688,26 +738,28 @@ class QuantizedPoints:
             return spec
 
         def params():  # one symbolic tensor each: the functional graph maps values by tensor
-            return keras.KerasTensor((2,), "float32")
+            return keras.KerasTensor((PARAMS_SIZE,), "float32")
 
+        if self.OUTPUT_DENSE is not None:
+            channels = getattr(self, self.OUTPUT_DENSE).units
+            return spec, {"input_params": params(), "kernel_scales": keras.KerasTensor((channels,), "float32")}
         if self.OUTPUT_SUM is not None:
             return spec, {"addends": [keras.KerasTensor(spec.shape, spec.dtype),
                                       keras.KerasTensor(self.output_sum_shape(), spec.dtype)],
                           "addend_params": [params(), params()]}
-        channels = getattr(self, self.OUTPUT_DENSE).units if self.OUTPUT_DENSE else 1
-        return spec, {"input_params": params(), "kernel_scales": keras.KerasTensor((channels,), "float32")}
+        return spec, {"factor_params": [params(), params()]}
 
     def output_sum_shape(self) -> tuple[int, ...]:
         """The shape of the second operand of ``OUTPUT_SUM``."""
         raise NotImplementedError(f"{type(self).__name__} has no output sum")
 
-    def product_of(self, first, second) -> dict:
+    def product_of(self, first, second) -> dict | None:
         """The quantizer arguments for a MUL of two int8 operands (a tag or
-        an input index each)."""
-        first, second = self.params_of(first), self.params_of(second)
-        if first is None or second is None:
-            return {"input_params": None, "kernel_scales": None}
-        return {"input_params": first, "kernel_scales": second[:1]}
+        an input index each); None where one is not an int8 tensor."""
+        params = [self.params_of(first), self.params_of(second)]
+        if any(p is None for p in params):
+            return None
+        return {"square_params": params[0]} if first == second else {"factor_params": params}
 
     def sum_of(self, first, second, sign: float) -> dict | None:
         """The quantizer arguments for an ADD (``sign`` 1) or SUB (-1) of
@@ -772,6 +824,18 @@ class QuantizedPoints:
             return self.unless_identity_follows(self.IDENTITY_TAIL[tail_tags.index(tag):], x)
         return self.quantizer(tag)(x, **(self.kernel_arithmetic(tag) or {}))
 
+    def matmul(self, tag, a, b):
+        """On the int8 levels, as :class:`IntegerAccumulation` computes
+        convolutions: the BATCH_MATMUL's int32 accumulator exactly (a
+        float32 product of the dequantized operands of an attention layer
+        misses it by a step now and then)."""
+        operands = self.OUTPUT_MATMUL if tag is None else self.MATMULS.get(tag)
+        params = None if operands is None or self.constant or _exporting() else [self.params_of(s) for s in operands]
+        if params is None or any(p is None for p in params):
+            return super().matmul(tag, a, b)
+        lhs_scale, rhs_scale = params[0][0], params[1][0]
+        return super().matmul(tag, on_levels(a, lhs_scale), on_levels(b, rhs_scale)) * (lhs_scale * rhs_scale)
+
     def kernel_arithmetic(self, tag: str) -> dict | None:
         """The quantizer arguments with which op output ``tag`` is rounded
         as LiteRT's kernel computes it; None where the op has no such rule
@@ -780,8 +844,9 @@ class QuantizedPoints:
             return self.sum_of(*self.SUMS[tag])
         if tag in self.MEANS:
             return self.mean_of(*self.MEANS[tag])
-        arguments = self.dense_output(tag) if tag in self.DENSE_OUTPUTS else \
-            self.product_of(*self.PRODUCTS[tag]) if tag in self.PRODUCTS else None
+        if tag in self.PRODUCTS:
+            return self.product_of(*self.PRODUCTS[tag])
+        arguments = self.dense_output(tag) if tag in self.DENSE_OUTPUTS else None
         return arguments if arguments is not None and arguments["input_params"] is not None else None
 
     def unless_identity_follows(self, tail, x):
@@ -821,7 +886,7 @@ def constant_range(value):
 
 def constant_params(value):
     """[scale, zero point] of a constant operand (see :func:`fake_quant_constant`)."""
-    return ops.stack(scale_and_zero_point(*constant_range(value)))
+    return ops.stack(quantization_params(*constant_range(value)))
 
 
 def value_range(minima, maxima, symmetric: bool = False):
@@ -1105,7 +1170,7 @@ class QuantCosineWindowAttention(QuantWindowAttention, CosineWindowAttention):
 
     def project(self, x):
         kernel = round_kernel_to_grid(self.qkv.kernel)
-        return self.qkv.accumulate(ops.matmul, x, kernel, weight_scales(kernel_bound(kernel, -1)), None,
+        return self.qkv.accumulate(ops.matmul, x, kernel, kernel_bound(kernel, -1), None,
                                    self.projection_bias() if self.qkv_bias else None)
 
 

@@ -316,10 +316,11 @@ def _scale_source(tensor, rules):
 
 
 def _range_params(fixed_range) -> list[float]:
-    """[scale, zero point] of a fixed range."""
-    lo, hi = fixed_range
-    scale = (hi - lo) / 255.0
-    return [scale, float(round(-128.0 - lo / scale))]
+    """[scale, zero point, scale residual] of a fixed range (see
+    edgevit.quantize.layers.quantization_params)."""
+    from edgevit.quantize.layers import quantization_params
+
+    return [float(v) for v in quantization_params(*fixed_range)]
 
 
 def _activation(layer) -> str | None:
