@@ -365,18 +365,26 @@ def test_int8_file_computes_exactly_what_a_convolutional_qat_model_computes(conv
     np.testing.assert_array_equal(run_in_child(path, x), outputs(qat, x))
 
 
-@pytest.mark.parametrize("name", ["mobilevit_v2_050", "mobilevit_v3_050"])
-def test_int8_file_of_a_v2_based_qat_model_computes_exactly_what_it_computes(tmp_path, name):
+@pytest.mark.parametrize("name", ["mobilevit_v2_050", "mobilevit_v3_050", "mobilevit_v1_xxs"])
+def test_int8_file_of_a_mobilevit_qat_model_computes_what_it_computes(tmp_path, name):
     """MobileViT v2's GroupNorm scales a whole map by one RSQRT of one MEAN:
     one level off there (a MEAN, or the SUB before it, rounded from float
     values instead of the kernel's integers) moves every element after it.
     On sample photos, with trained-scale weights, every logit of the int8
-    file on XNNPACK equals the QAT model's."""
+    file of a v2-based model on XNNPACK equals the QAT model's. v1's
+    attention has an int8 SOFTMAX, which LiteRT computes with its own
+    fixed-point arithmetic and QAT in float: one step off now and then,
+    within the acceptance bounds."""
     size = 96
     pre = get_spec(name).preprocessing_at(size)
     model = edgevit.create_model(name, num_classes=CLASSES, input_size=size)
     x = sample_batch(pre, 16)
-    np.testing.assert_array_equal(*int8_and_qat_outputs(tmp_path, model, x, pre.value_range))
+    int8, qat = int8_and_qat_outputs(tmp_path, model, x, pre.value_range)
+    if get_spec(name).family == "mobilevit_v1":
+        result = agreement(qat, int8)
+        assert result["top1_agreement"] == 1.0 and result["cosine_mean"] >= 0.999, result
+    else:
+        np.testing.assert_array_equal(int8, qat)
 
 
 @needs_arm

@@ -234,8 +234,10 @@ def batch_matmul_requantized(x, lhs, rhs, lo, hi):
     tensor with range [lo, hi].
 
     With XNNPACK (LiteRT's default CPU kernels), an int8 BATCH_MATMUL whose
-    second operand has zero point 0 runs in XNNPACK, which rounds once, as a
-    fake-quant does. Any other runs in LiteRT's builtin kernel, which
+    second operand has zero point 0 runs in XNNPACK, which requantizes the
+    int32 accumulator as it does a dense layer's (see
+    :func:`accumulator_requantized`; a fake-quant of the float product
+    rounds near-ties its own way). Any other runs in LiteRT's builtin kernel, which
     rescales the int32 accumulator by M = lhs * rhs / out in two rounding
     steps: a fixed-point multiply that rounds to 2^-shift of an output step
     (M = m * 2^-shift, m in [0.5, 1)), then a shift that rounds half away
@@ -244,7 +246,7 @@ def batch_matmul_requantized(x, lhs, rhs, lo, hi):
     attention layer's scores). The arithmetic runs in float64: accumulator
     times 2^shift exceeds float32's integers."""
     scale, zero_point = scale_and_zero_point(lo, hi)
-    once = _fake_quant(x, lo, hi)
+    once = accumulator_requantized(x, lhs, rhs[0], lo, hi)
     product_scale = lhs[0] * rhs[0]
     multiplier = product_scale / scale
     steps = ops.cast(ops.exp2(-ops.floor(ops.log2(multiplier)) - 1.0), "float64")  # 2^shift
@@ -256,6 +258,17 @@ def batch_matmul_requantized(x, lhs, rhs, lo, hi):
     twice = ops.cast((ops.clip(rounded + zero_point, -128.0, 127.0) - zero_point) * ops.cast(scale, "float64"),
                      x.dtype)
     return ops.where(ops.equal(rhs[1], 0.0), once, twice)
+
+
+def input_quantized(x, lo, hi):
+    """The model's float input as an app quantizes it for an int8 input
+    tensor: ``x / scale`` in float32, rounded half to even, plus the zero
+    point (edgevit's runners and the Android demo; a fake-quant rounds half
+    up, and every pixel of a model normalised with mean 0.5 and std 0.5 lies
+    within float32 error of a midpoint)."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    levels = ops.round(x / scale)
+    return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
 
 
 def mean_requantized(summands, summand_params, axes, lo, hi):
@@ -313,6 +326,8 @@ class ActivationQuantizer(keras.layers.Layer):
     updated while training and while ``observing`` (calibration, where the
     input passes through unquantized); at inference the stored range is used.
     ``fixed_range`` pins the range (TFLite's fixed output ranges).
+    ``model_input``: the quantizer of the model's input, rounded as an app
+    quantizes it (see :func:`input_quantized`).
 
     One quantizer can serve several tensors that LiteRT keeps at one scale
     (the inputs of a CONCATENATION): each is a call with its own ``slot``,
@@ -323,8 +338,9 @@ class ActivationQuantizer(keras.layers.Layer):
     observing = False  # set on instances by edgevit.quantize.qat.calibrate
 
     def __init__(self, momentum: float = DEFAULT_MOMENTUM, fixed_range=None, slots: int = 1,
-                 symmetric: bool = False, **kwargs):
+                 symmetric: bool = False, model_input: bool = False, **kwargs):
         super().__init__(**kwargs)
+        self.model_input = bool(model_input)
         self.momentum = float(momentum)
         self.fixed_range = None if fixed_range is None else (float(fixed_range[0]), float(fixed_range[1]))
         self.slots = int(slots)
@@ -380,6 +396,8 @@ class ActivationQuantizer(keras.layers.Layer):
                 exact = sum_requantized(addends, addend_params, lo, hi)
             elif summands is not None and not _exporting():
                 exact = mean_requantized(summands, summand_params, axes, lo, hi)
+            elif self.model_input and not _exporting():
+                exact = input_quantized(x, lo, hi)
             if exact is not None:
                 quantized = quantized + ops.stop_gradient(exact - quantized)
         return (quantized, self.params()) if with_params else quantized
@@ -417,7 +435,7 @@ class ActivationQuantizer(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "slots": self.slots,
                 "fixed_range": None if self.fixed_range is None else list(self.fixed_range),
-                "symmetric": self.symmetric}
+                "symmetric": self.symmetric, "model_input": self.model_input}
 
 
 class IntegerAccumulation:
@@ -1071,6 +1089,9 @@ class QuantGatedPositionalSelfAttention(QuantizedPoints, GatedPositionalSelfAtte
     OUTPUT_DENSE = "proj"
     FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL", "softmax": "SOFTMAX"}
     CONSTANTS = ("content_gate", "position_gate")
+    PRODUCTS = {"content_gated": ("content_context", "content_gate"),
+                "position_gated": ("position_context", "position_gate")}
+    SUMS = {"mixed": ("content_gated", "position_gated", 1.0)}
     # each head's positional scores are FULLY_CONNECTED weights with the query positions as output channels
     KERNELS = {"position": (-1,)}
 
@@ -1161,7 +1182,8 @@ class QuantCosineWindowAttention(QuantWindowAttention, CosineWindowAttention):
             "k_square", "k_mean", "k_mean_eps", "k_rsqrt", "keys", "scores", "biased", "softmax", "context")
     CONSTANTS = ("query_scale", "bias", "keep", "drop")
     MATMULS = {"scores": ("query_scaled", "keys"), "context": ("softmax", "qkv")}
-    PRODUCTS = {"q_square": ("qkv", "qkv"), "query": ("qkv", "q_rsqrt"),
+    MEANS = {"q_mean": ("q_square", (-1,)), "k_mean": ("k_square", (-1,))}
+    PRODUCTS = {"query_scaled": ("query", "query_scale"), "q_square": ("qkv", "qkv"), "query": ("qkv", "q_rsqrt"),
                 "k_square": ("qkv", "qkv"), "keys": ("qkv", "k_rsqrt")}
     FLOAT_WHEN_MIXED = {**QuantWindowAttention.FLOAT_WHEN_MIXED, "q_mean_eps": "RSQRT", "k_mean_eps": "RSQRT"}
 
@@ -1241,12 +1263,18 @@ class QuantBicubicResize(QuantizedPoints, BicubicResize):
 class QuantAffine(QuantizedPoints, Affine):
     TAGS = ("scaled",)
     CONSTANTS = ("alpha", "beta")
+    PRODUCTS = {"scaled": (0, "alpha")}
+    OUTPUT_SUM = ("scaled", "beta", 1.0)
     IDENTITY_TAIL = (("scaled", "beta", 0.0),)
+
+    def output_sum_shape(self):
+        return tuple(self.beta.shape)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class QuantLayerScale(QuantizedPoints, LayerScale):
     CONSTANTS = ("gamma",)
+    OUTPUT_PRODUCT = (0, "gamma")
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

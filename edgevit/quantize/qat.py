@@ -139,8 +139,10 @@ class _Rewrite:
             new = self.replacement(id(layer), lambda: rule.quantized_class.from_float(layer, self.momentum, sites))
             if not new.accumulates_output(input_params):
                 return new(*args, site=site, input_params=input_params, **kwargs)
-            out, self.accumulators[id(out)] = new(*args, site=site, input_params=input_params,
-                                                  with_accumulator=True, **kwargs)
+            # every call of a layer returns the same structure (Keras maps a shared layer's outputs by position)
+            out, accumulator = new(*args, site=site, input_params=input_params, with_accumulator=True, **kwargs)
+            if any(params is not None for params in input_params):  # a call on constants: folded by the converter
+                self.accumulators[id(out)] = accumulator
             return out
         kind = type(layer).__name__
         accumulator = None
@@ -188,6 +190,7 @@ class _RangePlan:
     def __init__(self, model, rules, bn_of_conv, momentum: float, input_range):
         self.momentum = momentum
         self.needs_range: dict[int, tuple] = {}   # tensor id -> (name, fixed range or None)
+        self.model_inputs = {id(t) for t in model.inputs}
         for t in model.inputs:
             self.needs_range[id(t)] = (f"{t.name or 'input'}.quant", tuple(input_range))
         self.rules = rules
@@ -269,6 +272,7 @@ class _RangePlan:
             name = self.needs_range[members[0]][0]
             fixed = next((self.needs_range[k][1] for k in members if self.needs_range[k][1] is not None), None)
             self.quantizers[root] = ActivationQuantizer(self.momentum, fixed_range=fixed, slots=len(members),
+                                                        model_input=any(k in self.model_inputs for k in members),
                                                         name=name)
             self.members[root] = members
         lhs, rhs = matmul or (None, None)
