@@ -294,27 +294,78 @@ def mean_requantized(summands, summand_params, axes, lo, hi):
 
 
 def sum_requantized(addends, addend_params, lo, hi):
-    """What XNNPACK writes for the int8 ADD of ``addends`` (two tensors on
-    the grids ``addend_params``) into a tensor with range [lo, hi]: each
-    operand's scale over the output scale becomes a fixed-point multiplier
-    of 21 to 22 bits, and the sum of the products is shifted down, rounding
-    half up (XNNPACK's int8 add, measured to match every element of a
-    trained MobileViT's ADDs and SUBs, where rounding the real sum misses 27
-    of 851520)."""
+    """What LiteRT writes for the int8 ADD of ``addends`` (two tensors on
+    the grids ``addend_params``) into a tensor with range [lo, hi].
+
+    XNNPACK (:func:`_xnnpack_sum`) takes the ADD when each operand's scale
+    over the output scale lies in [2^-10, 2^8); otherwise (a LayerNorm's
+    beta, tiny beside the output, say) it runs on TFLite's builtin kernel
+    (:func:`_builtin_sum`): each measured to match every element of the
+    ADDs and SUBs of MobileViT files that ran on it, where rounding the real
+    sum misses about 27 in 10^6."""
     scale, zero_point = scale_and_zero_point(lo, hi)
-    ratios = [ops.cast(params[0] / scale, "float64") for params in addend_params]
+    levels = [ops.round(ops.cast(addend, "float64") / ops.cast(params[0], "float64"))
+              for addend, params in zip(addends, addend_params)]
+    ratios = [params[0] / scale for params in addend_params]
+    in_range = [ops.logical_and(ops.abs(r) >= 2.0 ** -10, ops.abs(r) < 256.0) for r in ratios]
+    quantized = ops.where(ops.logical_and(*in_range), _xnnpack_sum(levels, ratios),
+                          _builtin_sum(levels, [p[0] for p in addend_params], scale))
+    zero_point = ops.cast(zero_point, "float64")
+    quantized = ops.clip(quantized + zero_point, -128.0, 127.0)
+    return ops.cast((quantized - zero_point) * ops.cast(scale, "float64"), addends[0].dtype)
+
+
+def _xnnpack_sum(levels, ratios):
+    """XNNPACK's int8 add (output levels less the zero point, float64):
+    each operand's scale over the output scale becomes a fixed-point
+    multiplier of 21 to 22 bits, and the sum of the products is shifted
+    down, rounding half up."""
+    ratios = [ops.cast(r, "float64") for r in ratios]
     largest = ops.maximum(ops.abs(ratios[0]), ops.abs(ratios[1]))
     exponent = ops.floor(ops.log2(largest))
     exponent = exponent + ops.cast(ops.power(2.0, exponent + 1.0) <= largest, "float64") \
         - ops.cast(ops.power(2.0, exponent) > largest, "float64")
     shift = ops.power(2.0, 20.0 - exponent)
     total = shift / 2.0
-    for addend, params, ratio in zip(addends, addend_params, ratios):
-        levels = ops.round(ops.cast(addend, "float64") / ops.cast(params[0], "float64"))
-        total = total + ops.round(ratio * shift) * levels
-    zero_point = ops.cast(zero_point, "float64")
-    quantized = ops.clip(ops.floor(total / shift) + zero_point, -128.0, 127.0)
-    return ops.cast((quantized - zero_point) * ops.cast(scale, "float64"), addends[0].dtype)
+    for operand, ratio in zip(levels, ratios):
+        total = total + ops.round(ratio * shift) * operand
+    return ops.floor(total / shift)
+
+
+def _builtin_sum(levels, scales, output_scale):
+    """TFLite's builtin int8 ADD (output levels less the zero point): each
+    operand, shifted up by 20 bits, is rescaled by a fixed-point multiplier
+    of its scale over twice the larger input scale, the sum by one of that
+    over the output scale, each with gemmlowp's rounding doubling high
+    multiply and rounding right shift (integer arithmetic in int64)."""
+    scales = [ops.cast(s, "float64") for s in scales]
+    twice_largest = 2.0 * ops.maximum(scales[0], scales[1])
+    total = 0
+    for operand, scale in zip(levels, scales):
+        total = total + _rescaled(ops.cast(operand, "int64") * (1 << 20), scale / twice_largest)
+    output = twice_largest / (2.0 ** 20 * ops.cast(output_scale, "float64"))
+    return ops.cast(_rescaled(total, output), "float64")
+
+
+def _rescaled(x, real_multiplier):
+    """gemmlowp's MultiplyByQuantizedMultiplierSmallerThanOne: ``x`` (int64)
+    times ``real_multiplier`` (< 1) as a 31-bit fixed-point multiplier and a
+    right shift, each rounding as TFLite's integer kernels do."""
+    exponent = ops.floor(ops.log2(real_multiplier)) + 1.0
+    exponent = exponent + ops.cast(ops.power(2.0, exponent) <= real_multiplier, "float64") \
+        - ops.cast(ops.power(2.0, exponent - 1.0) > real_multiplier, "float64")
+    fraction = real_multiplier / ops.power(2.0, exponent)       # in [0.5, 1)
+    fixed = ops.floor(fraction * 2.0 ** 31 + 0.5)
+    exponent = ops.where(fixed >= 2.0 ** 31, exponent + 1.0, exponent)
+    fixed = ops.cast(ops.where(fixed >= 2.0 ** 31, fixed / 2.0, fixed), "int64")
+    product = x * fixed                                          # < 2^62
+    nudge = ops.cast(ops.where(product >= 0, 1 << 30, 1 - (1 << 30)), "int64")
+    high = ops.sign(product + nudge) * ops.floor_divide(ops.abs(product + nudge), 1 << 31)
+    shift = ops.cast(-exponent, "int64")
+    mask = ops.left_shift(ops.ones_like(shift), shift) - 1
+    remainder = ops.bitwise_and(high, mask)
+    threshold = ops.right_shift(mask, 1) + ops.cast(high < 0, "int64")
+    return ops.right_shift(high, shift) + ops.cast(remainder > threshold, "int64")
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
