@@ -5,11 +5,14 @@ table (the table in docs/families.md comes from this script).
 Each model is exported through the normal pipeline (validation report
 included; its logit cosine vs Keras is a column), then all files are timed
 in one interleaved run (see mobilevit_latency.py) so machine-load drift hits
-every file alike.
+every file alike. Where scripts/install-arm-emulator.sh has run, every file
+is also counted on LiteRT's Arm64 kernels under emulation (exact
+instructions per inference, `--arm a76` by default; `--arm none` skips).
 
     python benchmarks/families_latency.py
     python benchmarks/families_latency.py --models vit_tiny16 pit_ti --rounds 3 --json out.json
     python benchmarks/families_latency.py --diagnose   # + first int8 layer below 0.98 cosine
+    python benchmarks/families_latency.py --models swin_tiny --arm a76,max
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mobilevit_latency import summarise, time_interleaved  # noqa: E402
+from mobilevit_latency import count_on_arm, summarise, time_interleaved  # noqa: E402
 
 SMALLEST = ["vit_tiny16", "deit_tiny", "deepvit_s", "convit_tiny", "crossvit_tiny", "pit_ti", "cvt_13",
             "mixer_s16", "resmlp_12", "pvt_v2_b0", "swin_tiny", "swinv2_tiny", "cswin_tiny", "t2t_vit_7"]
@@ -73,16 +76,20 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--calib-samples", type=int, default=32)
     parser.add_argument("--diagnose", action="store_true")
+    parser.add_argument("--arm", default="a76",
+                        help="Arm64 CPU profiles to count instructions on (LiteRT 1.4 aarch64, emulated), or none.")
     parser.add_argument("--json", dest="json_path", default=None)
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="edgevit-bench-") as tmp:
         files = convert_all(args.models, args.precisions, args.calib_samples, Path(tmp), args.diagnose)
         time_interleaved(files, args.threads, args.rounds, args.runs_per_round, args.warmup)
-    rows = summarise(files, args.threads)
+        arm_profiles = count_on_arm(files, args.arm)
+    rows = summarise(files, args.threads, arm_profiles)
 
     columns = ["model", "precision", "input_size", "macs_M", "size_bytes", "cosine_mean", "top1_agreement"]
     columns += [c for t in args.threads for c in (f"median_ms_{t}t", f"vs_fp32_{t}t")]
+    columns += [c for p in arm_profiles for c in (f"arm_{p}_M", f"arm_{p}_vs_fp32")]
     if args.diagnose:
         columns.append("first_int8_layer_below_0.98")
     print_table(rows, columns, args.json_path)
