@@ -7,6 +7,7 @@ from collections import Counter
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from PIL import Image
 
 import edgevit
@@ -19,6 +20,7 @@ from edgevit.export.run_model import run_in_child
 from edgevit.layers import (Fold, HeadAttention, LayerNorm, TokenSlice, Unfold, conv_norm_act, inverted_residual,
                             separable_attention_block, transformer_encoder)
 from edgevit.litert.flatbuffer import read
+from edgevit.models.t2t_vit import TokenPerformer
 from edgevit.litert.xnnpack import xnnpack_plan
 from edgevit.quantize.layers import (ActivationQuantizer, QuantDense, QuantLayerNorm,
                                      QuantMultiHeadSelfAttention, QuantSeparableSelfAttention)
@@ -152,6 +154,33 @@ def test_tensors_sharing_a_quantizer_get_the_union_of_their_ranges():
     quantizer(np.array([[0.0, 4.0]], np.float32), slot=1)
     lo, hi = quantizer.quantization_range()
     assert (float(lo), float(hi)) == pytest.approx((-1.0, 4.0))
+
+
+def test_performer_gradients_in_qat_are_those_of_the_float_performer():
+    """Keys and queries of a trained scale (T2T-ViT-7 at 64 px: exponents
+    from -87 to 14) put most int8 normalisers at zero. The rounded chain's
+    own gradient through RSQRT and EXP then grew 200-fold here, and was
+    infinite in a real QAT run; the float chain's stays close to the float
+    model's."""
+    keras.utils.set_random_seed(0)
+    tokens = np.random.default_rng(0).standard_normal((4, 64, 27)).astype("float32")
+    inputs = keras.Input((64, 27), name="tokens")
+    performer = TokenPerformer(16, dropout=0.0, name="performer")
+    pooled = keras.layers.GlobalAveragePooling1D()(performer(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(pooled))
+    performer.kqv.kernel.assign(performer.kqv.kernel * 20.0)
+    qat = quantize_model(model, tokens)
+
+    def gradient_norms(m):
+        with tf.GradientTape() as tape:
+            logits = m(tokens, training=True)
+            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(np.arange(4) % 2, logits)
+        return {v.path: float(tf.norm(g)) for v, g in zip(m.trainable_variables,
+                                                           tape.gradient(loss, m.trainable_variables))}
+
+    ratios = {path: norm / gradient_norms(model)[path] for path, norm in gradient_norms(qat).items()
+              if path.startswith("performer/") and path.endswith("kernel")}
+    assert ratios and all(0.1 < r < 10.0 for r in ratios.values()), ratios
 
 
 def test_qat_int8_file_follows_the_keras_model(trained, tmp_path):

@@ -85,23 +85,27 @@ class TokenPerformer(QuantizePoints, keras.layers.Layer):
         self.w = self.add_weight(name="w", shape=(self.features, self.emb), trainable=False,
                                  initializer=keras.initializers.Orthogonal(gain=math.sqrt(self.features)))
 
-    def random_features(self, x, role: str):
+    def random_features(self, x, role: str, mark):
         """``sqrt(m) phi(x)`` of keys or queries ``[B, T, emb]`` -> ``[B, T, m]``
         (the squared norm as a mean times its count, for MEAN's int8 kernel).
         The 1 / sqrt(m) of both feature maps cancels in the normalised
         attention but for ``epsilon``, which is scaled by m instead."""
-        mark = self.quantize_point
         square_mean = mark(f"{role}_square_mean", ops.mean(mark(f"{role}_square", x * x), axis=-1, keepdims=True))
         half_norm = mark(f"{role}_half_norm", square_mean * (self.emb / 2))
         projected = mark(f"{role}_projected", ops.matmul(x, mark("directions", ops.transpose(self.w))))
         return mark(f"{role}_features", ops.exp(mark(f"{role}_exponent", projected - half_norm)))
 
     def call(self, x, training=None):
+        values, update = self.attend(x, self.quantize_point, self.matmul)
+        return values + self.dropout(update, training=training)
 
-        mark = self.quantize_point
+    def attend(self, x, mark, matmul):
+        """The values and the attention's update to them (before dropout),
+        with ``mark(tag, tensor)`` at each op output and ``matmul(tag, a, b)``
+        for the products of two activations (see ``QuantizePoints``)."""
         tokens = x.shape[1]
         k, q, v = ops.split(mark("kqv", self.kqv(x)), 3, axis=-1)
-        key_features, query_features = self.random_features(k, "key"), self.random_features(q, "query")
+        key_features, query_features = self.random_features(k, "key", mark), self.random_features(q, "query", mark)
         key_sum = mark("key_sum", mark("key_mean", ops.mean(key_features, axis=1, keepdims=True)) * tokens)
         weighted = mark("weighted", query_features * key_sum)
         normaliser = mark("normaliser", mark("normaliser_mean", ops.mean(weighted, axis=-1, keepdims=True))
@@ -110,14 +114,14 @@ class TokenPerformer(QuantizePoints, keras.layers.Layer):
         # them, as one-head attention at rank 4 (split_heads_transposed: a rank-3
         # transpose next to the matmul would become its adj_x flag, which the
         # classic GPU delegate ignores)
-        context = mark("context", self.matmul("context", split_heads_transposed(key_features, 1), split_heads(v, 1)))
-        mixed = mark("mixed", merge_heads(self.matmul("mixed", split_heads(query_features, 1), context)))
+        context = mark("context", matmul("context", split_heads_transposed(key_features, 1), split_heads(v, 1)))
+        mixed = mark("mixed", merge_heads(matmul("mixed", split_heads(query_features, 1), context)))
         # 1 / (normaliser + eps) as rsqrt squared: an int8 DIV stops the
         # interpreter when its divisor rounds to zero, an int8 RSQRT saturates
         epsilon = self.epsilon * self.features
         inverse_root = mark("inverse_root", ops.rsqrt(mark("normaliser_eps", normaliser + epsilon)))
         attended = mark("attended", mark("mixed_scaled", mixed * inverse_root) * inverse_root)
-        return v + self.dropout(mark("proj", self.proj(attended)), training=training)
+        return v, mark("proj", self.proj(attended))
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.emb)
