@@ -228,6 +228,15 @@ def product_requantized(x, factor_params, lo, hi, square: bool = False):
     return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
 
 
+def floor_log2(value):
+    """``floor(log2(value))`` exactly for float64 ``value`` > 0 (log2 of a
+    value an ulp below a power of two rounds up to that power's exponent):
+    the exponent of a fixed-point multiplier."""
+    exponent = ops.floor(ops.log2(value))
+    return exponent + ops.cast(ops.power(2.0, exponent + 1.0) <= value, "float64") \
+        - ops.cast(ops.power(2.0, exponent) > value, "float64")
+
+
 def batch_matmul_requantized(x, lhs, rhs, lo, hi):
     """What LiteRT writes for ``x``, the float product of int8 operands with
     quantization ``lhs`` and ``rhs`` ([scale, zero point] each), into a
@@ -245,19 +254,23 @@ def batch_matmul_requantized(x, lhs, rhs, lo, hi):
     thus rounds up where a fake-quant rounds down (about 0.4% of an
     attention layer's scores). The arithmetic runs in float64: accumulator
     times 2^shift exceeds float32's integers."""
+    return ops.cond(ops.equal(rhs[1], 0.0), lambda: accumulator_requantized(x, lhs, rhs[0], lo, hi),
+                    lambda: _builtin_batch_matmul(x, lhs[0] * rhs[0], lo, hi))
+
+
+def _builtin_batch_matmul(x, product_scale, lo, hi):
+    """LiteRT's builtin int8 BATCH_MATMUL requantization of the float
+    product ``x`` of operands whose scales multiply to ``product_scale``
+    (see :func:`batch_matmul_requantized`)."""
     scale, zero_point = scale_and_zero_point(lo, hi)
-    once = accumulator_requantized(x, lhs, rhs[0], lo, hi)
-    product_scale = lhs[0] * rhs[0]
-    multiplier = product_scale / scale
-    steps = ops.cast(ops.exp2(-ops.floor(ops.log2(multiplier)) - 1.0), "float64")  # 2^shift
-    multiplier = ops.cast(multiplier, "float64")
+    multiplier = ops.cast(product_scale / scale, "float64")
+    steps = ops.power(2.0, -floor_log2(multiplier) - 1.0)  # 2^shift
     accumulator = ops.round(ops.cast(x, "float64") / ops.cast(product_scale, "float64"))
     fine = ops.floor(accumulator * multiplier * steps + 0.5)
     rounded = ops.sign(fine) * ops.floor(ops.abs(fine) / steps + 0.5)
     zero_point = ops.cast(zero_point, "float64")
-    twice = ops.cast((ops.clip(rounded + zero_point, -128.0, 127.0) - zero_point) * ops.cast(scale, "float64"),
-                     x.dtype)
-    return ops.where(ops.equal(rhs[1], 0.0), once, twice)
+    return ops.cast((ops.clip(rounded + zero_point, -128.0, 127.0) - zero_point) * ops.cast(scale, "float64"),
+                    x.dtype)
 
 
 def input_quantized(x, lo, hi):
@@ -308,8 +321,8 @@ def sum_requantized(addends, addend_params, lo, hi):
               for addend, params in zip(addends, addend_params)]
     ratios = [params[0] / scale for params in addend_params]
     in_range = [ops.logical_and(ops.abs(r) >= 2.0 ** -10, ops.abs(r) < 256.0) for r in ratios]
-    quantized = ops.where(ops.logical_and(*in_range), _xnnpack_sum(levels, ratios),
-                          _builtin_sum(levels, [p[0] for p in addend_params], scale))
+    quantized = ops.cond(ops.logical_and(*in_range), lambda: _xnnpack_sum(levels, ratios),
+                         lambda: _builtin_sum(levels, [p[0] for p in addend_params], scale))
     zero_point = ops.cast(zero_point, "float64")
     quantized = ops.clip(quantized + zero_point, -128.0, 127.0)
     return ops.cast((quantized - zero_point) * ops.cast(scale, "float64"), addends[0].dtype)
@@ -321,11 +334,7 @@ def _xnnpack_sum(levels, ratios):
     multiplier of 21 to 22 bits, and the sum of the products is shifted
     down, rounding half up."""
     ratios = [ops.cast(r, "float64") for r in ratios]
-    largest = ops.maximum(ops.abs(ratios[0]), ops.abs(ratios[1]))
-    exponent = ops.floor(ops.log2(largest))
-    exponent = exponent + ops.cast(ops.power(2.0, exponent + 1.0) <= largest, "float64") \
-        - ops.cast(ops.power(2.0, exponent) > largest, "float64")
-    shift = ops.power(2.0, 20.0 - exponent)
+    shift = ops.power(2.0, 20.0 - floor_log2(ops.maximum(ops.abs(ratios[0]), ops.abs(ratios[1]))))
     total = shift / 2.0
     for operand, ratio in zip(levels, ratios):
         total = total + ops.round(ratio * shift) * operand
@@ -351,9 +360,7 @@ def _rescaled(x, real_multiplier):
     """gemmlowp's MultiplyByQuantizedMultiplierSmallerThanOne: ``x`` (int64)
     times ``real_multiplier`` (< 1) as a 31-bit fixed-point multiplier and a
     right shift, each rounding as TFLite's integer kernels do."""
-    exponent = ops.floor(ops.log2(real_multiplier)) + 1.0
-    exponent = exponent + ops.cast(ops.power(2.0, exponent) <= real_multiplier, "float64") \
-        - ops.cast(ops.power(2.0, exponent - 1.0) > real_multiplier, "float64")
+    exponent = floor_log2(real_multiplier) + 1.0
     fraction = real_multiplier / ops.power(2.0, exponent)       # in [0.5, 1)
     fixed = ops.floor(fraction * 2.0 ** 31 + 0.5)
     exponent = ops.where(fixed >= 2.0 ** 31, exponent + 1.0, exponent)
