@@ -20,8 +20,8 @@ from edgevit.export.run_model import run_in_child
 from edgevit.layers import (Fold, HeadAttention, LayerNorm, TokenSlice, Unfold, conv_norm_act, inverted_residual,
                             separable_attention_block, transformer_encoder)
 from edgevit.litert.flatbuffer import read
-from edgevit.models.t2t_vit import TokenPerformer
 from edgevit.litert.xnnpack import xnnpack_plan
+from edgevit.models.t2t_vit import TokenPerformer
 from edgevit.quantize.layers import (ActivationQuantizer, QuantDense, QuantLayerNorm,
                                      QuantMultiHeadSelfAttention, QuantSeparableSelfAttention)
 from edgevit.quantize.qat import (calibrate, is_qat_model, per_channel_weights, quantization_ranges,
@@ -178,7 +178,8 @@ def test_performer_gradients_in_qat_are_those_of_the_float_performer():
         return {v.path: float(tf.norm(g)) for v, g in zip(m.trainable_variables,
                                                            tape.gradient(loss, m.trainable_variables))}
 
-    ratios = {path: norm / gradient_norms(model)[path] for path, norm in gradient_norms(qat).items()
+    float_norms = gradient_norms(model)
+    ratios = {path: norm / float_norms[path] for path, norm in gradient_norms(qat).items()
               if path.startswith("performer/") and path.endswith("kernel")}
     assert ratios and all(0.1 < r < 10.0 for r in ratios.values()), ratios
 
