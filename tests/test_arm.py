@@ -179,8 +179,12 @@ def test_arm64_kernels_compute_what_x86_xnnpack_computes(exported, precision):
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_instruction_counts_are_exact_and_fit_the_precision(exported, counts, precision):
     count = counts[(precision, "a76")]
-    assert len(set(count.per_inference)) == 1, count.per_inference   # every counted inference: the same count
     families = count.families
+    if "ruy matmul (builtin BATCH_MATMUL, FULLY_CONNECTED)" in families:
+        # ruy re-checks its CPU tuning every 250 ms of wall time (about 100 instructions each time)
+        assert max(count.per_inference) - min(count.per_inference) <= 1e-4 * count.instructions, count.per_inference
+    else:  # every counted inference: the same count
+        assert len(set(count.per_inference)) == 1, count.per_inference
     assert abs(sum(families.values()) - count.instructions) <= len(families)
     macs = exported[precision]["macs"]
     top = next(iter(families))
