@@ -6,12 +6,16 @@ import numpy as np
 import pytest
 
 import edgevit.export.convert as convert_module
+from edgevit.litert import arm
 from edgevit.export.convert import convert
-from edgevit.litert.flatbuffer import read
+from edgevit.litert.flatbuffer import read, schema_module
 from edgevit.litert.gpu_rules import check_gpu
 from edgevit.litert.interpreter import load_interpreter
 from edgevit.litert.nnapi_rules import check_nnapi
+from edgevit.litert.padding import fold_stem_padding, same_kernel_size
 from edgevit.litert.piecewise import LEVELS, fit
+from edgevit.profile.arm import count_many
+from tests.helpers import needs_arm
 
 
 def layernorm_model():
@@ -20,13 +24,13 @@ def layernorm_model():
     return keras.Model(inputs, keras.layers.Dense(8)(x), name="ln")
 
 
-def run(content, x):
-    interpreter = load_interpreter(content)
+def run(content, x, kernels="xnnpack"):
+    interpreter = load_interpreter(content, kernels=kernels)
     interpreter.allocate_tensors()
     source, sink = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
     outputs = []
     for sample in x:
-        interpreter.set_tensor(source["index"], sample[None].astype(np.float32))
+        interpreter.set_tensor(source["index"], sample[None].astype(source["dtype"]))
         interpreter.invoke()
         outputs.append(interpreter.get_tensor(sink["index"])[0])
     return np.array(outputs)
@@ -99,3 +103,79 @@ def test_mobilevit_v2_sum_of_tokens_keeps_its_precision_and_nnapi_takes_the_whol
     assert ("RSQRT" in {op.name for op in graph.ops}) == (precision == "int8_mixed")   # float there
     report = check_nnapi(content, android_api=30)
     assert report.fallbacks == [] and report.partitions == 1
+
+
+@pytest.mark.parametrize("size, before, after, kernel, stride, expected", [
+    (256, 1, 1, 3, 2, 4),     # MobileViT's stem: SAME pads 1 first with a 4x4 kernel
+    (255, 1, 1, 3, 2, 3),     # odd inputs: SAME pads one on each side already
+    (224, 2, 2, 7, 4, 8),     # CvT's 7x7 stride-4 patch embedding
+    (32, 1, 1, 3, 1, 3),      # stride 1: SAME already pads one on each side
+    (256, 0, 1, 3, 2, 3),     # TensorFlow's own SAME padding
+    (256, 2, 2, 3, 2, None),  # more outputs than SAME gives
+    (256, 1, 0, 3, 2, 4),     # the extra tap reads SAME's bottom row
+    (256, 2, 0, 3, 2, None),  # SAME never pads more before than after
+])
+def test_same_kernel_size_reproduces_an_explicit_padding(size, before, after, kernel, stride, expected):
+    assert same_kernel_size(size, before, after, kernel, stride) == expected
+
+
+def padded_stem_model():
+    """A PyTorch-padded 3x3 stride-2 stem on RGB, then a padded strided
+    depthwise convolution on 8 channels (its PAD must stay)."""
+    inputs = keras.Input((64, 64, 3))
+    x = keras.layers.Conv2D(8, 3, 2)(keras.layers.ZeroPadding2D(1)(inputs))
+    x = keras.layers.DepthwiseConv2D(3, 2)(keras.layers.ZeroPadding2D(1)(keras.layers.Activation("silu")(x)))
+    return keras.Model(inputs, x, name="stem")
+
+
+@pytest.fixture(scope="module")
+def stem_files():
+    """(what conversion writes, the same conversion without the fold)."""
+    model = padded_stem_model()
+    calibration = np.random.default_rng(3).random((8, 64, 64, 3), dtype="float32")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(convert_module, "fold_stem_padding", lambda content: content)
+        unfolded = convert(model, "int8", calibration, "int8")
+    return convert(model, "int8", calibration, "int8"), unfolded
+
+
+def test_the_image_stems_padding_folds_into_a_bit_identical_same_convolution(stem_files):
+    folded, unfolded = stem_files
+    assert [op.name for op in read(unfolded).ops] == ["PAD", "CONV_2D", "LOGISTIC", "MUL", "PAD",
+                                                     "DEPTHWISE_CONV_2D"]
+    assert folded == fold_stem_padding(unfolded)
+    ops = read(folded).ops
+    assert [op.name for op in ops] == ["CONV_2D", "LOGISTIC", "MUL", "PAD", "DEPTHWISE_CONV_2D"]
+    stem = ops[0]
+    assert stem.inputs[0].zero_point == -128 and stem.options["padding"] == schema_module().Padding.SAME
+    assert stem.inputs[1].shape == (8, 4, 4, 3)
+    x = np.random.default_rng(4).integers(-128, 128, (6, 64, 64, 3), dtype=np.int8)
+    for kernels in ("xnnpack", "reference"):
+        np.testing.assert_array_equal(run(folded, x, kernels), run(unfolded, x, kernels))
+
+
+@pytest.mark.parametrize("kernel, stride, padding, filters, folded", [
+    (3, 2, 1, 16, True),    # MobileViT's stem -> 4x4
+    (7, 4, 2, 64, True),    # CvT's -> 8x8
+    (7, 4, 3, 64, False),   # a 10x10 would add more taps than the PAD costs
+])
+def test_a_stems_padding_folds_only_where_the_added_taps_cost_less_than_the_pad(kernel, stride, padding, filters,
+                                                                                 folded):
+    inputs = keras.Input((64, 64, 3))
+    padded = keras.layers.ZeroPadding2D(padding)(inputs)
+    model = keras.Model(inputs, keras.layers.Conv2D(filters, kernel, stride)(padded))
+    content = convert(model, "int8", np.random.default_rng(5).random((4, 64, 64, 3), dtype="float32"), "int8")
+    assert [op.name for op in read(content).ops] == (["CONV_2D"] if folded else ["PAD", "CONV_2D"])
+
+
+@needs_arm
+def test_without_the_stems_pad_the_arm64_xnnpack_kernels_run_fewer_instructions(stem_files, tmp_path):
+    """LiteRT 1.4's XNNPACK runs the PAD of a zero point other than 0 on its own."""
+    paths = []
+    for name, content in zip(("folded", "unfolded"), stem_files):
+        paths.append(tmp_path / f"{name}.tflite")
+        paths[-1].write_bytes(content)
+    (_, folded), (_, unfolded) = count_many(paths, [arm.PROFILES["a76"]], runs=1)
+    pad = "pad"
+    assert folded.families[pad] < 0.5 * unfolded.families[pad]
+    assert folded.instructions < 0.8 * unfolded.instructions, (folded.instructions, unfolded.instructions)

@@ -34,6 +34,7 @@ import numpy as np
 
 from edgevit.errors import EdgevitError, first_line
 from edgevit.litert.flatbuffer import Graph, Op, read
+from edgevit.litert.padding import fold_stem_padding
 from edgevit.litert.piecewise import rsqrt_as_convolutions
 from edgevit.litert.requantize import calibrated_int8_grids, sum_mean_grids
 from edgevit.litert.rewrite import restore_operand_ranks
@@ -128,8 +129,8 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         # the trained ranges quantize every op but the CPU_FLOAT_OPS, whose outputs have none
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     elif precision == "int8_mixed":
-        return restore_operand_ranks(sum_mean_grids(_convert_mixed(converter, calibration, on_calibration_step,
-                                                                   model.name, float_layers)))
+        return restore_operand_ranks(fold_stem_padding(sum_mean_grids(
+            _convert_mixed(converter, calibration, on_calibration_step, model.name, float_layers))))
     elif precision in INTEGER_PRECISIONS:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if calibration is not None:
@@ -161,7 +162,7 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         content = calibrated_int8_grids(content)
     if precision == "int8":
         content = rsqrt_as_convolutions(content)
-    return restore_operand_ranks(content)
+    return restore_operand_ranks(fold_stem_padding(content))
 
 
 def check_qat_precision(name: str, precision: str) -> None:
