@@ -1,7 +1,7 @@
 """An image stem's explicit padding folded into its strided convolution.
 
-PyTorch pads a strided convolution on every side; TFLite's SAME padding
-pads only bottom/right on even inputs, so the converted graph keeps a PAD
+PyTorch pads a strided convolution on every side; TFLite's SAME padding at
+stride 2 pads only bottom/right on even inputs, so the converted graph keeps a PAD
 before a VALID CONV_2D. LiteRT 1.4's XNNPACK (the Arm64 runtime of the
 Android demo) folds such a PAD into the convolution only when the padded
 int8 tensor's zero point is 0; an image input's is not, and the PAD then
