@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import edgevit.export.convert as convert_module
-from edgevit.litert import arm
 from edgevit.export.convert import convert
+from edgevit.litert import arm
 from edgevit.litert.flatbuffer import read, schema_module
 from edgevit.litert.gpu_rules import check_gpu
 from edgevit.litert.interpreter import load_interpreter
@@ -176,6 +176,5 @@ def test_without_the_stems_pad_the_arm64_xnnpack_kernels_run_fewer_instructions(
         paths.append(tmp_path / f"{name}.tflite")
         paths[-1].write_bytes(content)
     (_, folded), (_, unfolded) = count_many(paths, [arm.PROFILES["a76"]], runs=1)
-    pad = "pad"
-    assert folded.families[pad] < 0.5 * unfolded.families[pad]
+    assert folded.families["pad"] < 0.5 * unfolded.families["pad"]
     assert folded.instructions < 0.8 * unfolded.instructions, (folded.instructions, unfolded.instructions)

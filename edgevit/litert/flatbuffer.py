@@ -173,6 +173,13 @@ def new_reshape(model, graph, op_names: list[str], index: int, shape: list[int],
     return op
 
 
+def constant_values(model, tensor) -> np.ndarray:
+    """The values of constant ``tensor`` (``TensorT``) whose bytes ``model``
+    (``ModelT``) holds inline, in the tensor's own type."""
+    dtype = _DTYPES[_enum_names(schema_module().TensorType)[tensor.type]]
+    return np.frombuffer(bytes(bytearray(model.buffers[tensor.buffer].data)), dtype=dtype)
+
+
 def tensor_name(tensor) -> str:
     """The name of an unpacked tensor (``TensorT``)."""
     return tensor.name.decode() if isinstance(tensor.name, bytes) else (tensor.name or "")

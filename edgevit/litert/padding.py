@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgevit.litert.flatbuffer import (holds_data, opcode_names, operator_links, read_model, schema_module,
-                                      write_model)
+from edgevit.litert.flatbuffer import (constant_values, holds_data, opcode_names, operator_links, read_model,
+                                      schema_module, write_model)
 
 # image stems: RGB or grey inputs (and RGBA)
 MAX_STEM_CHANNELS = 4
@@ -81,7 +81,7 @@ def _fold_into_convolutions(model, graph, op_names: list[str]) -> bool:
         weights = graph.tensors[conv.inputs[1]]
         kernel = [int(d) for d in weights.shape]
         extended = np.zeros((kernel[0], *sizes, kernel[3]), np.int8)
-        extended[:, :kernel[1], :kernel[2], :] = _constant(model, weights).reshape(kernel)
+        extended[:, :kernel[1], :kernel[2], :] = constant_values(model, weights).reshape(kernel)
         model.buffers[weights.buffer].data = extended.view(np.uint8).ravel()
         weights.shape = list(extended.shape)
         conv.builtinOptions.padding = schema.Padding.SAME
@@ -105,13 +105,14 @@ def _stem_convolution(model, graph, pad, readers, buffer_users, op_names: list[s
     if op_names[conv.opcodeIndex] != "CONV_2D" or int(conv.inputs[0]) != padded or \
             options.padding != schema.Padding.VALID or (options.dilationHFactor, options.dilationWFactor) != (1, 1):
         return None
-    if not _int8_off_zero(source) or len(source.shape) != 4 or source.shape[3] > MAX_STEM_CHANNELS:
+    if not _int8_off_zero(source) or source.shape is None or len(source.shape) != 4 or \
+            source.shape[3] > MAX_STEM_CHANNELS:
         return None
     weights = tensors[conv.inputs[1]]
     if weights.type != schema.TensorType.INT8 or len(readers.get(int(conv.inputs[1]), [])) != 1 or \
             model.buffers[weights.buffer].data is None or buffer_users[weights.buffer] != 1:
         return None
-    paddings = _constant(model, tensors[pad.inputs[1]]).reshape(4, 2)
+    paddings = constant_values(model, tensors[pad.inputs[1]]).reshape(4, 2)
     if paddings[0].any() or paddings[3].any():
         return None
     sizes = [same_kernel_size(int(source.shape[1 + axis]), int(paddings[1 + axis][0]), int(paddings[1 + axis][1]),
@@ -131,11 +132,6 @@ def _stem_convolution(model, graph, pad, readers, buffer_users, op_names: list[s
 def _int8_off_zero(tensor) -> bool:
     """An int8 tensor whose zero point is not 0: the PAD XNNPACK 1.4 keeps."""
     q = tensor.quantization
-    return tensor.type == schema_module().TensorType.INT8 and tensor.shape is not None and q is not None and \
-        q.zeroPoint is not None and len(q.zeroPoint) == 1 and int(q.zeroPoint[0]) != 0
+    return tensor.type == schema_module().TensorType.INT8 and q is not None and q.zeroPoint is not None and \
+        len(q.zeroPoint) == 1 and int(q.zeroPoint[0]) != 0
 
-
-def _constant(model, tensor) -> np.ndarray:
-    types = schema_module().TensorType
-    dtypes = {types.INT32: "<i4", types.INT64: "<i8", types.INT8: np.int8}
-    return np.frombuffer(bytes(bytearray(model.buffers[tensor.buffer].data)), dtype=dtypes[tensor.type])

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgevit.litert.flatbuffer import (add_opcode, add_tensor, holds_data, new_reshape, opcode_names,
-                                      operator_links, read_model, schema_module, tensor_name, write_model)
+from edgevit.litert.flatbuffer import (add_opcode, add_tensor, constant_values, holds_data, new_reshape,
+                                      opcode_names, operator_links, read_model, schema_module, tensor_name,
+                                      write_model)
 
 STEPS = 64          # slope resolution: 1/64 output level per input level
 LEVELS = np.arange(-128, 128)
@@ -201,8 +202,7 @@ class _RsqrtRewriter:
         return holds_data(self.model, self.graph.tensors[index])
 
     def _data(self, index: int) -> np.ndarray:
-        buffer = self.model.buffers[self.graph.tensors[index].buffer]
-        return np.frombuffer(bytes(bytearray(buffer.data)), dtype=np.int8).astype(np.int64)
+        return constant_values(self.model, self.graph.tensors[index]).astype(np.int64)
 
 
 def _params(tensor) -> tuple[float, int]:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgevit.litert.flatbuffer import (holds_data, opcode_names, operator_links, read_model, schema_module,
-                                      write_model)
+from edgevit.litert.flatbuffer import (constant_values, holds_data, opcode_names, operator_links, read_model,
+                                      schema_module, write_model)
 
 # a constant added to masked attention scores is at or below this
 MASK_FLOOR = -50.0
@@ -83,7 +83,7 @@ def sum_mean_grids(model_content: bytes) -> bytes:
                     _params(product) is None or len(model.buffers[factor[0].buffer].data) != 1:
                 continue
             scale, zero_point = _params(factor[0])
-            level = np.frombuffer(bytes(bytearray(model.buffers[factor[0].buffer].data)), dtype=np.int8)[0]
+            level = constant_values(model, factor[0])[0]
             constant = scale * (int(level) - zero_point)
             if constant <= 1:
                 continue
@@ -248,7 +248,7 @@ class _MaskedScores(_Requantizer):
         params = _params(tensor)
         if tensor.type != self.int8 or params is None:
             return False
-        levels = np.unique(np.frombuffer(bytes(bytearray(self.model.buffers[tensor.buffer].data)), dtype=np.int8))
+        levels = np.unique(constant_values(self.model, tensor))
         real = {MASK_FLOOR if v <= MASK_FLOOR else round(float(v), 4)
                 for v in params[0] * (levels.astype(np.int64) - params[1])}
         return bool(real) and real <= values and len(real) == len(values)
