@@ -54,8 +54,10 @@ def evaluate(model_path: str, data_dir: str, batch_size: int = 32, threads: int 
     inputs = data.eval_batch(np.arange(len(data)), pre.input_size)
     if path.suffix == ".tflite":
         from edgevit.export.run_model import run_in_child
+        from edgevit.litert.inputs import file_inputs
 
-        logits = run_in_child(path, inputs, num_threads=threads)
+        # probabilities or logits: either ranks the classes alike
+        logits = run_in_child(path, file_inputs(path.read_bytes(), inputs, meta), num_threads=threads)
     else:
         logits = np.asarray(model.predict(inputs, batch_size=batch_size, verbose=0))
     report = accuracy_report(logits, to_output[data.labels], labels)
@@ -69,8 +71,13 @@ def evaluate(model_path: str, data_dir: str, batch_size: int = 32, threads: int 
 def _edgevit_metadata(path: Path) -> dict:
     from edgevit.litert.metadata import read_embedded
 
+    from edgevit.litert.metadata_check import check_metadata
+
     with about(path):
-        meta = read_embedded(path.read_bytes())
+        content = path.read_bytes()
+        meta = read_embedded(content)
+        if meta:
+            check_metadata(content, path.name)
     if not meta:
         raise EdgevitError(f"{path} is a .tflite file without edgevit metadata (not written by `edgevit convert`): "
                            "eval takes the preprocessing and labels from that metadata.")

@@ -16,6 +16,10 @@ set -uo pipefail
 #   enough). edgevit points VK_ICD_FILENAMES at
 #   /usr/lib/chromium/vk_swiftshader_icd.json when it is unset. (Mesa's
 #   lavapipe is refused by LiteRT's accelerator: "No adapters found".)
+# The TFLite Task Library (tests/test_standard_clients.py): tflite-support 0.4.4
+#   in its own virtual environment ($TOOLS_PREFIX/task-library: it pins
+#   protobuf < 4, TensorFlow 2.21 needs newer); it loads only with Debian's
+#   libusb-1.0-0. MediaPipe Tasks comes with the [test] extra.
 # LiteRT's Arm64 kernels under emulation (tests/test_arm.py, `edgevit check --arm`):
 #   scripts/install-arm-emulator.sh (qemu-user, an arm64 Python userland, the
 #   ai-edge-litert 1.4.0 aarch64 wheel and the instruction-counting plugin in
@@ -44,6 +48,7 @@ command -v aapt2 >/dev/null 2>&1 || apt_missing+=(aapt)
 command -v javac >/dev/null 2>&1 || apt_missing+=(openjdk-17-jdk-headless)
 [ -f /usr/lib/chromium/vk_swiftshader_icd.json ] || apt_missing+=(chromium)
 { ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1'; } || apt_missing+=(libvulkan1)
+{ ldconfig -p 2>/dev/null | grep -q 'libusb-1\.0\.so\.0'; } || apt_missing+=(libusb-1.0-0)
 if [ ${#apt_missing[@]} -eq 0 ]; then
     say "aapt2, android-framework-res, junit4, a JDK and a software Vulkan device already present"
 elif ! command -v apt-get >/dev/null 2>&1; then
@@ -55,6 +60,17 @@ else
                   "${apt_missing[@]}" >/dev/null; }; then
         warn "could not install ${apt_missing[*]} (not root, no sudo, or no package index): Android demo checks and GPU runs will skip"
     fi
+fi
+
+# --- the TFLite Task Library (tflite-support), in its own venv ---------------
+TASK_LIBRARY_VENV="$TOOLS_PREFIX/task-library"
+if "$TASK_LIBRARY_VENV/bin/python" -c "from tflite_support.task import vision" >/dev/null 2>&1; then
+    say "the Task Library (tflite-support) already present in $TASK_LIBRARY_VENV"
+else
+    say "pip install tflite-support==0.4.4 into $TASK_LIBRARY_VENV"
+    { python -m venv "$TASK_LIBRARY_VENV" \
+      && "$TASK_LIBRARY_VENV/bin/python" -m pip install -q "tflite-support==0.4.4" "numpy<2" >/dev/null 2>&1; } \
+        || warn "could not install tflite-support: the Task Library checks will skip"
 fi
 
 # --- LiteRT's Arm64 kernels under emulation ---------------------------------

@@ -89,7 +89,7 @@ def edgevit_tflite(path: Path, classes=("ants", "bees")) -> Path:
         graph_output={"shape": [1, len(classes)], "dtype": "float32", "quantization": None},
         preprocessing={"input_size": 8, "resize_size": 8, "interpolation": "bilinear", "mean": [0.0] * 3,
                        "std": [1.0] * 3, "value_range": [0.0, 1.0]})
-    path.write_bytes(embed(content, meta))
+    path.write_bytes(embed(content, meta, list(classes)))
     path.with_suffix(".json").write_text(json.dumps(meta))
     path.with_name(path.stem + ".labels.txt").write_text("\n".join(classes) + "\n")
     return path
@@ -783,3 +783,79 @@ def test_a_saved_model_loads_without_writing_anywhere(tmp_path, monkeypatch):
     assert load_model(tmp_path / "m.keras").edgevit_class_names == ("ants", "bees")
     assert list(scratch.iterdir()) == []
     assert load_model(earlier).edgevit_class_names == ("cats", "dogs")
+
+
+# Metadata that contradicts the file (issue 38, case 1; issue 36): a plain 3-op float model whose embedded
+# edgevit metadata claims mobilevit_v3_xs, int8, 1000 classes; and a file whose two metadata entries
+# disagree. `bench` and `check` flag them, `eval` and `bundle` refuse them in one error line.
+
+def lying_tflite(path: Path) -> Path:
+    from edgevit.litert.metadata import build_metadata, embed_edgevit
+
+    content = tiny_tflite(path).read_bytes()
+    labels = [f"class_{i}" for i in range(1000)]
+    meta = build_metadata(
+        model_name="mobilevit_v3_xs", family="mobilevit_v3", precision="int8", weights="random-init", labels=labels,
+        labels_file="m.labels.txt", graph_input={"shape": [1, 8, 8, 3], "dtype": "float32", "quantization": None},
+        graph_output={"shape": [1, 1000], "dtype": "uint8", "quantization": {"scale": 1 / 256, "zero_point": 0}},
+        preprocessing={"input_size": 8, "resize_size": 8, "interpolation": "bilinear", "mean": [0.0] * 3,
+                       "std": [1.0] * 3, "value_range": [0.0, 1.0]}, output_kind="probabilities")
+    path.write_bytes(embed_edgevit(content, meta))
+    return path
+
+
+def entries_disagreeing(path: Path) -> Path:
+    """An edgevit file whose edgevit entry was rewritten with other labels,
+    its standard entry left as it was."""
+    from edgevit.litert.metadata import embed_edgevit, read_embedded
+
+    content = edgevit_tflite(path).read_bytes()
+    meta = read_embedded(content)
+    meta["labels"] = ["wasps", "flies"]
+    path.write_bytes(embed_edgevit(content, meta))
+    return path
+
+
+def test_metadata_that_contradicts_the_file_is_found():
+    from edgevit.litert.metadata_check import metadata_problems
+
+    with tempfile.TemporaryDirectory() as tmp:
+        lying = metadata_problems(lying_tflite(Path(tmp) / "lying.tflite").read_bytes())
+        disagreeing = metadata_problems(entries_disagreeing(Path(tmp) / "two.tflite").read_bytes())
+        honest = metadata_problems(edgevit_tflite(Path(tmp) / "honest.tflite").read_bytes())
+    assert any("output is uint8 [1, 1000]; the graph's is float32 [1, 2]" in p for p in lying)
+    assert any("says int8; the graph computes in float" in p for p in lying)
+    assert any("does not end in a softmax" in p for p in lying)
+    assert disagreeing == ["the standard metadata's labels differ from edgevit metadata's"]
+    assert honest == []
+
+
+@pytest.mark.parametrize("make", [lying_tflite, entries_disagreeing], ids=["lying", "entries-disagree"])
+def test_eval_and_bundle_refuse_metadata_that_contradicts_the_file(tmp_path, monkeypatch, make):
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path / "m.tflite")
+    (tmp_path / "demo" / "app" / "src" / "main" / "assets").mkdir(parents=True)
+    (tmp_path / "demo" / ".edgevit-android-demo").write_text("")
+    (tmp_path / "demo" / "app" / "src" / "main" / "AndroidManifest.xml").write_text("<manifest/>")
+    data = _data(tmp_path, per_class=2)
+    before = snapshot(tmp_path)
+    for args in (["eval", "m.tflite", "--data", data], ["bundle", "m.tflite", "--android-demo", "demo"]):
+        code, out, err = run(*args)
+        assert code == 1 and "Traceback" not in err, (args, err)
+        assert err.count("error:") == 1 and "m.tflite: its metadata contradicts the file" in err, err
+    assert snapshot(tmp_path) == before
+
+
+def test_bench_and_check_flag_metadata_that_contradicts_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    lying_tflite(tmp_path / "lying.tflite")
+    code, out, err = run("bench", "lying.tflite", "--threads", "1", "--runs", "1", "--host-kernels", "xnnpack",
+                         "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert any("lying.tflite: its metadata contradicts the file" in w for w in report["warnings"])
+    assert {(r["model"], r["precision"]) for r in report["results"]} == {("lying", "fp32")}
+    code, out, err = run("check", "lying.tflite", "--nnapi")
+    assert code == 0 and "metadata contradicts the file" in out, out
+    code, out, err = run("check", "lying.tflite", "--nnapi", "--json")
+    assert json.loads(out)["metadata"]["problems"]

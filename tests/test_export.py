@@ -55,8 +55,10 @@ def test_every_precision_converts_validates_and_writes_all_files(tmp_path, preci
     assert result.agreement["cosine_mean"] > (0.999999 if precision in ("fp32", "dynamic") else 0.99)
     assert all(check.passed for check in result.checks)
     assert result.max_rank == 4
-    assert result.macs == 15 * 15 * 16 * 27 + 16 * 10
-    expected_input = {"int8": "int8"}.get(precision, "float32")
+    # int8: the uint8 input takes the bytes, and a 1x1 depthwise convolution normalises them (mean 0.5, std 0.25
+    # of [0, 1] pixels is no uint8 zero point)
+    assert result.macs == 15 * 15 * 16 * 27 + 16 * 10 + (SIZE * SIZE * 3 if precision == "int8" else 0)
+    expected_input = {"int8": "uint8"}.get(precision, "float32")
     assert result.io["input"]["dtype"] == expected_input
 
 
@@ -64,11 +66,21 @@ def test_int8_graph_is_all_integer_and_carries_metadata(tmp_path):
     result, out = run_export(tmp_path, precision="int8")
     summary = describe(out.read_bytes())
     assert summary.float_ops() == []
-    assert set(summary.op_histogram) == {"CONV_2D", "LOGISTIC", "MUL", "MEAN", "FULLY_CONNECTED"}
+    # the model's ops; the camera's bytes requantized and normalised in front, the softmax and the uint8
+    # probabilities behind
+    assert set(summary.op_histogram) == {"CONV_2D", "LOGISTIC", "MUL", "MEAN", "FULLY_CONNECTED",
+                                         "QUANTIZE", "DEPTHWISE_CONV_2D", "SOFTMAX"}
+    names = [op.name for op in summary.ops]
+    assert names[:2] == ["QUANTIZE", "DEPTHWISE_CONV_2D"] and names[-2:] == ["SOFTMAX", "QUANTIZE"]
+    assert result.io["input"] == {"shape": [1, SIZE, SIZE, 3], "dtype": "uint8",
+                                  "quantization": {"scale": 1.0, "zero_point": 0}}
+    assert result.io["output"] == {"shape": [1, 10], "dtype": "uint8",
+                                   "quantization": {"scale": 1 / 256, "zero_point": 0}}
     embedded = read_embedded(out.read_bytes())
     sidecar = json.loads(out.with_suffix(".json").read_text())
     assert embedded == sidecar
     assert sidecar["input"]["quantization"]["zero_point"] == result.io["input"]["quantization"]["zero_point"]
+    assert (sidecar["input"]["takes"], sidecar["output"]["kind"]) == ("rgb_bytes", "probabilities")
     assert sidecar["preprocessing"]["mean"] == [0.5, 0.5, 0.5]
     assert sidecar["preprocessing"]["value_range"] == [-2.0, 2.0]
     assert sidecar["num_classes"] == 10 == len(out.with_suffix(".labels.txt").read_text().split())
@@ -76,9 +88,41 @@ def test_int8_graph_is_all_integer_and_carries_metadata(tmp_path):
     assert report["precision"] == "int8"
     assert list(report) == ["model", "precision", "quantization_ranges", "input_size", "weights", "file", "size_bytes",
                             "io", "ops", "macs", "op_histogram", "max_rank", "checks", "delegates", "images",
-                            "agreement", "seconds", "files", "gpu_accelerator", "weights_hint"]
+                            "outputs", "agreement", "probability_agreement", "seconds", "files", "gpu_accelerator",
+                            "weights_hint"]
+    assert report["probability_agreement"]["top1_agreement"] >= 0.75
     assert report["quantization_ranges"] == sidecar["quantization_ranges"] == "calibrated"
     assert report == result.to_dict() and report["ops"] == len(summary.ops)
+
+
+def test_logits_and_int8_input_keep_the_models_own_graph(tmp_path):
+    result, out = run_export(tmp_path, precision="int8", io_dtype="int8", outputs="logits")
+    assert set(describe(out.read_bytes()).op_histogram) == {"CONV_2D", "LOGISTIC", "MUL", "MEAN", "FULLY_CONNECTED"}
+    assert result.probability_agreement is None and result.to_dict()["outputs"] == "logits"
+    meta = read_embedded(out.read_bytes())
+    assert (meta["input"]["takes"], meta["output"]["kind"]) == ("normalised", "logits")
+
+
+def test_a_uint8_file_computes_what_the_int8_file_does_from_the_bytes(tmp_path):
+    """The bytes' normalisation inside the file costs at most one input step
+    where it rounds otherwise than the float normalisation."""
+    from edgevit.export.run_model import run_in_process
+    from edgevit.litert.inputs import file_inputs
+
+    model = tiny_model()
+    recalibrate_batchnorm(model, np.random.default_rng(1).normal(size=(16, SIZE, SIZE, 3)).astype(np.float32))
+    (tmp_path / "u").mkdir(), (tmp_path / "i").mkdir()
+    _, bytes_file = run_export(tmp_path / "u", model, precision="int8", recalibrate_batchnorm=False)
+    _, int8_file = run_export(tmp_path / "i", model, precision="int8", io_dtype="int8", recalibrate_batchnorm=False)
+    pixels = np.random.default_rng(2).integers(0, 256, (6, SIZE, SIZE, 3)).astype(np.float32)
+    images = (pixels / 255 - 0.5) / 0.25
+    content = bytes_file.read_bytes()
+    fed = file_inputs(content, images)
+    np.testing.assert_array_equal(fed, pixels)  # scale 1, zero point 0: the bytes themselves
+    from_bytes = run_in_process(content, fed)
+    from_int8 = run_in_process(int8_file.read_bytes(), images)
+    assert np.abs(from_bytes - from_int8).max() <= 2 / 256
+    assert (from_bytes.argmax(1) == from_int8.argmax(1)).mean() >= 5 / 6
 
 
 @pytest.mark.parametrize("io_dtype", ["uint8", "float32"])
@@ -131,7 +175,7 @@ def test_metadata_embeds_and_reads_back_without_tensorflow(tmp_path):
         import numpy as np
         from edgevit.litert.flatbuffer import read_model
         from edgevit.litert.interpreter import load_interpreter
-        from edgevit.litert.metadata import METADATA_NAME, embed, read_embedded
+        from edgevit.litert.metadata import METADATA_NAME, embed_edgevit as embed, read_embedded
 
         content = Path({str(path)!r}).read_bytes()
         first = embed(content, {{"labels": ["a", "b"]}})

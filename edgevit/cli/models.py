@@ -109,8 +109,14 @@ def info_command(name, input_size, weights, as_json):
 @click.option("--calib", "calib_dir", type=str, default=None,
               help="Folder of images for int8 calibration (default: built-in sample photos).")
 @click.option("--calib-samples", type=click.IntRange(1, 10000), default=64, show_default=True)
-@click.option("--io", "io_dtype", type=click.Choice(["int8", "uint8", "float32"]), default=None,
-              help="Input/output tensor type (default int8 for --int8, float32 otherwise).")
+@click.option("--io", "io_dtype", type=click.Choice(["uint8", "int8", "float32"]), default=None,
+              help="Input/output tensor type. Default for --int8: uint8, the camera's RGB bytes in (the file "
+                   "normalises them) and probabilities on the 1/256 grid out, what MediaPipe Tasks and the Task "
+                   "Library load; int8 takes the normalised image quantized (those clients refuse it). "
+                   "float32 otherwise.")
+@click.option("--logits", is_flag=True,
+              help="Output raw logits instead of probabilities (by default the file ends in the softmax, as "
+                   "image classifiers do, so client scores and thresholds are probabilities).")
 @click.option("-o", "--output", type=str, default=None, help="Output .tflite path.")
 @click.option("--android-demo", "android_demo", type=str, default=None, metavar="DIR",
               help="Also copy the model, metadata and labels into this Android demo app (android_demo/).")
@@ -124,7 +130,7 @@ def info_command(name, input_size, weights, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @user_errors
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
-                    io_dtype, output, android_demo, no_gpu_run, no_arm_run, as_json):
+                    io_dtype, logits, output, android_demo, no_gpu_run, no_arm_run, as_json):
     """Convert MODEL (a registered name or a .keras file) to a validated .tflite file."""
     from edgevit.export.pipeline import ExportOptions, Progress, check_options, export
 
@@ -132,7 +138,8 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
 
     from_file = model.endswith(".keras")
     imagenet = is_imagenet(weights)
-    opts = ExportOptions(precision=precision, io_dtype=io_dtype, calib_dir=calib_dir,
+    opts = ExportOptions(precision=precision, io_dtype=io_dtype, outputs="logits" if logits else "probabilities",
+                         calib_dir=calib_dir,
                          calib_samples=calib_samples, output=output,
                          weights_label=weights or (model if from_file else RANDOM_INIT),
                          recalibrate_batchnorm=weights is None and not from_file,
@@ -159,7 +166,9 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     progress.step(f"Building {model}")
     keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
     if imagenet:
-        opts = dataclasses.replace(opts, weights_label=weights_label_of(spec))
+        from edgevit.pretrained import entry_of
+
+        opts = dataclasses.replace(opts, weights_label=weights_label_of(spec), licence=entry_of(spec).licence)
     result = export(keras_model, spec, opts, progress)
     bundled = None
     if android_demo is not None:

@@ -231,6 +231,7 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, arm, arm_pr
     from edgevit.litert.delegates import check
     from edgevit.litert.flatbuffer import read
     from edgevit.litert.gpu_rules import computed_wrongly
+    from edgevit.litert.metadata_check import metadata_summary
     from edgevit.profile import report
     from edgevit.profile.bench import parse_list as bench_parse_list
 
@@ -243,6 +244,7 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, arm, arm_pr
     content = path.read_bytes()
     with about(path):
         read(content)  # a clear error for a file that is not a .tflite flatbuffer
+        metadata = metadata_summary(content)
     arm_check = None
     if arm:
         from edgevit.litert import arm as arm_mod
@@ -258,10 +260,11 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, arm, arm_pr
                         nnapi_accelerator_specified=nnapi_accelerator) if gpu or nnapi else {}
     run = run_file_on_gpu(path, images or DEFAULT_GPU_IMAGES) if gpu and not no_gpu_run else None
     if as_json:
-        print_json({"model": str(path), **{k: r.to_dict() for k, r in reports.items()},
+        print_json({"model": str(path), "metadata": metadata, **{k: r.to_dict() for k, r in reports.items()},
                     **({"gpu_accelerator": run.to_dict()} if run else {}),
                     **({"arm64": arm_check.to_dict()} if arm_check else {})})
     else:
+        report.print_metadata(path.name, metadata)
         report.print_check(path.name, reports, run)
         if arm_check is not None:
             report.print_arm_check(path.name, arm_check)

@@ -203,6 +203,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
                              calib_dir=str(Path(data_dir) / "val") if (Path(data_dir) / "val").is_dir() else data_dir)
         exported = export(qat, spec, opts, Progress(enabled=True))
         result["export"] = {"file": str(exported.files.model), "agreement": exported.agreement,
+                            "probability_agreement": exported.probability_agreement,
                             "checks": [c.to_dict() for c in exported.checks]}
     _print_result(result, as_json)
 

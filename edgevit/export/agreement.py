@@ -22,3 +22,23 @@ def agreement(reference: np.ndarray, candidate: np.ndarray) -> dict:
         "max_abs_logit_error": float(np.abs(ref - cand).max()),
         "reference_logit_range": [float(ref.min()), float(ref.max())],
     }
+
+
+def probability_agreement(reference: np.ndarray, candidate: np.ndarray) -> dict:
+    """Top-1 agreement and probability errors of a file that outputs
+    probabilities, against the Keras model's softmax, over [N, classes].
+    ``top1_ties``: images whose top-1 differs where the file holds the Keras
+    model's top class within one output step (1/256 in int8) of its own top
+    class: a tie at the file's resolution."""
+    ref, cand = reference.astype(np.float64), candidate.astype(np.float64)
+    picked, wanted = cand.argmax(1), ref.argmax(1)
+    rows = np.arange(len(ref))
+    differ = picked != wanted
+    ties = differ & (cand[rows, picked] - cand[rows, wanted] <= 1.0 / 256 + 1e-9)
+    return {
+        "samples": int(len(ref)),
+        "top1_agreement": float(np.mean(~differ)),
+        "top1_ties": int(ties.sum()),
+        "max_abs_probability_error": float(np.abs(ref - cand).max()),
+        "top1_probability_mean": [float(ref[rows, wanted].mean()), float(cand[rows, picked].mean())],
+    }

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgevit.errors import EdgevitError, cause
+from edgevit.errors import EdgevitError, about, cause
 from edgevit.litert.metadata import SCHEMA, read_embedded
 from edgevit.writing import check_folder_writable, staged
 
@@ -59,6 +59,10 @@ def _sidecars(model_path: Path) -> tuple[Path, Path]:
 
 
 def _load_metadata(model_path: Path, content: bytes) -> tuple[dict, str]:
+    from edgevit.litert.metadata_check import check_metadata
+
+    with about(model_path):
+        check_metadata(content, model_path.name)
     meta_path, _ = _sidecars(model_path)
     if meta_path.is_file():
         try:

@@ -23,7 +23,15 @@ Every setting that decides what the converter produces lives here:
   only from Android 14, XNNPACK not at all;
 - elementwise operands the converter left at a lower rank than their output
   get the output's rank back (``edgevit.litert.rewrite``): GPUs compute them
-  wrongly otherwise.
+  wrongly otherwise;
+- a file that outputs probabilities ends in the model's softmax (int8: on
+  the fixed 1/256 grid), as image classifiers' clients expect;
+- a uint8 input takes the camera's RGB bytes and normalises them inside the
+  file (``edgevit.litert.camera_input``), as the clients feed it; a float
+  input of a model normalised per channel (ImageNet's mean and std) takes the
+  pixels in [0, 1] and normalises them inside the file too: MediaPipe Tasks
+  refuses per-channel NormalizationOptions ("Per-channel image normalization
+  is not available"), one mean and std it applies.
 """
 from __future__ import annotations
 
@@ -33,7 +41,9 @@ from collections.abc import Callable
 import numpy as np
 
 from edgevit.errors import EdgevitError, first_line
+from edgevit.litert.camera_input import take_rgb_bytes
 from edgevit.litert.flatbuffer import Graph, Op, read
+from edgevit.litert.metadata import TAKES_NORMALISED, TAKES_RGB_BYTES, TAKES_RGB_UNIT
 from edgevit.litert.padding import fold_stem_padding
 from edgevit.litert.piecewise import rsqrt_as_convolutions
 from edgevit.litert.requantize import calibrated_int8_grids, sum_mean_grids
@@ -51,6 +61,24 @@ FLOAT_PRECISIONS = ("fp32", "fp16", "dynamic")
 CPU_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "RSQRT")
 SHORT_KERNEL = 32
 IO_DTYPES = ("float32", "int8", "uint8")
+# What a file outputs: class probabilities (a softmax in the file) or raw logits.
+OUTPUTS = ("probabilities", "logits")
+# An int8 softmax writes 256 steps over [0, 1): scale 1/256, zero point -128.
+SOFTMAX_INT8_RANGE = (0.0, 255.0 / 256.0)
+
+
+def input_takes(precision: str, io_dtype: str, normalization) -> str:
+    """``rgb_bytes`` (a uint8 input), ``rgb_unit`` (a float input of a model
+    normalised per channel, a float precision's or int16x8's: the file
+    normalises), or ``normalised``; ``normalization``: the model's (mean,
+    std), None for the graph's own input."""
+    if normalization is None:
+        return TAKES_NORMALISED
+    if io_dtype == "uint8":
+        return TAKES_RGB_BYTES
+    mean, std = normalization
+    per_channel = len(set(mean)) > 1 or len(set(std)) > 1
+    return TAKES_RGB_UNIT if per_channel and io_dtype == "float32" and precision != "int8" else TAKES_NORMALISED
 
 
 def needs_calibration(precision: str) -> bool:
@@ -58,7 +86,9 @@ def needs_calibration(precision: str) -> bool:
 
 
 def default_io_dtype(precision: str) -> str:
-    return "int8" if precision == "int8" else "float32"
+    """What `edgevit convert` gives a file's input and output: uint8 for int8
+    (the camera's bytes in, the clients' types), float32 otherwise."""
+    return "uint8" if precision == "int8" else "float32"
 
 
 def check_io_dtype(precision: str, io_dtype: str) -> None:
@@ -72,11 +102,20 @@ def check_io_dtype(precision: str, io_dtype: str) -> None:
                        f"or use --io float32 with --{precision}.")
 
 
-def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = True):
+def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = True, probabilities: bool = False,
+                    normalization=None):
     """The model as a batch-1 concrete function; a QAT model's quantizers
     leave the outputs of ``float_ops`` (op kinds) unquantized, and without
-    ``fake_quant`` it computes in float."""
+    ``fake_quant`` it computes in float. With ``probabilities`` it ends in a
+    softmax over the logits (a QAT model's on the int8 softmax grid, unless
+    SOFTMAX is one of ``float_ops``); with ``normalization`` (mean, std) it
+    takes pixels in [0, 1] and normalises them first."""
+    import keras
     import tensorflow as tf
+
+    from edgevit.quantize.qat import is_qat_model
+
+    quantized_softmax = is_qat_model(model) and fake_quant and "SOFTMAX" not in float_ops
 
     shape = [1, *model.inputs[0].shape[1:]]
     if any(d is None for d in shape):
@@ -85,7 +124,15 @@ def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = T
 
     @tf.function(autograph=False)
     def forward(images):
-        return model(images, training=False)
+        if normalization is not None:
+            mean, std = (tf.constant(v, tf.float32) for v in normalization)
+            images = (images - mean) / std
+        logits = model(images, training=False)
+        if not probabilities:
+            return logits
+        scores = keras.ops.softmax(logits, axis=-1)
+        return keras.quantizers.fake_quant_with_min_max_vars(scores, *SOFTMAX_INT8_RANGE) if quantized_softmax \
+            else scores
 
     from edgevit.quantize.layers import exporting
 
@@ -96,19 +143,28 @@ def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = T
 def convert(model, precision: str, calibration: np.ndarray | None = None,
             io_dtype: str | None = None,
             on_calibration_step: Callable[[], None] | None = None,
-            float_layers: tuple[str, ...] = ()) -> bytes:
+            float_layers: tuple[str, ...] = (), outputs: str = "logits",
+            normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None) -> bytes:
     """Convert ``model``. Full-integer precisions need ``calibration``: a
     [N, H, W, 3] batch of preprocessed inputs, unless the model carries
     trained fake-quant ranges (QAT), which quantize it instead (a float
     precision converts a QAT model without its fake quantization).
     ``float_layers``: names of layers whose ops int8_mixed keeps in float
-    (a registered model's ``mixed_float_layers``)."""
+    (a registered model's ``mixed_float_layers``). ``outputs``: one of
+    OUTPUTS. ``normalization``: the model's (mean, std) of [0, 1] pixels;
+    given, the file takes what apps feed (:func:`input_takes`) and applies
+    it; a uint8 input needs it."""
     import tensorflow as tf
 
     if precision not in PRECISIONS:
         raise EdgevitError(f"Unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}.")
-    io_dtype = io_dtype or default_io_dtype(precision)
+    # the library's default is the graph's own input: int8 for int8
+    io_dtype = io_dtype or ("int8" if precision == "int8" else "float32")
     check_io_dtype(precision, io_dtype)
+    if outputs not in OUTPUTS:
+        raise EdgevitError(f"Unknown outputs {outputs!r}; choose one of {', '.join(OUTPUTS)}.")
+    if io_dtype == "uint8" and normalization is None:
+        raise EdgevitError("A uint8 input takes the image's bytes: give the model's normalization (mean, std).")
 
     from edgevit.quantize.qat import is_qat_model
 
@@ -117,7 +173,13 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         check_qat_precision(model.name, precision)
         calibration = None  # the trained ranges quantize it
     float_ops = CPU_FLOAT_OPS if precision == "int8_mixed" else ()
-    function = batch1_function(model, float_ops, fake_quant=not (qat and precision in FLOAT_PRECISIONS))
+    unit_input = input_takes(precision, io_dtype, normalization) == TAKES_RGB_UNIT
+    if unit_input and calibration is not None:
+        mean, std = (np.asarray(v, np.float32) for v in normalization)
+        calibration = calibration * std + mean
+    function = batch1_function(model, float_ops, fake_quant=not (qat and precision in FLOAT_PRECISIONS),
+                               probabilities=outputs == "probabilities",
+                               normalization=normalization if unit_input else None)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function], model)
     converter.experimental_lower_to_saved_model = False
     if precision == "fp16":
@@ -146,9 +208,10 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
             # supported_ops to TFLITE_BUILTINS_INT8 would make the converter
             # demand a representative dataset before it looks for them; the
             # dtype audit in ``graph`` still rejects any float op left over.
-        io = {"float32": tf.float32, "int8": tf.int8, "uint8": tf.uint8}[io_dtype]
-        converter.inference_input_type = io
-        converter.inference_output_type = io
+        types = {"float32": tf.float32, "int8": tf.int8, "uint8": tf.uint8}
+        # a uint8 input is the int8 one with the bytes' requantization in front (take_rgb_bytes)
+        converter.inference_input_type = types["int8" if io_dtype == "uint8" else io_dtype]
+        converter.inference_output_type = types[io_dtype]
     try:
         with native_output_captured() as log:
             content = bytes(converter.convert())
@@ -162,7 +225,8 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
         content = calibrated_int8_grids(content)
     if precision == "int8":
         content = rsqrt_as_convolutions(content)
-    return restore_operand_ranks(fold_stem_padding(content))
+    content = restore_operand_ranks(fold_stem_padding(content))
+    return take_rgb_bytes(content, *normalization) if io_dtype == "uint8" else content
 
 
 def check_qat_precision(name: str, precision: str) -> None:

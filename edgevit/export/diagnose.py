@@ -21,12 +21,14 @@ def _layer_of(tensor_name: str) -> str:
 
 
 def layerwise_comparison(float_content: bytes, quant_content: bytes, inputs: np.ndarray,
-                         threshold: float = 0.98) -> dict:
+                         threshold: float = 0.98, quant_inputs: np.ndarray | None = None) -> dict:
     """Run a float and a quantized file of the same model with
     ``experimental_preserve_all_tensors`` and compare every tensor both
     graphs share (same name and shape), in execution order of the quantized
     graph. Returns the per-tensor cosines and the first layer below
-    ``threshold`` (where int8 breaks first)."""
+    ``threshold`` (where int8 breaks first). ``quant_inputs``: the same
+    images in the values the quantized file's input takes, where they differ
+    (a file that takes the camera's bytes)."""
     def run(content, x):
         with warnings.catch_warnings():  # LiteRT warns that keeping every tensor is for debugging: it is
             warnings.simplefilter("ignore", UserWarning)
@@ -64,8 +66,8 @@ def layerwise_comparison(float_content: bytes, quant_content: bytes, inputs: np.
         return float(a @ b / norm) if norm > 0 else (1.0 if not a.any() and not b.any() else 0.0)
 
     totals: dict[str, list] = {}
-    for x in inputs:
-        ref, got = run(float_content, x[None]), run(quant_content, x[None])
+    for x, q in zip(inputs, inputs if quant_inputs is None else quant_inputs):
+        ref, got = run(float_content, x[None]), run(quant_content, q[None])
         for name, (index, value) in got.items():
             if name in ref and ref[name][1].shape == value.shape and value.size > 1:
                 a = ref[name][1]

@@ -24,16 +24,18 @@ from edgevit.data import sample_photos
 from edgevit.data.images import list_images, load_images
 from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
-from edgevit.export.agreement import agreement
+from edgevit.export.agreement import agreement, probability_agreement
 from edgevit.export.audit import Audit, audit
 from edgevit.export.convert import (FLOAT_PRECISIONS, check_io_dtype, check_qat_precision, convert,
-                                    default_io_dtype, needs_calibration)
+                                    default_io_dtype, input_takes, needs_calibration)
 from edgevit.export.diagnose import layerwise_comparison
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.export.run_model import run_in_child
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
 from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
+from edgevit.litert.inputs import file_inputs
+from edgevit.litert.logits_view import logits_file
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
 from edgevit.pretrained import RANDOM_INIT, random_init_hint
@@ -52,6 +54,10 @@ GPU_PRECISIONS = ("fp32", "fp16", "int8", "int8_mixed")
 class ExportOptions:
     precision: str = "int8"
     io_dtype: str | None = None
+    # "probabilities" (a softmax in the file, what image classifiers output) or "logits"
+    outputs: str = "probabilities"
+    # the licence of the weights, where known (the standard metadata carries it)
+    licence: str | None = None
     calib_dir: str | None = None
     calib_samples: int = 64
     validation_samples: int = DEFAULT_VALIDATION_SAMPLES
@@ -223,37 +229,56 @@ def convert_model(model, spec: ModelSpec, opts: ExportOptions, job: Prepared,
     """The .tflite bytes and the seconds the conversion took."""
     progress.step(f"Converting {spec.name} ({job.input_size}x{job.input_size}) to {opts.precision}")
     start = time.perf_counter()
+    pre = spec.preprocessing_at(job.input_size)
+    common = {"io_dtype": job.io_dtype, "outputs": opts.outputs, "normalization": (pre.mean, pre.std)}
     if job.calibration is not None:
         with progress.bar("calibrating", total=len(job.calibration)) as advance:
-            content = convert(model, opts.precision, job.calibration, job.io_dtype, on_calibration_step=advance,
-                              float_layers=spec.mixed_float_layers)
+            content = convert(model, opts.precision, job.calibration, on_calibration_step=advance,
+                              float_layers=spec.mixed_float_layers, **common)
     else:
-        content = convert(model, opts.precision, io_dtype=job.io_dtype)
+        content = convert(model, opts.precision, **common)
     return content, time.perf_counter() - start
 
 
 def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Prepared, checked: Audit) -> Package:
-    """Embed the metadata document in the file; the labels go beside it:
-    the class names the model was trained with, or the defaults."""
+    """Embed edgevit's metadata document and the standard TFLite metadata
+    built from it, with the labels inside the file; the labels also go
+    beside it: the class names the model was trained with, or the defaults."""
     labels = class_names_of(model) or default_labels(int(model.outputs[0].shape[-1]))
+    pre = spec.preprocessing_at(job.input_size)
     metadata = build_metadata(
         model_name=spec.name, family=spec.family, precision=opts.precision, weights=opts.weights_label,
         labels=labels, labels_file=job.files.labels.name, graph_input=checked.summary.input,
-        graph_output=checked.summary.output, preprocessing=spec.preprocessing_at(job.input_size).to_dict(),
-        quantization_ranges=job.ranges)
-    return Package(embed(content, metadata), metadata, labels)
+        graph_output=checked.summary.output, preprocessing=pre.to_dict(),
+        quantization_ranges=job.ranges, output_kind=opts.outputs,
+        input_takes=input_takes(opts.precision, job.io_dtype, (pre.mean, pre.std)),
+        licence=opts.licence)
+    return Package(embed(content, metadata, labels), metadata, labels)
 
 
-def validate(model, staged_model: Path, images: np.ndarray, threads: int, progress: Progress,
-             fake_quant: bool = True) -> tuple[dict, float]:
+def validate(model, packaged: Package, staged_model: Path, images: np.ndarray, threads: int, progress: Progress,
+             fake_quant: bool = True) -> tuple[dict, dict | None, float]:
     """Agreement of the staged file, run by LiteRT in a child process, with the
     Keras model on held-out images (a QAT model without its fake quantization
-    unless ``fake_quant``); and the seconds it took."""
+    unless ``fake_quant``): on the logits (the softmax's input where the file
+    outputs probabilities), and on the probabilities such a file outputs
+    (None for a file of logits); and the seconds it took."""
     progress.step(f"Validating on {len(images)} held-out images with LiteRT (XNNPACK)")
     start = time.perf_counter()
     expected = keras_outputs(model, images, fake_quant)
-    actual = run_in_child(staged_model, images, num_threads=threads)
-    return agreement(expected, actual), time.perf_counter() - start
+    inputs = file_inputs(packaged.content, images, packaged.metadata)
+    with logits_file(staged_model) as logits_path:
+        logits = agreement(expected, run_in_child(logits_path, inputs, num_threads=threads))
+    probabilities = None
+    if packaged.metadata["output"]["kind"] == "probabilities":
+        probabilities = probability_agreement(softmax(expected), run_in_child(staged_model, inputs,
+                                                                              num_threads=threads))
+    return logits, probabilities, time.perf_counter() - start
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.exp(logits.astype(np.float64) - logits.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
 
 
 def keras_outputs(model, images: np.ndarray, fake_quant: bool = True, batch_size: int = 8) -> np.ndarray:
@@ -271,27 +296,28 @@ def keras_outputs(model, images: np.ndarray, fake_quant: bool = True, batch_size
                                for i in range(0, len(images), batch_size)])
 
 
-def top5_on_photos(model, staged_model: Path, pre, labels: list[str], threads: int,
+def top5_on_photos(model, packaged: Package, staged_model: Path, pre, threads: int,
                    progress: Progress) -> list[dict]:
     """Per held-out photo (whole, with the model's preprocessing), the top-5
     labels and probabilities of the Keras model and of the staged file."""
     names, photos = sample_photos.held_out_photos(pre)
     progress.step(f"Classifying {len(names)} sample photos with the Keras model and the file")
-    keras_logits = keras_outputs(model, photos)
-    file_logits = run_in_child(staged_model, photos, num_threads=threads)
-    return [{"photo": name, "keras": _top5(k, labels), "file": _top5(f, labels)}
-            for name, k, f in zip(names, keras_logits, file_logits)]
+    keras_probs = softmax(keras_outputs(model, photos))
+    file_outputs = run_in_child(staged_model, file_inputs(packaged.content, photos, packaged.metadata),
+                                num_threads=threads)
+    file_probs = file_outputs if packaged.metadata["output"]["kind"] == "probabilities" else softmax(file_outputs)
+    return [{"photo": name, "keras": _top5(k, packaged.labels), "file": _top5(f, packaged.labels)}
+            for name, k, f in zip(names, keras_probs, file_probs)]
 
 
-def _top5(logits: np.ndarray, labels: list[str]) -> list[list]:
-    z = logits.astype(np.float64) - logits.max()
-    probs = np.exp(z) / np.exp(z).sum()
-    return [[labels[i], round(float(probs[i]), 4)] for i in np.argsort(-probs)[:5]]
+def _top5(probs: np.ndarray, labels: list[str]) -> list[list]:
+    return [[labels[i], round(float(probs[i]), 4)] for i in np.argsort(-probs, kind="stable")[:5]]
 
 
 def gpu_run(staged_model: Path, images: np.ndarray, precision: str, progress: Progress) -> GpuRun:
-    """The staged file on LiteRT's GPU accelerator against XNNPACK (a
-    not-run record, saying why, when this machine has no Vulkan device)."""
+    """The staged file on LiteRT's GPU accelerator against XNNPACK, compared
+    on its logits (a not-run record, saying why, when this machine has no
+    Vulkan device). ``images``: in the values the file's input takes."""
     if missing_vulkan() is None:
         progress.step(f"Running on {len(images)} held-out images with LiteRT's GPU accelerator")
     return run_on_gpu(staged_model, images, precision, images=f"{len(images)} held-out validation images")
@@ -304,8 +330,9 @@ ARM_PROFILE = "a76"
 
 def arm_run(staged_model: Path, images: np.ndarray, progress: Progress) -> ArmCheck:
     """The staged file on LiteRT's Arm64 XNNPACK kernels (emulated) against
-    x86 XNNPACK (a not-run record, saying how to install the emulator, when it
-    is not installed)."""
+    x86 XNNPACK, compared on its logits (a not-run record, saying how to
+    install the emulator, when it is not installed). ``images``: in the
+    values the file's input takes."""
     if emulator_missing() is None:
         progress.step(f"Running on {len(images)} held-out image(s) with LiteRT's Arm64 kernels (emulated, "
                       f"{ARM_PROFILE})")
@@ -322,14 +349,17 @@ DEFAULT_BREAKING_LAYER_HINT = ("try --int16x8, or --int8-mixed on the CPU; "
                                "trained weights quantize better than random ones")
 
 
-def diagnose(model, content: bytes, images: np.ndarray, threshold: float, precision: str,
+def diagnose(model, packaged: Package, images: np.ndarray, threshold: float, precision: str,
              progress: Progress) -> dict | None:
-    """The first layer where ``content`` departs from an fp32 conversion of
-    ``model`` (None when no layer falls below ``threshold``)."""
+    """The first layer where the packaged file departs from an fp32
+    conversion of ``model`` (None when no layer falls below ``threshold``)."""
     progress.step(f"Agreement below cosine {threshold}: comparing every layer with an fp32 conversion")
     fp32 = convert(model, "fp32")
+    images = images[:2]
     with native_output_captured():  # LiteRT's own INFO lines
-        found = layerwise_comparison(fp32, content, images[:2], threshold=threshold)["first_below"]
+        found = layerwise_comparison(fp32, packaged.content, images, threshold=threshold,
+                                     quant_inputs=file_inputs(packaged.content, images, packaged.metadata)
+                                     )["first_below"]
     if found is None:
         return None
     return {**found, "threshold": threshold,
@@ -355,8 +385,10 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
     with staged(job.files.all()) as staging:
         staging.write_bytes(job.files.model, packaged.content)
         staged_model = staging.path_of(job.files.model)
-        agreement_stats, validate_seconds = validate(model, staged_model, job.validation, opts.validation_threads,
-                                                     progress, fake_quant=job.ranges != REMOVED)
+        agreement_stats, probabilities, validate_seconds = validate(
+            model, packaged, staged_model, job.validation, opts.validation_threads, progress,
+            fake_quant=job.ranges != REMOVED)
+        file_validation = file_inputs(packaged.content, job.validation, packaged.metadata)
         summary = checked.summary
         result = ExportResult(
             model=spec.name, precision=opts.precision, input_size=job.input_size, weights=opts.weights_label,
@@ -364,14 +396,15 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             io={"input": _public(summary.input), "output": _public(summary.output)},
             op_histogram=summary.op_histogram, macs=summary.macs, max_rank=summary.max_rank,
             checks=checked.checks, delegates=checked.delegates, images=job.images, agreement=agreement_stats,
-            convert_seconds=convert_seconds, validate_seconds=validate_seconds, quantization_ranges=job.ranges)
+            convert_seconds=convert_seconds, validate_seconds=validate_seconds, quantization_ranges=job.ranges,
+            probability_agreement=probabilities)
         if opts.weights_label == RANDOM_INIT:
             result.weights_hint = random_init_hint(spec, opts.precision)
         if opts.show_top5_photos:
-            result.top5_photos = top5_on_photos(model, staged_model, spec.preprocessing_at(job.input_size),
-                                                packaged.labels, opts.validation_threads, progress)
+            result.top5_photos = top5_on_photos(model, packaged, staged_model, spec.preprocessing_at(job.input_size),
+                                                opts.validation_threads, progress)
         if opts.gpu_images:
-            result.gpu_run = gpu_run(staged_model, job.validation[:opts.gpu_images], opts.precision, progress)
+            result.gpu_run = gpu_run(staged_model, file_validation[:opts.gpu_images], opts.precision, progress)
             run = result.gpu_run
             if run.ran and opts.precision in GPU_PRECISIONS:
                 result.checks.append(Check(
@@ -380,7 +413,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                     f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
                     f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})"))
         if opts.arm_images:
-            result.arm_run = run = arm_run(staged_model, job.validation[:opts.arm_images], progress)
+            result.arm_run = run = arm_run(staged_model, file_validation[:opts.arm_images], progress)
             if run.ran:
                 result.checks.append(Check(
                     "Arm64 kernels (emulated): same answer as x86 XNNPACK", bool(run.agrees),
@@ -390,8 +423,8 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         if (threshold is not None and needs_calibration(opts.precision)
                 and result.agreement["cosine_mean"] < threshold):
             result.diagnosed = True
-            result.first_breaking_layer = diagnose(model, packaged.content, job.validation, threshold,
-                                                   opts.precision, progress)
+            result.first_breaking_layer = diagnose(model, packaged, job.validation, threshold, opts.precision,
+                                                   progress)
         write(staging, packaged, result)
     return result
 

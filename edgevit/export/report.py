@@ -55,7 +55,8 @@ def print_report(result: ExportResult, stream=None) -> None:
         ("input size", f"{result.input_size}x{result.input_size}"),
         ("weights", result.weights),
         ("file size", _fmt_bytes(result.size_bytes)),
-        ("input", _fmt_tensor(result.io["input"])),
+        ("input", _fmt_tensor(result.io["input"]) + ("; the camera's RGB bytes, normalised inside the file"
+                                                     if result.io["input"]["dtype"] == "uint8" else "")),
         ("output", _fmt_tensor(result.io["output"])),
         ("ops / MACs", f"{result.ops} ops, {result.macs / 1e6:.1f} M MACs"),
         ("op histogram", ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())),
@@ -63,7 +64,9 @@ def print_report(result: ExportResult, stream=None) -> None:
         ("quantization ranges", RANGES.get(result.quantization_ranges, "none (float activations)")),
         ("calibration images", result.images.calibration or "none"),
         ("validation images", result.images.validation),
-        ("top-1 agreement", f"{a['top1_agreement'] * 100:.1f}% of {a['samples']} images"),
+        *_probability_rows(result.probability_agreement),
+        ("top-1 agreement" + (" (logits)" if result.probability_agreement else ""),
+         f"{a['top1_agreement'] * 100:.1f}% of {a['samples']} images"),
         ("top-5 overlap", f"{a['top5_overlap'] * 100:.1f}%"),
         ("logit cosine", f"mean {a['cosine_mean']:.5f}, min {a['cosine_min']:.5f}"),
         ("max abs logit error", f"{a['max_abs_logit_error']:.4g} (logits span "
@@ -103,6 +106,21 @@ def print_report(result: ExportResult, stream=None) -> None:
     console.print("files: " + ", ".join(str(path) for path in result.files.all()))
     if result.weights_hint:
         console.print(result.weights_hint)
+
+
+def _probability_rows(p: dict | None) -> list[tuple[str, str]]:
+    """The rows of a file that outputs probabilities: what it outputs, and
+    how its top-1 and probabilities follow the Keras model's softmax."""
+    if p is None:
+        return [("outputs", "logits (no softmax in the file: --logits)")]
+    ties = f", {p['top1_ties']} of them ties at the file's resolution" if p["top1_ties"] else ""
+    keras_top, file_top = p["top1_probability_mean"]
+    return [
+        ("outputs", "probabilities (softmax in the file); the logit rows below compare its softmax's input"),
+        ("top-1 agreement", f"{p['top1_agreement'] * 100:.1f}% of {p['samples']} images{ties}"),
+        ("max abs probability error", f"{p['max_abs_probability_error']:.4f} (mean top-1 probability: Keras "
+                                      f"{keras_top:.3f}, file {file_top:.3f})"),
+    ]
 
 
 def _fmt_top5(top5: list) -> str:

@@ -70,7 +70,9 @@ class ExportResult:
     checks: list[Check]
     delegates: dict                 # what the GPU / NNAPI delegates (rules) and XNNPACK (measured) leave on the CPU
     images: ImageSources
-    agreement: dict                 # the LiteRT file against the Keras model (edgevit.export.agreement)
+    # the LiteRT file against the Keras model on logits (edgevit.export.agreement); for a file
+    # that outputs probabilities, on its softmax's input
+    agreement: dict
     convert_seconds: float
     validate_seconds: float
     # Set when agreement was low enough to compare layer by layer; the layer
@@ -85,6 +87,8 @@ class ExportResult:
     arm_run: ArmCheck | None = None  # None: not asked for (ExportOptions.arm_images = 0)
     # "calibrated", "trained" (QAT), "removed" (a float file of a QAT model), None (a float file)
     quantization_ranges: str | None = None
+    # a file of probabilities against the Keras model's softmax (agreement.probability_agreement)
+    probability_agreement: dict | None = None
 
     @property
     def ops(self) -> int:
@@ -107,7 +111,9 @@ class ExportResult:
             "checks": [c.to_dict() for c in self.checks],
             "delegates": self.delegates,
             "images": self.images.to_dict(),
+            "outputs": "probabilities" if self.probability_agreement is not None else "logits",
             "agreement": self.agreement,
+            **({"probability_agreement": self.probability_agreement} if self.probability_agreement else {}),
             "seconds": {"convert": round(self.convert_seconds, 2), "validate": round(self.validate_seconds, 2)},
             "files": self.files.to_dict(),
         }

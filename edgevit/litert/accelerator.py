@@ -133,13 +133,17 @@ def missing_vulkan() -> str | None:
 
 def run_on_gpu(model_path: str | Path, inputs: np.ndarray, precision: str, images: str = "",
                timeout: float = 900) -> GpuRun:
-    """Run ``model_path`` on ``inputs`` (float, preprocessed) with XNNPACK and
-    with the GPU accelerator, in a child process, and compare the outputs."""
+    """Run ``model_path`` on ``inputs`` (the values its input takes) with
+    XNNPACK and with the GPU accelerator, in a child process, and compare the
+    outputs: the logits of a file that outputs probabilities
+    (``edgevit.litert.logits_view``)."""
+    from edgevit.litert.logits_view import logits_file
+
     missing = missing_vulkan()
     if missing:
         return GpuRun(False, f"no Vulkan device ({missing}); {HOW_TO_GET_A_DEVICE}")
     name = Path(model_path).name
-    with temporary_folder("edgevit-gpu-") as tmp:
+    with temporary_folder("edgevit-gpu-") as tmp, logits_file(model_path) as model_path:
         in_path, out_path = tmp / "inputs.npy", tmp / "outputs.npz"
         save_array(in_path, inputs.astype(np.float32))
         integer = precision not in AGREEMENT_FLOOR

@@ -393,20 +393,27 @@ def check_on_arm(model_path: str | Path, profiles: list[ArmProfile], kernels: tu
                  x86_outputs: np.ndarray | None = None, step: Callable[[str], None] = lambda msg: None,
                  timeout: float = 1800) -> ArmCheck:
     """``model_path`` on each profile's Arm64 kernels (``kernels``) against
-    x86 XNNPACK on the same inputs (held-out sample photos by default); a
-    not-run record, saying why, when the emulator is not installed."""
-    from edgevit.export.run_model import run_in_child
+    x86 XNNPACK on the same inputs (held-out sample photos by default), on
+    its logits where it outputs probabilities (``edgevit.litert.logits_view``);
+    a not-run record, saying why, when the emulator is not installed."""
+    from edgevit.litert.logits_view import logits_file
 
     missing = emulator_missing()
     if missing:
         return ArmCheck(False, f"{missing}; {HOW_TO_INSTALL}")
-    emulator = find_emulator()
-    start = time.perf_counter()
-    path = Path(model_path)
     if inputs is None:
         from edgevit.litert.inputs import inputs_for_file
 
-        inputs, images_note = inputs_for_file(path.read_bytes(), images)
+        inputs, images_note = inputs_for_file(Path(model_path).read_bytes(), images)
+    with logits_file(model_path) as path:
+        return _check_on_arm(path, profiles, kernels, inputs, images_note, x86_outputs, step, timeout)
+
+
+def _check_on_arm(path: Path, profiles, kernels, inputs, images_note, x86_outputs, step, timeout) -> ArmCheck:
+    from edgevit.export.run_model import run_in_child
+
+    emulator = find_emulator()
+    start = time.perf_counter()
     precision = precision_of(path.read_bytes())
     if x86_outputs is None:
         step(f"x86: running {path.name} with XNNPACK on {len(inputs)} images")

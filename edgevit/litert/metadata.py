@@ -1,6 +1,9 @@
 """The metadata document that travels with every exported model
 (format: docs/model-metadata.md): built here, embedded in the flatbuffer under
-METADATA_NAME and read back (also written as sidecars by the export).
+METADATA_NAME and read back (also written as sidecars by the export). The
+standard TFLite metadata that app developers' clients read is built from the
+same document (``edgevit.litert.standard_metadata``), and :func:`embed` writes
+both.
 
 Embedding and reading use the schema bindings LiteRT ships, not TensorFlow,
 so whatever reads the file (the Android bundle, `edgevit eval`, `bench`)
@@ -18,18 +21,24 @@ from edgevit.litert.flatbuffer import read_model, schema_module, write_model
 METADATA_NAME = "edgevit_metadata"
 SCHEMA = "edgevit-model-metadata"
 SCHEMA_VERSION = 1
+# What a file's image input takes (input.takes): the normalised image; the
+# camera's bytes (uint8), or pixels in [0, 1] (float), which the file normalises
+TAKES_NORMALISED, TAKES_RGB_BYTES, TAKES_RGB_UNIT = "normalised", "rgb_bytes", "rgb_unit"
 
 
 def build_metadata(*, model_name: str, family: str, precision: str, weights: str,
                    labels: list[str], labels_file: str, graph_input: dict, graph_output: dict,
-                   preprocessing: dict, quantization_ranges: str | None = None) -> dict:
+                   preprocessing: dict, quantization_ranges: str | None = None, output_kind: str = "logits",
+                   input_takes: str = TAKES_NORMALISED, licence: str | None = None) -> dict:
+    """``output_kind``: "probabilities" or "logits"; ``input_takes``: one of
+    the TAKES_* values."""
     from edgevit import __version__
 
-    def tensor(d: dict) -> dict:
-        return {"shape": d["shape"], "layout": "NHWC", "dtype": d["dtype"],
-                "quantization": d["quantization"]} if len(d["shape"]) == 4 else \
-               {"shape": d["shape"], "dtype": d["dtype"], "quantization": d["quantization"],
-                "kind": "logits"}
+    image = {"shape": graph_input["shape"], "layout": "NHWC", "dtype": graph_input["dtype"],
+             "quantization": graph_input["quantization"],
+             "takes": input_takes}
+    scores = {"shape": graph_output["shape"], "dtype": graph_output["dtype"],
+              "quantization": graph_output["quantization"], "kind": output_kind}
 
     return {
         "schema": SCHEMA,
@@ -40,18 +49,35 @@ def build_metadata(*, model_name: str, family: str, precision: str, weights: str
         "precision": precision,
         "quantization_ranges": quantization_ranges,
         "weights": weights,
+        "licence": licence,
         "num_classes": len(labels),
         "labels": labels,
         "labels_file": labels_file,
-        "input": tensor(graph_input),
-        "output": tensor(graph_output),
+        "input": image,
+        "output": scores,
         "preprocessing": preprocessing,
     }
 
 
-def embed(model_content: bytes, metadata: dict) -> bytes:
-    """Return ``model_content`` with ``metadata`` stored under METADATA_NAME
-    (replacing an earlier edgevit entry)."""
+def takes_of(metadata: dict | None) -> str:
+    return ((metadata or {}).get("input") or {}).get("takes") or TAKES_NORMALISED
+
+
+def embed(model_content: bytes, metadata: dict, labels: list[str]) -> bytes:
+    """``model_content`` with ``metadata`` under METADATA_NAME and the
+    standard TFLite metadata built from it, ``labels`` packed as its labels
+    file (replacing earlier entries)."""
+    from edgevit.litert.standard_metadata import LABELS_FILE, populate, standard_metadata
+
+    return populate(embed_edgevit(model_content, metadata), standard_metadata(metadata),
+                    {LABELS_FILE: ("\n".join(labels) + "\n").encode("utf-8")})
+
+
+def embed_edgevit(model_content: bytes, metadata: dict) -> bytes:
+    """``model_content`` with ``metadata`` stored under METADATA_NAME
+    (replacing an earlier edgevit entry); files packed in the model stay."""
+    from edgevit.litert.standard_metadata import associated_files, with_files
+
     schema = schema_module()
     model = read_model(model_content)
     data = np.frombuffer(json.dumps(metadata).encode("utf-8"), dtype=np.uint8)
@@ -63,7 +89,7 @@ def embed(model_content: bytes, metadata: dict) -> bytes:
         entry.buffer = len(model.buffers) - 1
         model.metadata = [*(model.metadata or []), entry]
     model.buffers[entry.buffer].data = data
-    return write_model(model, len(model_content) + len(data) + 1024)
+    return with_files(write_model(model, len(model_content) + len(data) + 1024), associated_files(model_content))
 
 
 def read_embedded(model_content: bytes) -> dict | None:

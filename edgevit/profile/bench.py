@@ -13,6 +13,7 @@ from edgevit.litert.delegates import DEFAULT_ANDROID_API
 from edgevit.litert.flatbuffer import read
 from edgevit.litert.gpu_rules import check_gpu
 from edgevit.litert.metadata import read_embedded
+from edgevit.litert.metadata_check import metadata_problems
 from edgevit.litert.nnapi_rules import check_nnapi
 from edgevit.profile import adb as adb_mod
 from edgevit.profile import benchmark_binary, host
@@ -70,13 +71,15 @@ def describe_model(path: str | Path) -> dict:
     content = p.read_bytes()
     with about(p):
         read(content)  # a clear error for a file that is not a .tflite flatbuffer
+    problems = metadata_problems(content)
     try:
-        meta = read_embedded(content) or {}
+        meta = read_embedded(content) or {} if not problems else {}
     except EdgevitError:  # damaged metadata: name and precision come from the file name and graph
         meta = {}
     precision = meta.get("precision") or _precision_from_name(p.stem) or _precision_from_graph(content)
     return {"file": p.name, "path": str(p), "model": meta.get("model") or p.stem,
-            "precision": precision, "size_mb": round(len(content) / 1e6, 3)}
+            "precision": precision, "size_mb": round(len(content) / 1e6, 3),
+            **({"metadata_problems": problems} if problems else {})}
 
 
 def describe_models(models: list[str | Path]) -> list[dict]:
@@ -141,6 +144,10 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
         warn(message)
 
     infos = describe_models(models)
+    for info in infos:
+        if info.get("metadata_problems"):
+            note(f"{info['file']}: its metadata contradicts the file ({info['metadata_problems'][0]}): named and "
+                 "typed from the graph, not from its metadata")
     if opts.device and opts.all_devices:
         raise EdgevitError("Use either --device SERIAL or --all-devices, not both.")
     on_phones = bool(opts.device or opts.all_devices)

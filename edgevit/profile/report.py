@@ -232,6 +232,26 @@ def _sizes(sizes: list[int], shown: int = 6) -> str:
     return ", ".join(map(str, top[:shown])) + (" ..." if len(top) > shown else "")
 
 
+def print_metadata(model: str, summary: dict, stream=None) -> None:
+    """What the file's edgevit and standard TFLite metadata say, and where
+    they contradict the file (``edgevit.litert.metadata_check``)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(file=stream or sys.stdout, width=140)
+    ev, std = summary["edgevit"], summary["standard"]
+    console.print(f"[bold]edgevit metadata[/bold] - {model}: " + (
+        f"{ev['model']}, {ev['precision']}, {ev['num_classes']} classes, input {ev['input']}, output {ev['output']}, "
+        f"weights {escape(str(ev['weights']))}" if ev else "none"))
+    console.print(f"[bold]standard TFLite metadata[/bold] - {model}: " + (
+        f"{std['name']}, output {std['output']!r}, {std['labels']} labels, normalisation mean/std "
+        f"{std['normalization_mean_std']}, {std['version']}, parser >= {std['min_parser_version']}"
+        + (f", licence {escape(std['licence'])}" if std["licence"] else "")
+        if std else "none (MediaPipe Tasks and the Task Library need it for float inputs and category names)"))
+    for problem in summary["problems"]:
+        console.print(f"  [red]metadata contradicts the file[/red]: {escape(problem)}")
+
+
 def print_check(model: str, reports: dict, gpu_run=None, stream=None) -> None:
     """The rule tables' findings per delegate and, after the GPU's, the GPU
     accelerator run (``edgevit.litert.accelerator.GpuRun``) when one was asked for."""

@@ -44,9 +44,22 @@ class ImagePreprocessor(private val pre: Preprocessing, private val input: Tenso
         )
     }
 
-    /** Cropped pixels to float model values, HWC order (R, G, B per pixel). */
+    /**
+     * Cropped pixels to the input's real values, HWC order (R, G, B per pixel): normalised, or where the
+     * file normalises itself ([InputKind]), pixels / 255 or the bytes (as values that quantize to the bytes).
+     */
     fun normalize(pixels: IntArray): FloatArray {
         val out = FloatArray(pixels.size * 3)
+        if (pre.takes != InputKind.NORMALISED) {
+            val q = input.quantization
+            for (i in pixels.indices) {
+                for (c in 0 until 3) {
+                    val byte = (pixels[i] shr (16 - 8 * c)) and 0xFF
+                    out[i * 3 + c] = if (pre.takes == InputKind.RGB_UNIT) byte / 255f else (byte - q!!.zeroPoint) * q.scale
+                }
+            }
+            return out
+        }
         for (i in pixels.indices) {
             val p = pixels[i]
             out[i * 3] = (((p shr 16) and 0xFF).toFloat() / 255f - mean[0]) / std[0]

@@ -40,7 +40,19 @@ data class Preprocessing(
     val mean: List<Float>,
     val std: List<Float>,
     val valueRange: List<Float>,
+    /** What the input tensor takes (metadata `input.takes`); the file normalises the image itself for RGB_*. */
+    val takes: InputKind = InputKind.NORMALISED,
 )
+
+/** The normalised image; the camera's bytes (uint8); or pixels / 255 (float). */
+enum class InputKind(val jsonName: String) {
+    NORMALISED("normalised"), RGB_BYTES("rgb_bytes"), RGB_UNIT("rgb_unit");
+
+    companion object {
+        fun of(name: String): InputKind = entries.firstOrNull { it.jsonName == name }
+            ?: throw MetadataException("unsupported input.takes '$name' (expected normalised, rgb_bytes or rgb_unit)")
+    }
+}
 
 enum class OutputKind { LOGITS, PROBABILITIES }
 
@@ -83,6 +95,7 @@ data class ModelMetadata(
             val input = tensor(obj(doc, "input"), "input")
             val output = tensor(obj(doc, "output"), "output")
             val pre = preprocessing(obj(doc, "preprocessing"))
+                .copy(takes = InputKind.of(obj(doc, "input")["takes"]?.toString() ?: "normalised"))
             val shape = input.shape
             if (shape.size != 4 || shape[0] != 1 || shape[3] != 3 || shape[1] != shape[2]) {
                 throw MetadataException("input shape $shape: the app feeds one square RGB image [1, S, S, 3]")

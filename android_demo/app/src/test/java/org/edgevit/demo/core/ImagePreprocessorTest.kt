@@ -52,6 +52,24 @@ class ImagePreprocessorTest {
     }
 
     @Test
+    fun aFileThatNormalisesItselfGetsTheCameraBytesOrPixelsOverTwoFiftyFive() {
+        val pixel = intArrayOf((0xFF shl 24) or (255 shl 16) or (7 shl 8) or 128)
+        val imagenet = listOf(0.485f, 0.456f, 0.406f) to listOf(0.229f, 0.224f, 0.225f)
+        for (q in listOf(Quantization(1f, 0), Quantization(1f / 255f, 0))) {
+            val bytes = Preprocessing(1, 1, Interpolation.BILINEAR, imagenet.first, imagenet.second, listOf(),
+                InputKind.RGB_BYTES)
+            val p = ImagePreprocessor(bytes, tensor(1, TensorType.UINT8, q))
+            val out = ByteBuffer.allocate(3)
+            p.write(p.normalize(pixel), out)
+            assertArrayEquals(byteArrayOf(255.toByte(), 7, 128.toByte()), out.array())
+        }
+        val unit = Preprocessing(1, 1, Interpolation.BILINEAR, imagenet.first, imagenet.second, listOf(),
+            InputKind.RGB_UNIT)
+        val v = ImagePreprocessor(unit, tensor(1, TensorType.FLOAT32)).normalize(pixel)
+        assertArrayEquals(floatArrayOf(1f, 7f / 255f, 128f / 255f), v, 0f)
+    }
+
+    @Test
     fun quantizeRoundsHalfToEvenAndClamps() {
         val q = Quantization(0.5f, -1)
         val bytes = Quantizer.quantize(floatArrayOf(0.25f, 0.75f, -0.25f, 1000f, -1000f), TensorType.INT8, q)

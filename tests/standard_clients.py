@@ -1,0 +1,44 @@
+"""The clients app developers load classifiers with, run on edgevit files:
+MediaPipe Tasks' ImageClassifier (pip mediapipe, in this environment) and
+the TFLite Task Library's (pip tflite-support, in the virtual environment
+scripts/install-test-tools.sh makes: it pins protobuf < 4). Each runs in a
+child process on uint8 crops at the model's input size, so that every
+client and LiteRT classify the same pixels."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
+TOOLS = Path(os.environ.get("EDGEVIT_TOOLS_PREFIX", Path.home() / ".cache" / "edgevit-test-tools"))
+TASK_LIBRARY_PYTHON = TOOLS / "task-library" / "bin" / "python"
+
+
+def missing(client: str) -> str | None:
+    """Why ``client`` cannot run here (None: it can)."""
+    if client == "mediapipe":
+        return None if importlib.util.find_spec("mediapipe") else "pip mediapipe is not installed"
+    if not TASK_LIBRARY_PYTHON.exists():
+        return f"no Task Library environment at {TASK_LIBRARY_PYTHON} (scripts/install-test-tools.sh makes it)"
+    return None
+
+
+def classify(client: str, model: Path, pixels: np.ndarray, tmp: Path) -> list | str:
+    """Per image, the client's top-5 [index, category name, score]; or the
+    client's refusal message."""
+    python = sys.executable if client == "mediapipe" else str(TASK_LIBRARY_PYTHON)
+    script = CLIENTS / ("mediapipe_classify.py" if client == "mediapipe" else "task_library_classify.py")
+    images, out = tmp / f"{client}-images.npy", tmp / f"{client}-out.json"
+    np.save(images, pixels.astype(np.uint8))
+    proc = subprocess.run([python, str(script), str(model), str(images), str(out)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GLOG_minloglevel="2"))
+    if proc.returncode == 3:
+        return proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 0, f"{client} failed on {model.name}: {proc.stderr[-2000:]}"
+    return json.loads(out.read_text())
