@@ -53,7 +53,9 @@ def run(name: str, size: int, epochs: int, data: Path, out: Path) -> dict:
     keras_path, tflite_path, log = out / f"{name}.keras", out / f"{name}_int8.tflite", out / "commands.log"
     edgevit("qat", name, "--data", str(data), "--epochs", str(epochs), "--input-size", str(size),
             "-o", str(keras_path), log=log)
-    edgevit("convert", "--int8", str(keras_path), "-o", str(tflite_path), "--no-gpu-run", "--no-arm-run", log=log)
+    # the graph's own int8 input and logits: what the QAT model computes, value for value
+    edgevit("convert", "--int8", str(keras_path), "--io", "int8", "--logits", "-o", str(tflite_path), "--no-gpu-run",
+            "--no-arm-run", log=log)
 
     val, _ = load_split(find_dataset(data).val, get_spec(name).preprocessing_at(size), size)
     x = val.eval_batch(np.arange(len(val)), size)

@@ -93,7 +93,9 @@ def test_convert_int8_end_to_end_json(tmp_path):
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    assert report["precision"] == "int8" and report["io"]["input"]["dtype"] == "int8"
+    # the camera's bytes in, probabilities out (what the standard clients load)
+    assert report["precision"] == "int8" and report["io"]["input"]["dtype"] == "uint8"
+    assert report["outputs"] == "probabilities" and report["io"]["output"]["quantization"]["scale"] == 1 / 256
     assert all(c["passed"] for c in report["checks"]), report["checks"]
     assert report["max_rank"] <= 4
     assert report["agreement"]["cosine_mean"] > 0.85  # random-init weights: see test_mobilevit

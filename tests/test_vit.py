@@ -9,6 +9,7 @@ import keras
 import edgevit
 from edgevit.export.convert import PRECISIONS
 from edgevit.export.diagnose import layerwise_comparison
+from edgevit.litert.inputs import file_inputs
 from edgevit.info import count_params
 from edgevit.layers import PositionEmbedding
 from edgevit.registry import get_spec
@@ -124,8 +125,12 @@ def test_smallest_variant_converts_and_int8_keeps_the_class_token(tmp_path, deit
         assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
     assert {"GELU", "SOFTMAX", "BATCH_MATMUL"} <= set(reports["int8"]["op_histogram"])
     files = {p: open(r["file"], "rb").read() for p, r in reports.items()}
-    x = np.random.default_rng(0).uniform(-2, 2, (2, SMALL_SIZE, SMALL_SIZE, 3)).astype("float32")
-    layerwise = layerwise_comparison(files["fp32"], files["int8"], x, threshold=0.9)
+    pixels = np.random.default_rng(0).integers(0, 256, (2, SMALL_SIZE, SMALL_SIZE, 3)) / 255
+    pre = get_spec("deit_tiny_distilled").preprocessing_at(SMALL_SIZE)
+    x = ((pixels - np.asarray(pre.mean)) / np.asarray(pre.std)).astype("float32")
+    # each file takes the photo as its metadata says (pixels / 255, the bytes)
+    layerwise = layerwise_comparison(files["fp32"], files["int8"], file_inputs(files["fp32"], x), threshold=0.9,
+                                     quant_inputs=file_inputs(files["int8"], x))
     block0 = [r for r in layerwise["layers"] if "blocks.0." in r["tensor"]
               and not r["tensor"].split(";")[0].endswith(("Mul", "Mean", "Mean_1", "Rsqrt", "Add"))]
     assert block0 and min(r["worst_token_cosine"] for r in block0) > 0.9, layerwise["first_below"]
