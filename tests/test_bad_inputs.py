@@ -859,3 +859,72 @@ def test_bench_and_check_flag_metadata_that_contradicts_the_file(tmp_path, monke
     assert code == 0 and "metadata contradicts the file" in out, out
     code, out, err = run("check", "lying.tflite", "--nnapi", "--json")
     assert json.loads(out)["metadata"]["problems"]
+
+
+# The environment a command starts in: its Keras backend, its standard streams, its memory limit.
+
+def edgevit_process(*args, env=None, limit_address_space=None, shell_redirect=""):
+    """`python -m edgevit ARGS` as a shell would start it: with ``env`` added
+    to the environment, an address-space limit (`ulimit -v`) and a
+    redirection such as ``>&-``."""
+    def limit():
+        if limit_address_space:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_address_space, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+    command = " ".join([sys.executable, "-m", "edgevit", *args, shell_redirect])
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, preexec_fn=limit,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax", "banana"])
+def test_another_keras_backend_is_one_error_line_before_keras_loads(backend):
+    """torch segfaulted (exit 139, nothing said); jax (not installed) and
+    banana ended in tracebacks from inside Keras."""
+    proc = edgevit_process("info", "mobilevit_v3_xxs", env={"KERAS_BACKEND": backend})
+    assert proc.returncode == 1
+    assert proc.stderr == (f"error: KERAS_BACKEND={backend}: edgevit runs on Keras's TensorFlow backend only; unset "
+                           "KERAS_BACKEND or set it to tensorflow for edgevit.\n")
+
+
+def test_an_empty_keras_backend_does_not_let_keras_json_choose_another(tmp_path):
+    (tmp_path / "keras.json").write_text(json.dumps({"backend": "torch"}))
+    proc = subprocess.run([sys.executable, "-c", "import edgevit, keras; print(keras.backend.backend())"],
+                          capture_output=True, text=True, env={**os.environ, "KERAS_BACKEND": "",
+                                                               "KERAS_HOME": str(tmp_path)})
+    assert proc.stdout == "tensorflow\n", proc.stderr
+
+
+def test_a_closed_standard_output_is_one_error_line():
+    """`edgevit list >&-` ended in an AttributeError traceback."""
+    proc = edgevit_process("--version", shell_redirect=">&-")
+    assert proc.returncode == 1
+    assert proc.stderr == "error: Could not write to standard output: Bad file descriptor.\n"
+
+
+def test_a_command_runs_with_its_standard_error_and_input_closed():
+    """`edgevit list 2>&-` failed (exit 1) where it set TensorFlow's chatter aside."""
+    proc = edgevit_process("list", "mobilevit_v3_xxs", "--json", shell_redirect="2>&- <&-")
+    assert proc.returncode == 0
+    assert [m["name"] for m in json.loads(proc.stdout)] == ["mobilevit_v3_xxs"]
+
+
+def test_an_address_space_limit_tensorflow_cannot_start_under_is_one_error_line():
+    """Under `ulimit -v 1500000` a MemoryError traceback, at 2500000 an abort
+    with a C++ stack and no message."""
+    proc = edgevit_process("info", "mobilevit_v3_xxs", limit_address_space=1_500_000 * 1024)
+    assert proc.returncode == 1
+    assert proc.stderr == ("error: This shell limits a process to 1500000 KiB of address space (`ulimit -v`); "
+                           "TensorFlow needs at least 2929687 KiB (3 GB) to start: raise it, e.g. "
+                           "`ulimit -v unlimited`.\n")
+
+
+def test_running_out_of_memory_is_one_error_line(monkeypatch):
+    from edgevit import registry
+
+    def out_of_memory(pattern=None):
+        raise MemoryError
+
+    monkeypatch.setattr(registry, "list_models", out_of_memory)
+    code, out, err = run("list")
+    assert (code, out) == (1, "")
+    assert err.startswith("error: Out of memory: close other programs, raise the shell's limit (`ulimit -v`)")
