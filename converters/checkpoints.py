@@ -52,8 +52,13 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
         (size,) = struct.unpack("<Q", head)
         if size > 100_000_000:
             raise ValueError("header length is implausible")
-        header = json.loads(f.read(size))
+        try:
+            header = json.loads(f.read(size))
+        except RecursionError:
+            raise ValueError("its JSON header nests too deeply") from None
         data = f.read()
+    if not isinstance(header, dict):
+        raise ValueError(f"its header is a JSON {type(header).__name__}, not an object")
     tensors = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -162,7 +167,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if _looks_like_safetensors(path):
         try:
             tensors = read_safetensors(path)
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        except (ValueError, KeyError, TypeError) as err:
             raise EdgevitError(f"Could not read checkpoint {label!r} as safetensors: {first_line(err)}") from None
         if not tensors:
             raise EdgevitError(f"Checkpoint {label!r} holds no tensors.")
@@ -176,16 +181,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         with torch.serialization.safe_globals([argparse.Namespace]):
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for corrupt or foreign files
-        text = str(err)
-        unsupported = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-        if unsupported:
-            reason = (f"it stores Python objects ({unsupported.group(1)}) besides tensors, which are not "
-                      "unpickled for safety; re-save the state dict alone: "
-                      "torch.save(model.state_dict(), path)")
-        elif isinstance(err, PermissionError):
-            reason = err.strerror
-        else:  # random bytes fail deep in the unpickler or the zip reader with any exception type
-            reason = "not a PyTorch checkpoint, or a truncated or corrupt one"
+        reason = err.strerror if isinstance(err, PermissionError) else _unpickling_refusal(str(err))
         raise EdgevitError(f"Could not read checkpoint {label!r}: {reason}.") from None
     state, entry = _find_state_dict(obj, label)
     tensors = {}
@@ -193,6 +189,25 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         if isinstance(value, torch.Tensor):
             tensors[_strip_wrapper_prefix(str(key))] = _torch_to_numpy(value)
     return Checkpoint(label, tensors, entry)
+
+
+# How torch's weights-only unpickler names what it refused: "Unsupported global: GLOBAL x.Y was not an allowed
+# global" for a class it does not know, "Trying to load unsupported GLOBAL posix.system whose module posix is
+# blocked" for a function of a module it never allows (os, subprocess, ...).
+_REFUSED_GLOBAL = re.compile(r"unsupported (?:global: )?GLOBAL ([\w.]+)( whose module [\w.]+ is blocked)?", re.I)
+
+
+def _unpickling_refusal(torch_message: str) -> str:
+    """Why torch.load(weights_only=True) refused a file, in words."""
+    refused = _REFUSED_GLOBAL.search(torch_message)
+    if refused is None:  # random bytes fail deep in the unpickler or the zip reader with any exception type
+        return "not a PyTorch checkpoint, or a truncated or corrupt one"
+    name, blocked = refused.groups()
+    if blocked:
+        return (f"it asks to run {name} when it is loaded, which edgevit never does (a checkpoint of weights "
+                "runs no code): do not use this file unless you know who made it and why")
+    return (f"it stores Python objects ({name}) besides tensors, which are not unpickled for safety; re-save the "
+            "state dict alone: torch.save(model.state_dict(), path)")
 
 
 def _strip_wrapper_prefix(key: str) -> str:

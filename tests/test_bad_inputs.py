@@ -182,6 +182,26 @@ def _random_bytes_checkpoint(tmp):
     return ["import-weights", "random.pt", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
 
 
+def _safetensors_with_header(tmp, header: bytes):
+    (tmp / "x.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    return ["import-weights", "x.safetensors", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
+
+
+class _RunsACommand:
+    """Unpickled, it would run `touch pwned` (the folder's snapshot shows it did not)."""
+
+    def __reduce__(self):
+        return os.system, ("touch pwned",)
+
+
+def _pickle_that_runs_a_command(tmp):
+    pytest.importorskip("torch")
+    import pickle
+
+    (tmp / "evil.pt").write_bytes(pickle.dumps({"weight": _RunsACommand()}, protocol=2))
+    return ["import-weights", "evil.pt", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
+
+
 def _loose_images(tmp):
     (tmp / "loose").mkdir()
     Image.new("RGB", (8, 8)).save(tmp / "loose" / "a.png")
@@ -288,6 +308,13 @@ BAD_INPUTS = [
     pytest.param(lambda tmp: ["eval", tiny_tflite(tmp / "plain.tflite").name, "--data", _data(tmp)],
                  "without edgevit metadata", id="eval-foreign-tflite"),
     pytest.param(_random_bytes_checkpoint, "not a PyTorch checkpoint", id="random-bytes-checkpoint"),
+    pytest.param(_pickle_that_runs_a_command, "Could not read checkpoint 'evil.pt': it asks to run posix.system when "
+                 "it is loaded, which edgevit never does", id="pickle-that-runs-a-command"),
+    pytest.param(lambda tmp: _safetensors_with_header(tmp, b"[" * 100_000 + b"]" * 100_000),
+                 "Could not read checkpoint 'x.safetensors' as safetensors: its JSON header nests too deeply",
+                 id="safetensors-header-nested-deeply"),
+    pytest.param(lambda tmp: _safetensors_with_header(tmp, b"[1, 2]"), "its header is a JSON list, not an object",
+                 id="safetensors-header-a-list"),
     pytest.param(lambda tmp: ["eval", tiny_tflite(tmp / "m.tflite").name, "--data",
                               str(image_folder(tmp / "data", splits=("train",)))], "has train/ but no val/",
                  id="eval-data-without-val"),
