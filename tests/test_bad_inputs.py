@@ -233,6 +233,25 @@ def _junk_keras_archive(tmp):
     return ["convert", "--fp32", "junk.keras"]
 
 
+def _keras_archive_with_a_bomb(member):
+    """A .keras file one of whose members inflates from 65 KB to 65 MiB."""
+    def setup(tmp):
+        import zipfile
+
+        with zipfile.ZipFile(tmp / "bomb.keras", "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("config.json", b"{}" if member != "config.json" else b" " * (65 << 20))
+            archive.writestr("metadata.json", b"{}")
+            archive.writestr("model.weights.h5", b"\0" * (65 << 20) if member == "model.weights.h5" else b"")
+        return ["convert", "--fp32", "bomb.keras"]
+    return setup
+
+
+def _keras_model_with_python_code(tmp):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Lambda(lambda x: x * 2)], name="mobilevit_v3_xxs")
+    model.save(tmp / "lambda.keras")
+    return ["convert", "--fp32", "lambda.keras"]
+
+
 def _empty_class_folder(tmp):
     data = image_folder(tmp / "data", classes=("ants",), splits=("",))
     (data / "bees").mkdir()
@@ -365,6 +384,13 @@ BAD_INPUTS = [
                  id="import-a-keras-file"),
     pytest.param(_junk_keras_archive, "'junk.keras' is damaged: its config.json (the model description) is not "
                  "readable", id="junk-keras-archive"),
+    pytest.param(_keras_archive_with_a_bomb("config.json"), "'bomb.keras' is not a model edgevit loads: its member "
+                 "config.json would inflate from 66,", id="keras-config-bomb"),
+    pytest.param(_keras_archive_with_a_bomb("model.weights.h5"), "'bomb.keras' is not a model edgevit loads: its "
+                 "member model.weights.h5 would inflate from", id="keras-weights-bomb"),
+    pytest.param(_keras_model_with_python_code, "Could not load 'lambda.keras': it holds Python code (such as a "
+                 "Lambda layer's function), which would run as it loads; edgevit never runs it",
+                 id="keras-model-with-python-code"),
     pytest.param(_empty_class_folder, "has images of one class only (ants); bees has none", id="empty-class-folder"),
     pytest.param(_truncated_second_model, "b.tflite: Truncated or not a .tflite file", id="truncated-second-model"),
     pytest.param(_checkpoint_with_few_matching_names, "holds 0% of the 279 tensor names cvnets gives "
@@ -783,6 +809,20 @@ def test_a_qat_model_does_not_convert_to_int16x8(qat_model, tmp_path):
         export(qat, get_spec("mobilevit_v3_xxs"), ExportOptions(precision="int16x8", weights_label="qat.keras",
                                                                 output=str(tmp_path / "q.tflite")))
     assert snapshot(tmp_path) == {}
+
+
+def test_a_model_description_beyond_its_size_cap_is_refused_unread(tmp_path, monkeypatch):
+    import zipfile
+
+    from edgevit import saving
+
+    monkeypatch.setattr(saving, "MAX_DESCRIPTION_BYTES", 1000)
+    with zipfile.ZipFile(tmp_path / "big.keras", "w") as archive:
+        archive.writestr("config.json", json.dumps({"padding": "x" * 2000}))
+    monkeypatch.setattr(zipfile.ZipFile, "read", None)  # never read
+    with pytest.raises(EdgevitError, match=r"big.keras' is not a model edgevit loads: its config.json is 2,015 "
+                                           r"bytes, beyond the 1,000 that a model description may take.$"):
+        saving.check_model_file(tmp_path / "big.keras")
 
 
 def test_a_saved_model_loads_without_writing_anywhere(tmp_path, monkeypatch):
