@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from edgevit.errors import EdgevitError, first_line
+from edgevit.errors import EdgevitError, MissingPackage, first_line
 
 TORCH_HINT = 'pip install "edgevit[torch]"'
 TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pth.tar", ".tar")
@@ -110,7 +110,7 @@ def import_torch():
     try:
         import torch
     except ImportError:
-        raise EdgevitError(f"Reading PyTorch checkpoints needs torch, which is not installed: {TORCH_HINT} "
+        raise MissingPackage(f"Reading PyTorch checkpoints needs torch, which is not installed: {TORCH_HINT} "
                            "(.safetensors files load without it).") from None
     return torch
 

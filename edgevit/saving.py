@@ -33,7 +33,13 @@ EARLIER_EDGEVIT_MEMBER = "edgevit.json"
 # 3.8 GB of memory to read, one with a 3 GiB weights member 7 GB (Keras's own guard starts at 4 GiB). Keras
 # stores members uncompressed, and a model description is a few hundred KB (mobilevit_v3_xxs: 179 KB).
 MAX_DESCRIPTION_BYTES = 64 << 20  # config.json and metadata.json
-MAX_EXPANSION = 100  # inflating beyond MAX_DESCRIPTION_BYTES and this many times its stored size: a bomb
+# Zip members that inflate beyond both of these are decompression bombs: Keras stores members uncompressed, and
+# checkpoints (float tensors) hardly compress.
+BOMB_FLOOR_BYTES, MAX_EXPANSION = 64 << 20, 100
+
+
+def inflates_like_a_bomb(info: zipfile.ZipInfo) -> bool:
+    return info.file_size > max(BOMB_FLOOR_BYTES, MAX_EXPANSION * info.compress_size)
 
 
 def existing_file(path: str | Path, what: str) -> Path:
@@ -180,7 +186,7 @@ def _refuse_bombs(archive: zipfile.ZipFile, path: Path) -> None:
     (a decompression bomb), by its declared sizes (zipfile never reads past a
     member's declared size)."""
     for info in archive.infolist():
-        if info.file_size > max(MAX_DESCRIPTION_BYTES, MAX_EXPANSION * info.compress_size):
+        if inflates_like_a_bomb(info):
             raise EdgevitError(f"{str(path)!r} is not a model edgevit loads: its member {info.filename} would "
                                f"inflate from {info.compress_size:,} to {info.file_size:,} bytes (a decompression "
                                "bomb; Keras stores members uncompressed).")
