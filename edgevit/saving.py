@@ -64,10 +64,23 @@ def set_class_names(model, names) -> None:
     classes = int(model.outputs[0].shape[-1])
     if len(names) != classes:
         raise EdgevitError(f"{len(names)} class names given for a model with {classes} outputs.")
-    bad = [name for name in names if not name.strip() or "\n" in name or "\r" in name]
-    if bad:
-        raise EdgevitError(f"Class name {bad[0]!r} cannot be a label: labels are one non-empty line each.")
+    for name in names:
+        problem = label_problem(name)
+        if problem:
+            raise EdgevitError(f"Class name {name!r} cannot be a label: {problem}.")
     model.edgevit_class_names = tuple(names)
+
+
+def label_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a line of a labels file (None: it can). Labels
+    are UTF-8 text, one non-empty line each, read by the Android app."""
+    if not name.strip() or "\n" in name or "\r" in name:
+        return "labels are one non-empty line each"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a file name's undecodable bytes, kept by Python as lone surrogates
+        return "it is not valid UTF-8 text, which labels files are"
+    return None
 
 
 def save_model(model, path: str | Path) -> Path:

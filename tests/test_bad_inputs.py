@@ -252,6 +252,26 @@ def _keras_model_with_python_code(tmp):
     return ["convert", "--fp32", "lambda.keras"]
 
 
+def _class_folder_named_in_latin1(tmp, command):
+    data = image_folder(tmp / "data")
+    for split in ("train", "val"):
+        os.rename(data / split / "bees", os.fsencode(data / split) + b"/caf\xe9")  # 'café' in Latin-1
+    if command == "eval":
+        return ["eval", edgevit_tflite(tmp / "m.tflite").name, "--data", "data"]
+    return ["finetune", *SMALL, "--data", "data", "-o", "m.keras"]
+
+
+def _model_with_a_class_name_that_is_not_utf8(tmp):
+    """A .keras file an earlier edgevit wrote from such a folder."""
+    from edgevit.saving import save_model
+
+    model = tiny_classifier()
+    model.name = "mobilevit_v3_xxs"
+    model.edgevit_class_names = ("ants", "caf\udce9")
+    save_model(model, tmp / "m.keras")
+    return ["convert", "--fp32", "m.keras"]
+
+
 def _empty_class_folder(tmp):
     data = image_folder(tmp / "data", classes=("ants",), splits=("",))
     (data / "bees").mkdir()
@@ -391,6 +411,13 @@ BAD_INPUTS = [
     pytest.param(_keras_model_with_python_code, "Could not load 'lambda.keras': it holds Python code (such as a "
                  "Lambda layer's function), which would run as it loads; edgevit never runs it",
                  id="keras-model-with-python-code"),
+    pytest.param(lambda tmp: _class_folder_named_in_latin1(tmp, "finetune"), "Class folder 'caf\\xe9' in "
+                 "'data/train' cannot name a class: it is not valid UTF-8 text, which labels files are",
+                 id="finetune-class-folder-not-utf8"),
+    pytest.param(lambda tmp: _class_folder_named_in_latin1(tmp, "eval"), "Class folder 'caf\\xe9' in 'data/val' "
+                 "cannot name a class: it is not valid UTF-8 text", id="eval-class-folder-not-utf8"),
+    pytest.param(_model_with_a_class_name_that_is_not_utf8, "Class name 'caf\\udce9' cannot be a label: it is not "
+                 "valid UTF-8 text", id="model-with-a-class-name-not-utf8"),
     pytest.param(_empty_class_folder, "has images of one class only (ants); bees has none", id="empty-class-folder"),
     pytest.param(_truncated_second_model, "b.tflite: Truncated or not a .tflite file", id="truncated-second-model"),
     pytest.param(_checkpoint_with_few_matching_names, "holds 0% of the 279 tensor names cvnets gives "

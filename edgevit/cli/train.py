@@ -82,7 +82,9 @@ def _run(command: str, spec, classes: list[str], size: int, sizes: list[int]) ->
 def _common_options(fn):
     options = [
         click.option("--data", "data_dir", required=True, metavar="DIR",
-                     help="Image folder: DIR/train/<class>/*, DIR/val/<class>/* (or DIR/<class>/* with --val-split)."),
+                     help="Image folder: DIR/train/<class>/*, DIR/val/<class>/* (or DIR/<class>/* with --val-split). "
+                          "The class folders' names become the model's labels: a name that is not valid UTF-8 "
+                          "or spans lines is refused (rename the folder), not re-encoded."),
         click.option("--weights", default=None,
                      help="Start from these weights (.weights.h5 or .keras), or `imagenet`: the official ImageNet "
                           "weights, with a new classifier when DIR has another number of classes."),
