@@ -156,6 +156,23 @@ def _another_runs_checkpoint(tmp):
     return ["finetune", *SMALL, "--data", _data(tmp), "-o", "m.keras"]
 
 
+_HELD_LOCKS = []  # descriptors of the lock that "another run" holds, for the rest of the session
+
+
+def _checkpoint_folder_in_use(tmp):
+    """Another run, still before its first checkpoint, holds the folder."""
+    import fcntl
+
+    from edgevit.train.loop import LOCK_FILE
+
+    (tmp / "ckpt").mkdir()
+    fd = os.open(tmp / "ckpt" / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, b"4242")
+    _HELD_LOCKS.append(fd)
+    return ["finetune", *SMALL, "--data", _data(tmp), "--checkpoint-dir", "ckpt", "-o", "m.keras"]
+
+
 def _another_runs_checkpoint_among_the_users_files(tmp):
     args = _another_runs_checkpoint(tmp)
     (tmp / "m.keras.ckpt" / "notes.txt").write_text("the user's notes")
@@ -396,6 +413,8 @@ BAD_INPUTS = [
                  "has val/, which validates the training; --val-split holds out part of the training images only "
                  "where there is none", id="val-split-with-val-folder"),
     # messages that name their file and delete nothing of the user's
+    pytest.param(_checkpoint_folder_in_use, "Checkpoint folder 'ckpt' is in use by another edgevit run (process 4242): "
+                 "wait for it to end, or pass another --checkpoint-dir.", id="checkpoint-folder-in-use"),
     pytest.param(_another_runs_checkpoint_among_the_users_files, "delete its checkpoint files (last.weights.h5, "
                  "optimizer.npz, state.json) to start fresh", id="another-runs-checkpoint-among-users-files"),
     pytest.param(_checkpoint_dir_is_a_file, "Checkpoint folder 'notes' is a file, not a folder: pass a folder.",
@@ -696,6 +715,24 @@ def test_a_failed_or_interrupted_checkpoint_save_keeps_the_last_checkpoint_whole
         Trainer(tiny_classifier(), None, 16, TrainConfig(checkpoint_dir=str(other)),
                 log=lambda m: None).save_checkpoint(1)
     assert not other.exists()
+
+
+def test_a_checkpoint_folder_is_held_by_one_run_at_a_time(tmp_path):
+    from edgevit.train.loop import LOCK_FILE, checkpoint_lock
+
+    folder = tmp_path / "ckpt"
+    with checkpoint_lock(folder):
+        assert (folder / LOCK_FILE).read_text() == str(os.getpid())
+        with pytest.raises(EdgevitError, match=rf"is in use by another edgevit run \(process {os.getpid()}\)"):
+            with checkpoint_lock(folder):
+                pass
+        assert (folder / LOCK_FILE).exists()  # the refused run leaves the holder's lock alone
+    assert not folder.exists()  # made for the run, removed after it
+    folder.mkdir()
+    (folder / "notes.txt").write_text("the user's")
+    with checkpoint_lock(folder):
+        pass
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
 
 
 def test_a_failed_write_to_standard_output_is_one_error_line(tmp_path):
