@@ -289,6 +289,19 @@ def _model_with_a_class_name_that_is_not_utf8(tmp):
     return ["convert", "--fp32", "m.keras"]
 
 
+def _tflite_of_variable_input_size(tmp):
+    """What a converter writes for an input of shape (1, None, None, 3)."""
+    from edgevit.litert.flatbuffer import read_model, write_model
+
+    content = tiny_tflite(tmp / "fixed.tflite").read_bytes()
+    (tmp / "fixed.tflite").unlink()
+    model = read_model(content)
+    graph = model.subgraphs[0]
+    graph.tensors[graph.inputs[0]].shapeSignature = [1, -1, -1, 3]
+    (tmp / "variable.tflite").write_bytes(write_model(model, len(content)))
+    return ["bench", "variable.tflite", "--runs", "1"]
+
+
 def _empty_class_folder(tmp):
     data = image_folder(tmp / "data", classes=("ants",), splits=("",))
     (data / "bees").mkdir()
@@ -335,6 +348,8 @@ BAD_INPUTS = [
                  "4096 px is above 1024 px", id="multiscale-above-bound"),
     pytest.param(lambda tmp: ["info", tiny_tflite(tmp / "m.tflite").name], "`edgevit info` describes registered",
                  id="info-of-a-file"),
+    pytest.param(lambda tmp: ["info", "MOBILEVIT_V3_XXS"], "Unknown model 'MOBILEVIT_V3_XXS'. Did you mean: "
+                 "mobilevit_v3_xxs", id="model-name-in-capitals"),
     # output paths, checked before any work
     pytest.param(_output_is_a_folder, "is a folder where a file would be written", id="output-is-a-folder"),
     pytest.param(_sidecar_is_a_folder, "a.labels.txt' is a folder", id="sidecar-is-a-folder"),
@@ -437,6 +452,8 @@ BAD_INPUTS = [
                  "cannot name a class: it is not valid UTF-8 text", id="eval-class-folder-not-utf8"),
     pytest.param(_model_with_a_class_name_that_is_not_utf8, "Class name 'caf\\udce9' cannot be a label: it is not "
                  "valid UTF-8 text", id="model-with-a-class-name-not-utf8"),
+    pytest.param(_tflite_of_variable_input_size, "variable.tflite takes inputs of a size chosen at run time (shape "
+                 "[1, -1, -1, 3]; -1 is variable), which a benchmark cannot choose for you", id="bench-variable-size"),
     pytest.param(_empty_class_folder, "has images of one class only (ants); bees has none", id="empty-class-folder"),
     pytest.param(_truncated_second_model, "b.tflite: Truncated or not a .tflite file", id="truncated-second-model"),
     pytest.param(_checkpoint_with_few_matching_names, "holds 0% of the 279 tensor names cvnets gives "
