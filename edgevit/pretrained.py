@@ -324,6 +324,10 @@ def mirrored(url: str) -> str:
     mirror = os.environ.get(MIRROR_ENV)
     if not mirror:
         return url
+    given = urlsplit(mirror)
+    if not (given.scheme in ("http", "https") and given.netloc or given.scheme == "file" and given.path):
+        raise EdgevitError(f"{MIRROR_ENV}={mirror!r} is not a URL to fetch from: give an http(s):// or file:// URL "
+                           "(e.g. https://mirror.example.com/weights), or unset it.")
     parts = urlsplit(url)
     return f"{mirror.rstrip('/')}/{parts.netloc}{parts.path}"
 
@@ -432,7 +436,11 @@ def _keras_cache() -> tuple[str, Path]:
     if not os.access(base, os.W_OK):
         base = os.path.join("/tmp", ".keras")
     folder = Path(base) / "edgevit"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise EdgevitError(f"Could not make the download cache {str(folder)!r}: {cause(err)}; set KERAS_HOME to a "
+                           f"writable folder, or {INSTEAD}.") from None
     return cache_dir, folder
 
 

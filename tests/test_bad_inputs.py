@@ -12,6 +12,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import resource
 import signal
 import struct
@@ -750,6 +751,20 @@ def test_a_checkpoint_folder_is_held_by_one_run_at_a_time(tmp_path):
     with checkpoint_lock(folder):
         pass
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize("tf_config, reason", [("garbage", "Expecting value"),
+                                               ("[1]", "a JSON object with cluster and task is expected")])
+def test_a_tf_config_that_describes_no_cluster_is_one_error_line(monkeypatch, tf_config, reason):
+    """finetune and qat ended in a JSONDecodeError traceback, or trained
+    outside the strategy's scope and crashed in TensorFlow."""
+    from edgevit.train.loop import strategy_for_environment
+
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(EdgevitError, match=rf"^TF_CONFIG does not describe a cluster this process is part of "
+                                           rf"\({re.escape(reason)}.*\): fix it, or unset it to train on this "
+                                           rf"machine alone.$"):
+        strategy_for_environment()
 
 
 def test_a_failed_write_to_standard_output_is_one_error_line(tmp_path):

@@ -349,6 +349,23 @@ def test_an_extraction_that_fills_the_disk_is_one_error_and_leaves_nothing(tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["release.zip"]
 
 
+@pytest.mark.parametrize("variable, value, message", [
+    ("EDGEVIT_WEIGHTS_MIRROR", "mirror.example.com", "EDGEVIT_WEIGHTS_MIRROR='mirror.example.com' is not a URL to "
+                                                     "fetch from: give an http(s):// or file:// URL"),
+    ("KERAS_HOME", "a-file", "Could not make the download cache '{tmp}/a-file/edgevit': Not a directory; set "
+                             "KERAS_HOME to a writable folder"),
+])
+def test_a_download_setting_that_cannot_work_is_one_error(servers, tmp_path, monkeypatch, variable, value, message):
+    """A mirror without a scheme was fetched "from" an empty host; KERAS_HOME
+    naming a file ended in a NotADirectoryError traceback."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(variable, value if variable != "KERAS_HOME" else str(tmp_path / value))
+    with pytest.raises(EdgevitError) as raised:
+        edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert str(raised.value).startswith(message.format(tmp=tmp_path)), raised.value
+    assert not servers.requests
+
+
 def test_hugging_face_naming(servers, tmp_path):
     """microsoft/cvt-13 in transformers' naming."""
     source = edgevit.create_model("cvt_13", input_size=SIZE)

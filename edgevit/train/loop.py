@@ -42,7 +42,17 @@ def strategy_for_environment():
     import tensorflow as tf
 
     if os.environ.get("TF_CONFIG"):
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        try:
+            config = json.loads(os.environ["TF_CONFIG"])
+            if not (isinstance(config, dict) and "cluster" in config and "task" in config):
+                raise ValueError("a JSON object with cluster and task is expected")
+            return tf.distribute.MultiWorkerMirroredStrategy()
+        except (ValueError, KeyError, TypeError) as err:  # bad JSON, a task outside the cluster ...
+            raise EdgevitError(f"TF_CONFIG does not describe a cluster this process is part of "
+                               f"({first_line(err)}): fix it, or unset it to train on this machine alone.") from None
+        except RuntimeError as err:  # "Collective ops must be configured at program startup"
+            raise EdgevitError(f"Training across workers (TF_CONFIG) failed to start ({first_line(err)}): unset "
+                               "TF_CONFIG to train on this machine alone.") from None
     if len(tf.config.list_logical_devices("GPU")) > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
