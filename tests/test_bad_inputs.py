@@ -303,6 +303,30 @@ def _tflite_of_variable_input_size(tmp):
     return ["bench", "variable.tflite", "--runs", "1"]
 
 
+def _tflite_with_metadata_text(tmp, text: bytes, command: str):
+    """An edgevit .tflite file whose embedded metadata is ``text``, without sidecars."""
+    from edgevit.litert.flatbuffer import read_model, write_model
+    from edgevit.litert.metadata import METADATA_NAME
+
+    path = edgevit_tflite(tmp / "m.tflite")
+    for sidecar in (tmp / "m.json", tmp / "m.labels.txt"):
+        sidecar.unlink()
+    model = read_model(path.read_bytes())
+    entry = next(m for m in model.metadata if (m.name.decode() if isinstance(m.name, bytes) else m.name)
+                 == METADATA_NAME)
+    model.buffers[entry.buffer].data = np.frombuffer(text, np.uint8)
+    path.write_bytes(write_model(model, path.stat().st_size + len(text)))
+    if command == "eval":
+        return ["eval", "m.tflite", "--data", _data(tmp)]
+    return ["check", "m.tflite", "--no-gpu-run"] if command == "check" else ["check", "m.tflite", "--gpu"]
+
+
+def _bundle_with_a_sidecar_nested_deeply(tmp):
+    args, _, _ = _bundle_over_the_limit(tmp)
+    (tmp / "m.json").write_text("[" * 100_000 + "]" * 100_000)
+    return args
+
+
 def _empty_class_folder(tmp):
     data = image_folder(tmp / "data", classes=("ants",), splits=("",))
     (data / "bees").mkdir()
@@ -455,6 +479,13 @@ BAD_INPUTS = [
                  "valid UTF-8 text", id="model-with-a-class-name-not-utf8"),
     pytest.param(_tflite_of_variable_input_size, "variable.tflite takes inputs of a size chosen at run time (shape "
                  "[1, -1, -1, 3]; -1 is variable), which a benchmark cannot choose for you", id="bench-variable-size"),
+    pytest.param(lambda tmp: _tflite_with_metadata_text(tmp, b"[" * 100_000 + b"]" * 100_000, "eval"),
+                 "m.tflite: The embedded edgevit_metadata entry is not a readable JSON document (it nests too "
+                 "deeply).", id="eval-metadata-nested-deeply"),
+    pytest.param(lambda tmp: _tflite_with_metadata_text(tmp, b"[1]", "check-gpu"), "m.tflite: The embedded "
+                 "edgevit_metadata entry is a JSON list, not the object edgevit writes.", id="check-metadata-a-list"),
+    pytest.param(_bundle_with_a_sidecar_nested_deeply, "Metadata file 'm.json' is not valid JSON: it nests too deeply",
+                 id="bundle-sidecar-nested-deeply"),
     pytest.param(_empty_class_folder, "has images of one class only (ants); bees has none", id="empty-class-folder"),
     pytest.param(_truncated_second_model, "b.tflite: Truncated or not a .tflite file", id="truncated-second-model"),
     pytest.param(_checkpoint_with_few_matching_names, "holds 0% of the 279 tensor names cvnets gives "
