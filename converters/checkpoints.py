@@ -8,6 +8,7 @@ import json
 import math
 import re
 import struct
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
@@ -176,6 +177,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise EdgevitError(f"Checkpoint {label!r} is neither a PyTorch file (.pth, .pt, .bin, .ckpt) "
                            "nor a .safetensors file.")
     torch = import_torch()
+    _refuse_zip_bombs(path)
     try:
         # argparse.Namespace: timm and cvnets training checkpoints store their arguments
         with torch.serialization.safe_globals([argparse.Namespace]):
@@ -208,6 +210,24 @@ def _unpickling_refusal(torch_message: str) -> str:
                 "runs no code): do not use this file unless you know who made it and why")
     return (f"it stores Python objects ({name}) besides tensors, which are not unpickled for safety; re-save the "
             "state dict alone: torch.save(model.state_dict(), path)")
+
+
+def _refuse_zip_bombs(path: Path) -> None:
+    """A PyTorch zip checkpoint with a member that would inflate far beyond
+    its stored size is refused before torch reads it (torch stores tensors
+    uncompressed, but loads deflated ones: a 262 KB file gave a 256 MiB
+    tensor)."""
+    from edgevit.saving import inflates_like_a_bomb
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bomb = next((info for info in archive.infolist() if inflates_like_a_bomb(info)), None)
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return  # a legacy pickle, or damage torch reports in its own words
+    if bomb is not None:
+        raise EdgevitError(f"Could not read checkpoint {str(path)!r}: its member {bomb.filename} would inflate from "
+                           f"{bomb.compress_size:,} to {bomb.file_size:,} bytes (a decompression bomb, not a "
+                           "checkpoint).")
 
 
 def _strip_wrapper_prefix(key: str) -> str:

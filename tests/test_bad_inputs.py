@@ -220,6 +220,21 @@ def _pickle_that_runs_a_command(tmp):
     return ["import-weights", "evil.pt", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
 
 
+def _checkpoint_that_inflates_like_a_bomb(tmp):
+    """A PyTorch zip checkpoint whose 65 MiB tensor is deflated to 66 KB
+    (torch loads it: such a file of a few MB is gigabytes in memory)."""
+    torch = pytest.importorskip("torch")
+    import io
+    import zipfile
+
+    saved = io.BytesIO()
+    torch.save({"weight": torch.zeros(65 << 18)}, saved)
+    with zipfile.ZipFile(saved) as source, zipfile.ZipFile(tmp / "bomb.pt", "w", zipfile.ZIP_DEFLATED) as bomb:
+        for info in source.infolist():
+            bomb.writestr(info.filename, source.read(info))
+    return ["import-weights", "bomb.pt", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
+
+
 def _loose_images(tmp):
     (tmp / "loose").mkdir()
     Image.new("RGB", (8, 8)).save(tmp / "loose" / "a.png")
@@ -404,6 +419,8 @@ BAD_INPUTS = [
     pytest.param(lambda tmp: ["eval", tiny_tflite(tmp / "plain.tflite").name, "--data", _data(tmp)],
                  "without edgevit metadata", id="eval-foreign-tflite"),
     pytest.param(_random_bytes_checkpoint, "not a PyTorch checkpoint", id="random-bytes-checkpoint"),
+    pytest.param(_checkpoint_that_inflates_like_a_bomb, "Could not read checkpoint 'bomb.pt': its member archive/data/0 "
+                 "would inflate from", id="checkpoint-zip-bomb"),
     pytest.param(_pickle_that_runs_a_command, "Could not read checkpoint 'evil.pt': it asks to run posix.system when "
                  "it is loaded, which edgevit never does", id="pickle-that-runs-a-command"),
     pytest.param(lambda tmp: _safetensors_with_header(tmp, b"[" * 100_000 + b"]" * 100_000),
