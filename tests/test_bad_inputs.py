@@ -419,8 +419,8 @@ BAD_INPUTS = [
     pytest.param(lambda tmp: ["eval", tiny_tflite(tmp / "plain.tflite").name, "--data", _data(tmp)],
                  "without edgevit metadata", id="eval-foreign-tflite"),
     pytest.param(_random_bytes_checkpoint, "not a PyTorch checkpoint", id="random-bytes-checkpoint"),
-    pytest.param(_checkpoint_that_inflates_like_a_bomb, "Could not read checkpoint 'bomb.pt': its member archive/data/0 "
-                 "would inflate from", id="checkpoint-zip-bomb"),
+    pytest.param(_checkpoint_that_inflates_like_a_bomb, "Could not read checkpoint 'bomb.pt': its member "
+                 "archive/data/0 would inflate from", id="checkpoint-zip-bomb"),
     pytest.param(_pickle_that_runs_a_command, "Could not read checkpoint 'evil.pt': it asks to run posix.system when "
                  "it is loaded, which edgevit never does", id="pickle-that-runs-a-command"),
     pytest.param(lambda tmp: _safetensors_with_header(tmp, b"[" * 100_000 + b"]" * 100_000),

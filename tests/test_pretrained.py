@@ -274,6 +274,17 @@ def test_an_unwritable_hugging_face_cache_is_not_called_a_connection_problem(ser
                                         "with room"), raised.value
 
 
+def test_a_full_keras_cache_is_not_called_a_connection_problem(servers, v3_release, tmp_path):
+    entry = get_spec(V3).pretrained
+    servers.plain_file(entry.location, v3_release[1])
+    with file_size_limit(len(v3_release[1]) // 2), pytest.raises(EdgevitError) as raised:
+        edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert str(raised.value).startswith(f"Could not download {entry.tag}.zip into "
+                                        f"'{tmp_path / 'keras' / 'edgevit'}': File too large: it exceeds the "
+                                        "file-size limit of this shell (`ulimit -f`); set KERAS_HOME"), raised.value
+    assert not list((tmp_path / "keras" / "edgevit").iterdir())
+
+
 @contextlib.contextmanager
 def file_size_limit(limit):
     """`ulimit -f`: writes past ``limit`` bytes fail with EFBIG (None: no limit)."""
