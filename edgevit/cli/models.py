@@ -134,7 +134,14 @@ def info_command(name, input_size, weights, as_json):
 @user_errors
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
                     io_dtype, logits, output, android_demo, no_gpu_run, no_arm_run, as_json):
-    """Convert MODEL (a registered name or a .keras file) to a validated .tflite file."""
+    """Convert MODEL (a registered name or a .keras file) to a validated .tflite file.
+
+    A .keras file is checked before Keras opens it: one whose model
+    description (config.json, metadata.json) is beyond 64 MiB, or with a
+    member that would inflate beyond 64 MiB and 100x its stored size (a
+    decompression bomb; Keras stores members uncompressed), is refused, and
+    so is one holding Python code (a Lambda layer), which edgevit never runs.
+    """
     from edgevit.export.pipeline import ExportOptions, Progress, check_options, export
 
     from edgevit.pretrained import IMAGENET_CLASSES, RANDOM_INIT, is_imagenet
