@@ -199,10 +199,13 @@ def fetched_checkpoint(entry: Pretrained, log=_stderr):
     """(path of the verified checkpoint, its sha256); an archive member is
     extracted to a temporary folder that is removed afterwards."""
     path, digest = hub_file(entry, log) if entry.source == "hub" else url_file(entry, log)
-    if entry.source == "hub" or not entry.file:
+    if entry.source == "hub":
         yield path, digest
         return
     try:
+        if not entry.file:
+            yield path, digest
+            return
         with archive_member(path, entry.file) as member:
             try:
                 yield member, digest
@@ -358,7 +361,7 @@ def url_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
         if entry.sha256:
             digest = _verified(partial, entry.sha256, url, "pinned sha256")
         else:
-            if entry.file:
+            if entry.file or zipfile.is_zipfile(partial):  # an archive, or a checkpoint in torch's zip format
                 _check_archive(partial, url)
             digest = sha256_of(partial)
             _write_atomic(record, digest + "\n")
@@ -380,7 +383,8 @@ def _sha256_record(download: Path) -> Path:
 
 
 def _check_archive(path: Path, url: str) -> None:
-    """A downloaded archive whose members all read back with their CRCs."""
+    """A downloaded zip file whose members all read back with their CRCs
+    and none of which inflates like a bomb."""
     try:
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():

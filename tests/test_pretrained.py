@@ -334,6 +334,28 @@ def test_a_cached_download_without_a_checksum_that_does_not_read_is_deleted(serv
     assert servers.hits(f"{entry.tag}.zip") == 2
 
 
+def test_a_cached_plain_checkpoint_without_a_checksum_that_does_not_read_is_deleted(servers, v3_release, tmp_path,
+                                                                                   monkeypatch):
+    """CSWin's and T2T-ViT's release files are checkpoints themselves, not archives."""
+    import dataclasses
+
+    from edgevit import registry
+
+    spec = get_spec(V3)
+    plain = dataclasses.replace(spec.pretrained, location="https://example.com/releases/v3.pt", file="")
+    monkeypatch.setitem(registry._REGISTRY, V3, dataclasses.replace(spec, pretrained=plain))
+    servers.plain_file(plain.location, b"<html>rate limited</html>")  # a proxy's page, say
+    cached = tmp_path / "keras" / "edgevit" / "v3.pt"
+    with pytest.raises(EdgevitError, match=rf"The download {re.escape(str(cached))} \(its publisher gives no "
+                                           r"checksum\) was deleted: the next run downloads it again.$"):
+        edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert not list(cached.parent.iterdir())
+    checkpoint = zipfile.ZipFile(io.BytesIO(v3_release[1])).read(f"{spec.pretrained.tag}/checkpoint_ema_best.pt")
+    servers.plain_file(plain.location, checkpoint)
+    edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert servers.hits("v3.pt") == 2 and cached.is_file()
+
+
 def test_an_archive_member_that_inflates_like_a_bomb_is_not_extracted(tmp_path):
     """A 1 MB zip whose member inflated to 1 GiB filled the cache disk."""
     from edgevit.pretrained import archive_member
