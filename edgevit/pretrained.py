@@ -18,10 +18,11 @@ name and renamed into place, so no partial file is ever read.
 included. ``EDGEVIT_WEIGHTS_MIRROR=URL`` fetches a plain URL
 ``https://host/path`` from ``URL/host/path`` instead.
 
-A download whose publisher gives no checksum (the MobileViTv3 release zips)
-is trusted only as far as it reads: the archive's CRCs are checked before its
-sha256 is recorded, and a cached one that does not read as a checkpoint is
-deleted with its record, so the next run downloads it again. An archive
+A download whose publisher gives no checksum (the MobileViTv3, CSWin and
+T2T-ViT release files) is trusted only as far as it reads: a zip file's CRCs
+are checked before its sha256 is recorded, and a cached one that does not
+read as a checkpoint is deleted with its record, so the next run downloads it
+again. An archive
 member that would inflate beyond 64 MiB and 100 times its stored size (a
 decompression bomb) is refused before anything is extracted.
 """

@@ -67,8 +67,9 @@ def _fmt_preprocessing(pre) -> str:
 @click.option("--input-size", type=InputSize(), default=None, help="Count MACs at this input size.")
 @click.option("--weights", type=click.Choice(["imagenet"], case_sensitive=False), default=None,
               help="Also fetch, verify, import and cache the official ImageNet weights (e.g. before going offline) "
-                   "and say where they are. A download without a published checksum (the MobileViTv3 release zips) "
-                   "is checked by reading it (zip CRCs, then the checkpoint); one that does not read is deleted, so "
+                   "and say where they are. A download without a published checksum (the MobileViTv3, CSWin and "
+                   "T2T-ViT release files) is checked by reading it (zip CRCs, then the checkpoint); one that does "
+                   "not read is deleted, so "
                    "the next run downloads it again. Archive members that would inflate beyond 64 MiB and 100x "
                    "their stored size are refused.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
