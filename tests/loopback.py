@@ -63,11 +63,13 @@ class LoopbackServer:
             "ETag": f'"{sha256}"'})
         return sha256
 
-    def hub_refusal(self, repo: str, filename: str, status: int, error_code: str) -> None:
+    def hub_refusal(self, repo: str, filename: str, status: int, error_code: str = "", message: str = "") -> None:
         """Answer requests for ``filename`` of ``repo`` as the Hub answers for a
-        gated repository (403, ``GatedRepo``) or an unknown or private one
-        without a token (401, ``RepoNotFound``)."""
-        self.routes[f"/{repo}/resolve/main/{filename}"] = (b"", {"Status": str(status), "X-Error-Code": error_code})
+        gated repository (403, ``GatedRepo``), an unknown or private one
+        without a token (401, ``RepoNotFound``) or an invalid token (401 and
+        its message)."""
+        self.routes[f"/{repo}/resolve/main/{filename}"] = (b"", {"Status": str(status), "X-Error-Code": error_code,
+                                                                 "X-Error-Message": message})
 
     def plain_file(self, url: str, content: bytes) -> None:
         """Serve ``content`` for ``url`` fetched through this server as a mirror

@@ -241,16 +241,18 @@ def test_pinned_hash_refuses_another_file(servers, v3_release, tmp_path, monkeyp
     assert not list((tmp_path / "keras" / "edgevit").iterdir())
 
 
-@pytest.mark.parametrize("status, error_code, message", [
-    (403, "GatedRepo", "refuses access to timm/mobilevit_xxs.cvnets_in1k/model.safetensors (403): its repository is "
-                       "gated or private; accept its terms on its page and log in"),
-    (401, "RepoNotFound", "does not give timm/mobilevit_xxs.cvnets_in1k/model.safetensors (401): its repository does "
-                          "not exist there, or is private and needs a token with access (HF_TOKEN"),
+@pytest.mark.parametrize("status, error_code, server_message, message", [
+    (403, "GatedRepo", "", "refuses access to timm/mobilevit_xxs.cvnets_in1k/model.safetensors (403): its repository "
+                           "is gated or private; accept its terms on its page and log in"),
+    (401, "RepoNotFound", "", "does not give timm/mobilevit_xxs.cvnets_in1k/model.safetensors (401): its repository "
+                              "does not exist there, or is private and needs a token with access (HF_TOKEN"),
+    (401, "", "Invalid credentials in Authorization header", "does not give timm/mobilevit_xxs.cvnets_in1k/"
+              "model.safetensors (401): the token it was given (HF_TOKEN or `hf auth login`) is invalid"),
 ])
-def test_a_hub_refusal_says_what_access_is_missing(servers, status, error_code, message):
-    """Both said only "4xx Client Error." and "check the connection"."""
+def test_a_hub_refusal_says_what_access_is_missing(servers, status, error_code, server_message, message):
+    """Each said only "4xx Client Error." and "check the connection"."""
     entry = get_spec(V1).pretrained
-    servers.hub_refusal(entry.location, entry.file, status, error_code)
+    servers.hub_refusal(entry.location, entry.file, status, error_code, server_message)
     with pytest.raises(EdgevitError, match=rf"^{servers.url} {re.escape(message)}"):
         edgevit.create_model(V1, input_size=SIZE, weights="imagenet")
 
