@@ -238,6 +238,7 @@ def _unreachable(what: str, host: str, err: BaseException) -> EdgevitError:
                         f"(and HF_ENDPOINT / {MIRROR_ENV} when you use a mirror), or {INSTEAD}.")
 
 
+HF_CACHE_VARIABLES = "HF_HOME (or HF_HUB_CACHE)"  # where huggingface_hub caches, as a user sets it
 # How writing a download's cache fails (a read-only or full disk, a folder that cannot be made), not the network.
 _CACHE_WRITE_FAILURES = {*WRITE_FAILURES, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR}
 
@@ -292,7 +293,7 @@ def hub_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
     try:
         meta = huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(entry.location, entry.file))
     except Exception as err:  # connection, HTTP and Hub errors alike
-        raise _download_failure(what, constants.ENDPOINT, err, constants.HF_HUB_CACHE, "HF_HOME") from None
+        raise _download_failure(what, constants.ENDPOINT, err, constants.HF_HUB_CACHE, HF_CACHE_VARIABLES) from None
     expected = entry.sha256 or _lfs_sha256(meta.etag)
     if expected is None:
         raise EdgevitError(f"{constants.ENDPOINT} gives no LFS sha256 for {what}, so it cannot be verified; "
@@ -304,7 +305,7 @@ def hub_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
         path = Path(huggingface_hub.hf_hub_download(entry.location, entry.file, library_name="edgevit",
                                                     library_version=__version__))
     except Exception as err:
-        raise _download_failure(what, constants.ENDPOINT, err, constants.HF_HUB_CACHE, "HF_HOME") from None
+        raise _download_failure(what, constants.ENDPOINT, err, constants.HF_HUB_CACHE, HF_CACHE_VARIABLES) from None
     return path, _verified(path, expected, what, source, also_remove=[Path(os.path.realpath(path))])
 
 

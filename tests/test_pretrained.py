@@ -272,8 +272,8 @@ def test_an_unwritable_hugging_face_cache_is_not_called_a_connection_problem(ser
     with file_size_limit(100_000 if cache == "full" else None), pytest.raises(EdgevitError) as raised:
         edgevit.create_model(V1, input_size=SIZE, weights="imagenet")
     assert str(raised.value).startswith(f"Could not download timm/mobilevit_xxs.cvnets_in1k/model.safetensors into "
-                                        f"{constants.HF_HUB_CACHE!r}: {reason}; set HF_HOME to a writable folder "
-                                        "with room"), raised.value
+                                        f"{constants.HF_HUB_CACHE!r}: {reason}; set HF_HOME (or HF_HUB_CACHE) to a "
+                                        "writable folder with room"), raised.value
 
 
 def test_a_full_keras_cache_is_not_called_a_connection_problem(servers, v3_release, tmp_path):
