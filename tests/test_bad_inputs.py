@@ -1119,6 +1119,17 @@ def test_a_command_runs_with_its_standard_error_and_input_closed():
     assert [m["name"] for m in json.loads(proc.stdout)] == ["mobilevit_v3_xxs"]
 
 
+def test_a_label_standard_output_cannot_encode_prints_escaped(tmp_path):
+    """Under PYTHONIOENCODING=ascii, eval's table of a class named café
+    ended in a UnicodeEncodeError traceback."""
+    edgevit_tflite(tmp_path / "m.tflite", classes=("café", "bees"))
+    image_folder(tmp_path / "data", classes=("café", "bees"))
+    proc = edgevit_process("eval", str(tmp_path / "m.tflite"), "--data", str(tmp_path / "data"),
+                           env={"PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 0, proc.stderr
+    assert "caf\\xe9" in proc.stdout
+
+
 def test_an_address_space_limit_tensorflow_cannot_start_under_is_one_error_line():
     """Under `ulimit -v 1500000` a MemoryError traceback, at 2500000 an abort
     with a C++ stack and no message."""

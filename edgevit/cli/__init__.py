@@ -13,7 +13,8 @@ import click
 
 from edgevit.cli import models, profile, train, weights
 from edgevit import keras_backend_problem
-from edgevit.cli.output import INTERRUPTED_EXIT, GuardedStdout, reopen_closed_standard_streams, report_error
+from edgevit.cli.output import (INTERRUPTED_EXIT, GuardedStdout, escape_unencodable_output,
+                                reopen_closed_standard_streams, report_error)
 from edgevit.errors import EdgevitError
 
 
@@ -26,6 +27,7 @@ class EdgevitGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         reopen_closed_standard_streams()
+        escape_unencodable_output()
         stdout = sys.stdout
         sys.stdout = GuardedStdout(stdout)
         try:

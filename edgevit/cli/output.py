@@ -118,6 +118,15 @@ def reopen_closed_standard_streams() -> None:
             setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
 
 
+def escape_unencodable_output() -> None:
+    """Characters standard output cannot encode (a class name's é under
+    PYTHONIOENCODING=ascii) print as escapes, as Python prints them on
+    standard error, instead of ending the command in UnicodeEncodeError."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+
+
 def report_error(message: str) -> None:
     """One ``error:`` line on stderr and exit status 1."""
     click.echo("error: " + " ".join(message.split()), err=True)
