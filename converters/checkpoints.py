@@ -8,13 +8,14 @@ import json
 import math
 import re
 import struct
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
 
 import numpy as np
 
-from edgevit.errors import EdgevitError, first_line
+from edgevit.errors import EdgevitError, MissingPackage, first_line
 
 TORCH_HINT = 'pip install "edgevit[torch]"'
 TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pth.tar", ".tar")
@@ -52,8 +53,13 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
         (size,) = struct.unpack("<Q", head)
         if size > 100_000_000:
             raise ValueError("header length is implausible")
-        header = json.loads(f.read(size))
+        try:
+            header = json.loads(f.read(size))
+        except RecursionError:
+            raise ValueError("its JSON header nests too deeply") from None
         data = f.read()
+    if not isinstance(header, dict):
+        raise ValueError(f"its header is a JSON {type(header).__name__}, not an object")
     tensors = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -105,7 +111,7 @@ def import_torch():
     try:
         import torch
     except ImportError:
-        raise EdgevitError(f"Reading PyTorch checkpoints needs torch, which is not installed: {TORCH_HINT} "
+        raise MissingPackage(f"Reading PyTorch checkpoints needs torch, which is not installed: {TORCH_HINT} "
                            "(.safetensors files load without it).") from None
     return torch
 
@@ -162,7 +168,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if _looks_like_safetensors(path):
         try:
             tensors = read_safetensors(path)
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        except (ValueError, KeyError, TypeError) as err:
             raise EdgevitError(f"Could not read checkpoint {label!r} as safetensors: {first_line(err)}") from None
         if not tensors:
             raise EdgevitError(f"Checkpoint {label!r} holds no tensors.")
@@ -171,21 +177,13 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise EdgevitError(f"Checkpoint {label!r} is neither a PyTorch file (.pth, .pt, .bin, .ckpt) "
                            "nor a .safetensors file.")
     torch = import_torch()
+    _refuse_zip_bombs(path)
     try:
         # argparse.Namespace: timm and cvnets training checkpoints store their arguments
         with torch.serialization.safe_globals([argparse.Namespace]):
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for corrupt or foreign files
-        text = str(err)
-        unsupported = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-        if unsupported:
-            reason = (f"it stores Python objects ({unsupported.group(1)}) besides tensors, which are not "
-                      "unpickled for safety; re-save the state dict alone: "
-                      "torch.save(model.state_dict(), path)")
-        elif isinstance(err, PermissionError):
-            reason = err.strerror
-        else:  # random bytes fail deep in the unpickler or the zip reader with any exception type
-            reason = "not a PyTorch checkpoint, or a truncated or corrupt one"
+        reason = err.strerror if isinstance(err, PermissionError) else _unpickling_refusal(str(err))
         raise EdgevitError(f"Could not read checkpoint {label!r}: {reason}.") from None
     state, entry = _find_state_dict(obj, label)
     tensors = {}
@@ -193,6 +191,43 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         if isinstance(value, torch.Tensor):
             tensors[_strip_wrapper_prefix(str(key))] = _torch_to_numpy(value)
     return Checkpoint(label, tensors, entry)
+
+
+# How torch's weights-only unpickler names what it refused: "Unsupported global: GLOBAL x.Y was not an allowed
+# global" for a class it does not know, "Trying to load unsupported GLOBAL posix.system whose module posix is
+# blocked" for a function of a module it never allows (os, subprocess, ...).
+_REFUSED_GLOBAL = re.compile(r"unsupported (?:global: )?GLOBAL ([\w.]+)( whose module [\w.]+ is blocked)?", re.I)
+
+
+def _unpickling_refusal(torch_message: str) -> str:
+    """Why torch.load(weights_only=True) refused a file, in words."""
+    refused = _REFUSED_GLOBAL.search(torch_message)
+    if refused is None:  # random bytes fail deep in the unpickler or the zip reader with any exception type
+        return "not a PyTorch checkpoint, or a truncated or corrupt one"
+    name, blocked = refused.groups()
+    if blocked:
+        return (f"it asks to run {name} when it is loaded, which edgevit never does (a checkpoint of weights "
+                "runs no code): do not use this file unless you know who made it and why")
+    return (f"it stores Python objects ({name}) besides tensors, which are not unpickled for safety; re-save the "
+            "state dict alone: torch.save(model.state_dict(), path)")
+
+
+def _refuse_zip_bombs(path: Path) -> None:
+    """A PyTorch zip checkpoint with a member that would inflate far beyond
+    its stored size is refused before torch reads it (torch stores tensors
+    uncompressed, but loads deflated ones: a 262 KB file gave a 256 MiB
+    tensor)."""
+    from edgevit.saving import inflates_like_a_bomb
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bomb = next((info for info in archive.infolist() if inflates_like_a_bomb(info)), None)
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return  # a legacy pickle, or damage torch reports in its own words
+    if bomb is not None:
+        raise EdgevitError(f"Could not read checkpoint {str(path)!r}: its member {bomb.filename} would inflate from "
+                           f"{bomb.compress_size:,} to {bomb.file_size:,} bytes (a decompression bomb, not a "
+                           "checkpoint).")
 
 
 def _strip_wrapper_prefix(key: str) -> str:

@@ -8,6 +8,10 @@ class EdgevitError(Exception):
     """A problem with the user's input, reported as one clear message."""
 
 
+class MissingPackage(EdgevitError):
+    """An optional package the input needs is not installed (the input itself may be fine)."""
+
+
 # What a write that failed half-way raises: a full disk or quota, the shell's file-size limit, a read-only mount.
 WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 

@@ -5,11 +5,18 @@ it to a temporary log instead."""
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import warnings
 from contextlib import contextmanager
 
+from edgevit.errors import EdgevitError
 from edgevit.writing import temporary_folder, writing
+
+# What TensorFlow and LiteRT need of the shell's address-space limit (`ulimit -v`) to start and run a small model:
+# `edgevit info mobilevit_v3_xxs` aborted with a C++ stack and no message at 2.5 GB (a MemoryError traceback at
+# 1.5 GB), and failed with std::bad_alloc or an unmappable LiteRT library up to 2.9 GB; it ran at 3.0 GB.
+TENSORFLOW_ADDRESS_SPACE = 3 * 10**9
 
 
 @contextmanager
@@ -38,7 +45,13 @@ def native_output_captured():
 
 def import_tensorflow_quietly() -> None:
     """Import TensorFlow (and probe its devices, where the CUDA probe logs)
-    with that output captured; a broken install ends in one error line."""
+    with that output captured; a broken install, or an address-space limit
+    it cannot start under, ends in one error line."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit != resource.RLIM_INFINITY and limit < TENSORFLOW_ADDRESS_SPACE:
+        raise EdgevitError(f"This shell limits a process to {limit // 1024} KiB of address space (`ulimit -v`); "
+                           f"TensorFlow needs at least {TENSORFLOW_ADDRESS_SPACE // 1024} KiB "
+                           f"({TENSORFLOW_ADDRESS_SPACE / 1e9:.0f} GB) to start: raise it, e.g. `ulimit -v unlimited`.")
     try:
         with native_output_captured():
             import tensorflow

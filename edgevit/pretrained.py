@@ -17,10 +17,20 @@ name and renamed into place, so no partial file is ever read.
 ``HF_HUB_OFFLINE=1`` keeps every download off the network, plain URLs
 included. ``EDGEVIT_WEIGHTS_MIRROR=URL`` fetches a plain URL
 ``https://host/path`` from ``URL/host/path`` instead.
+
+A download whose publisher gives no checksum (the MobileViTv3, CSWin and
+T2T-ViT release files) is trusted only as far as it reads: a zip file's CRCs
+are checked before its sha256 is recorded, and a cached one that does not
+read as a checkpoint is deleted with its record, so the next run downloads it
+again. An archive
+member that would inflate beyond 64 MiB and 100 times its stored size (a
+decompression bomb) is refused before anything is extracted.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import json
 import os
 import re
@@ -32,7 +42,7 @@ from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from edgevit.errors import EdgevitError, first_line
+from edgevit.errors import WRITE_FAILURES, EdgevitError, MissingPackage, cause, first_line
 from edgevit.registry import ModelSpec, Pretrained, Unpublished
 
 IMAGENET = "imagenet"
@@ -190,11 +200,26 @@ def fetched_checkpoint(entry: Pretrained, log=_stderr):
     """(path of the verified checkpoint, its sha256); an archive member is
     extracted to a temporary folder that is removed afterwards."""
     path, digest = hub_file(entry, log) if entry.source == "hub" else url_file(entry, log)
-    if entry.source == "hub" or not entry.file:
+    if entry.source == "hub":
         yield path, digest
         return
-    with archive_member(path, entry.file) as member:
-        yield member, digest
+    try:
+        if not entry.file:
+            yield path, digest
+            return
+        with archive_member(path, entry.file) as member:
+            try:
+                yield member, digest
+            except EdgevitError as err:  # name the member as the user knows it, not its temporary copy
+                raise type(err)(str(err).replace(str(member), f"{entry.file} in {path}")) from None
+    except EdgevitError as err:
+        if entry.sha256 or isinstance(err, MissingPackage):
+            raise
+        # Nothing published says what the file should be: a cached download that does not read was a bad one.
+        for stale in (path, _sha256_record(path)):
+            stale.unlink(missing_ok=True)
+        raise EdgevitError(f"{err} The download {path} (its publisher gives no checksum) was deleted: the next run "
+                           "downloads it again.") from None
 
 
 def _offline() -> bool:
@@ -211,6 +236,31 @@ def _refuse_offline(what: str, where: str) -> EdgevitError:
 def _unreachable(what: str, host: str, err: BaseException) -> EdgevitError:
     return EdgevitError(f"Could not download {what} from {host} ({first_line(err)}); check the connection "
                         f"(and HF_ENDPOINT / {MIRROR_ENV} when you use a mirror), or {INSTEAD}.")
+
+
+HF_CACHE_VARIABLES = "HF_HOME (or HF_HUB_CACHE)"  # where huggingface_hub caches, as a user sets it
+# How writing a download's cache fails (a read-only or full disk, a folder that cannot be made), not the network.
+_CACHE_WRITE_FAILURES = {*WRITE_FAILURES, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR}
+
+
+def _download_failure(what: str, host: str, err: BaseException, cache: str, variable: str) -> EdgevitError:
+    """Why a download failed: the cache could not be written, the server
+    refused access, or the network."""
+    if isinstance(err, OSError) and err.errno in _CACHE_WRITE_FAILURES:
+        return EdgevitError(f"Could not download {what} into {cache!r}: {cause(err)}; set {variable} to a writable "
+                            f"folder with room, or {INSTEAD}.")
+    status = getattr(getattr(err, "response", None), "status_code", None)
+    if status == 403:
+        return EdgevitError(f"{host} refuses access to {what} (403): its repository is gated or private; accept "
+                            "its terms on its page and log in (`hf auth login`, or HF_TOKEN with read access), "
+                            f"or {INSTEAD}.")
+    if status == 401:
+        reason = ("the token it was given (HF_TOKEN or `hf auth login`) is invalid"
+                  if "Invalid credentials" in str(err) else
+                  "its repository does not exist there, or is private and needs a token with access (HF_TOKEN or "
+                  "`hf auth login`)")
+        return EdgevitError(f"{host} does not give {what} (401): {reason}; check HF_ENDPOINT, or {INSTEAD}.")
+    return _unreachable(what, host, err)
 
 
 def hub_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
@@ -243,7 +293,7 @@ def hub_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
     try:
         meta = huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(entry.location, entry.file))
     except Exception as err:  # connection, HTTP and Hub errors alike
-        raise _unreachable(what, constants.ENDPOINT, err) from None
+        raise _download_failure(what, constants.ENDPOINT, err, constants.HF_HUB_CACHE, HF_CACHE_VARIABLES) from None
     expected = entry.sha256 or _lfs_sha256(meta.etag)
     if expected is None:
         raise EdgevitError(f"{constants.ENDPOINT} gives no LFS sha256 for {what}, so it cannot be verified; "
@@ -255,7 +305,7 @@ def hub_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
         path = Path(huggingface_hub.hf_hub_download(entry.location, entry.file, library_name="edgevit",
                                                     library_version=__version__))
     except Exception as err:
-        raise _unreachable(what, constants.ENDPOINT, err) from None
+        raise _download_failure(what, constants.ENDPOINT, err, constants.HF_HUB_CACHE, HF_CACHE_VARIABLES) from None
     return path, _verified(path, expected, what, source, also_remove=[Path(os.path.realpath(path))])
 
 
@@ -279,6 +329,10 @@ def mirrored(url: str) -> str:
     mirror = os.environ.get(MIRROR_ENV)
     if not mirror:
         return url
+    given = urlsplit(mirror)
+    if not (given.scheme in ("http", "https") and given.netloc or given.scheme == "file" and given.path):
+        raise EdgevitError(f"{MIRROR_ENV}={mirror!r} is not a URL to fetch from: give an http(s):// or file:// URL "
+                           "(e.g. https://mirror.example.com/weights), or unset it.")
     parts = urlsplit(url)
     return f"{mirror.rstrip('/')}/{parts.netloc}{parts.path}"
 
@@ -294,7 +348,7 @@ def url_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
     url = mirrored(entry.location)
     name = Path(urlsplit(entry.location).path).name
     cache_dir, folder = _keras_cache()
-    final, record = folder / name, folder / f"{name}.sha256"
+    final, record = folder / name, _sha256_record(folder / name)
     expected = entry.sha256 or (record.read_text().strip() if record.exists() else None)
     if final.exists() and expected and sha256_of(final) == expected:
         return final, expected
@@ -303,12 +357,14 @@ def url_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
     partial = folder / f".{name}.{os.getpid()}.part"
     log(f"Downloading {url}")
     try:
-        with redirect_stdout(sys.stderr):  # Keras prints its progress bar on stdout, which --json owns
+        with redirect_stdout(_KerasProgress()):  # Keras prints its progress bar on stdout, which --json owns
             keras.utils.get_file(fname=partial.name, origin=url, cache_dir=cache_dir, cache_subdir=folder.name,
                                  force_download=True)
         if entry.sha256:
             digest = _verified(partial, entry.sha256, url, "pinned sha256")
         else:
+            if entry.file or zipfile.is_zipfile(partial):  # an archive, or a checkpoint in torch's zip format
+                _check_archive(partial, url)
             digest = sha256_of(partial)
             _write_atomic(record, digest + "\n")
             log(f"{name}: sha256 {digest}. Its publisher gives no checksum, so edgevit recorded this one and "
@@ -317,10 +373,60 @@ def url_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
     except EdgevitError:
         raise
     except Exception as err:  # Keras reports any fetch failure as a bare Exception
-        raise _unreachable(name, urlsplit(url).netloc, err) from None
+        raise _download_failure(name, urlsplit(url).netloc, err, str(folder), "KERAS_HOME") from None
     finally:
         partial.unlink(missing_ok=True)
     return final, digest
+
+
+def _sha256_record(download: Path) -> Path:
+    """Where the sha256 of a download without a published checksum is kept."""
+    return download.with_name(f"{download.name}.sha256")
+
+
+def _check_archive(path: Path, url: str) -> None:
+    """A downloaded zip file whose members all read back with their CRCs
+    and none of which inflates like a bomb."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                _refuse_bomb(path, info)
+            damaged = zf.testzip()
+    except EdgevitError as err:
+        raise EdgevitError(f"{err} The download from {url} was deleted; {INSTEAD}.") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as err:
+        damaged = first_line(err)
+    if damaged:
+        raise EdgevitError(f"The download from {url} is not a whole zip archive ({damaged} does not read back); "
+                           f"it was deleted: try again, or {INSTEAD}.")
+
+
+def _refuse_bomb(archive: Path, info: zipfile.ZipInfo) -> None:
+    from edgevit.saving import inflates_like_a_bomb
+
+    if inflates_like_a_bomb(info):
+        raise EdgevitError(f"{archive.name}: {info.filename} would inflate from {info.compress_size:,} to "
+                           f"{info.file_size:,} bytes (a decompression bomb, not a checkpoint): nothing was "
+                           "extracted.")
+
+
+class _KerasProgress(io.TextIOBase):
+    """Standard error for Keras's download bar, which writes colour codes
+    whatever its output is: they are left out where the bar is not read on a
+    terminal, or where NO_COLOR asks for no colour."""
+
+    _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        if os.environ.get("NO_COLOR") or not sys.stderr.isatty():
+            text = self._COLOUR.sub("", text)
+        return sys.stderr.write(text)
+
+    def flush(self):
+        sys.stderr.flush()
 
 
 def _keras_cache() -> tuple[str, Path]:
@@ -336,7 +442,11 @@ def _keras_cache() -> tuple[str, Path]:
     if not os.access(base, os.W_OK):
         base = os.path.join("/tmp", ".keras")
     folder = Path(base) / "edgevit"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise EdgevitError(f"Could not make the download cache {str(folder)!r}: {cause(err)}; set KERAS_HOME to a "
+                           f"writable folder, or {INSTEAD}.") from None
     return cache_dir, folder
 
 
@@ -354,10 +464,18 @@ def archive_member(archive: Path, member: str):
                 names = [n for n in zf.namelist() if n == base or n.endswith("/" + base)]
             if len(names) != 1:
                 raise EdgevitError(f"{archive.name} holds {len(names)} files named {member!r}, not one.")
+            info = zf.getinfo(names[0])
+            _refuse_bomb(archive, info)
             with tempfile.TemporaryDirectory(prefix=".edgevit-", dir=archive.parent) as tmp:
                 target = Path(tmp) / Path(member).name
-                with zf.open(names[0]) as src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
+                try:
+                    with zf.open(info) as src, open(target, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+                except OSError as err:
+                    if err.errno is None:  # zipfile's own errors about the archive
+                        raise
+                    raise EdgevitError(f"Could not extract {names[0]} of {archive} into {str(archive.parent)!r}: "
+                                       f"{cause(err)} (set KERAS_HOME to a folder with room).") from None
                 yield target
-    except (zipfile.BadZipFile, zipfile.LargeZipFile) as err:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as err:
         raise EdgevitError(f"{archive.name} is not a readable zip archive ({first_line(err)}).") from None

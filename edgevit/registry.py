@@ -194,7 +194,8 @@ def get_spec(name: str) -> ModelSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
+        by_lower = {known.lower(): known for known in _REGISTRY}  # names are lower case: MOBILEVIT_V3_XXS got no hint
+        close = [by_lower[m] for m in difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.5)]
         hint = f" Did you mean: {', '.join(close)}?" if close else " Run `edgevit list` to see all models."
         raise EdgevitError(f"Unknown model {name!r}.{hint}") from None
 

@@ -29,6 +29,17 @@ MODEL_SUFFIX = ".keras"
 METADATA_MEMBER = "metadata.json"
 EDGEVIT_KEY = "edgevit"
 EARLIER_EDGEVIT_MEMBER = "edgevit.json"
+# What is read of a .keras archive before Keras opens it. A 4 MB file whose config.json inflated to 1.5 GB took
+# 3.8 GB of memory to read, one with a 3 GiB weights member 7 GB (Keras's own guard starts at 4 GiB). Keras
+# stores members uncompressed, and a model description is a few hundred KB (mobilevit_v3_xxs: 179 KB).
+MAX_DESCRIPTION_BYTES = 64 << 20  # config.json and metadata.json
+# Zip members that inflate beyond both of these are decompression bombs: Keras stores members uncompressed, and
+# checkpoints (float tensors) hardly compress.
+BOMB_FLOOR_BYTES, MAX_EXPANSION = 64 << 20, 100
+
+
+def inflates_like_a_bomb(info: zipfile.ZipInfo) -> bool:
+    return info.file_size > max(BOMB_FLOOR_BYTES, MAX_EXPANSION * info.compress_size)
 
 
 def existing_file(path: str | Path, what: str) -> Path:
@@ -53,10 +64,23 @@ def set_class_names(model, names) -> None:
     classes = int(model.outputs[0].shape[-1])
     if len(names) != classes:
         raise EdgevitError(f"{len(names)} class names given for a model with {classes} outputs.")
-    bad = [name for name in names if not name.strip() or "\n" in name or "\r" in name]
-    if bad:
-        raise EdgevitError(f"Class name {bad[0]!r} cannot be a label: labels are one non-empty line each.")
+    for name in names:
+        problem = label_problem(name)
+        if problem:
+            raise EdgevitError(f"Class name {name!r} cannot be a label: {problem}.")
     model.edgevit_class_names = tuple(names)
+
+
+def label_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a line of a labels file (None: it can). Labels
+    are UTF-8 text, one non-empty line each, read by the Android app."""
+    if not name.strip() or "\n" in name or "\r" in name:
+        return "labels are one non-empty line each"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a file name's undecodable bytes, kept by Python as lone surrogates
+        return "it is not valid UTF-8 text, which labels files are"
+    return None
 
 
 def save_model(model, path: str | Path) -> Path:
@@ -92,13 +116,13 @@ def stored_class_names(path: str | Path) -> list[str] | None:
         with zipfile.ZipFile(path) as archive:
             members = archive.namelist()
             if EARLIER_EDGEVIT_MEMBER in members:
-                entry = json.loads(archive.read(EARLIER_EDGEVIT_MEMBER))
+                entry = json.loads(_description(archive, EARLIER_EDGEVIT_MEMBER, path))
             elif METADATA_MEMBER in members:
-                entry = json.loads(archive.read(METADATA_MEMBER)).get(EDGEVIT_KEY) or {}
+                entry = json.loads(_description(archive, METADATA_MEMBER, path)).get(EDGEVIT_KEY) or {}
             else:
                 return None
             names = entry.get("class_names")
-    except (OSError, zipfile.BadZipFile, ValueError, AttributeError):
+    except (OSError, zipfile.BadZipFile, ValueError, AttributeError, RecursionError):
         raise EdgevitError(f"The edgevit entry in {str(path)!r} is damaged.") from None
     return [str(name) for name in names] if isinstance(names, list) else None
 
@@ -131,12 +155,22 @@ def load_model(path: str | Path):
         raise EdgevitError(f"Could not load {str(path)!r}: Keras unpacks it into {tempfile.gettempdir()!r}, where "
                            f"writing failed: {cause(err)} (TMPDIR chooses another folder).") from None
     except Exception as err:
-        raise EdgevitError(f"Could not load {str(path)!r}: {first_line(err)}") from err
+        raise EdgevitError(f"Could not load {str(path)!r}: {_load_failure(err)}") from err
     spec_of(model)
     names = stored_class_names(path)
     if names:
         set_class_names(model, names)
     return model
+
+
+def _load_failure(err: Exception) -> str:
+    """Why Keras could not load a model, in words a command-line user can act
+    on: Keras's advice on Python code in a file (pass safe_mode=False) is for
+    its own API, and edgevit never runs such code."""
+    if "safe_mode" in str(err):
+        return ("it holds Python code (such as a Lambda layer's function), which would run as it loads; edgevit "
+                "never runs it (edgevit's layers hold none): rebuild the model without that layer.")
+    return first_line(err)
 
 
 def check_model_file(path: str | Path) -> Path:
@@ -148,15 +182,36 @@ def check_model_file(path: str | Path) -> Path:
         raise EdgevitError(f"{str(path)!r} is not a Keras model file (.keras).")
     try:
         with zipfile.ZipFile(path) as archive:
-            config = archive.read("config.json")
+            _refuse_bombs(archive, path)
+            config = _description(archive, "config.json", path)
         json.loads(config.decode("utf-8"))
     except KeyError:
         raise EdgevitError(f"{str(path)!r} is not a Keras model file: the archive has no config.json "
                            "(another kind of zip file?).") from None
-    except (OSError, zipfile.BadZipFile, UnicodeDecodeError, ValueError) as err:
+    except (OSError, zipfile.BadZipFile, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise EdgevitError(f"{str(path)!r} is damaged: its config.json (the model description) is not "
                            f"readable ({type(err).__name__}).") from None
     return path
+
+
+def _refuse_bombs(archive: zipfile.ZipFile, path: Path) -> None:
+    """Refuse an archive member that would inflate far beyond what is stored
+    (a decompression bomb), by its declared sizes (zipfile never reads past a
+    member's declared size)."""
+    for info in archive.infolist():
+        if inflates_like_a_bomb(info):
+            raise EdgevitError(f"{str(path)!r} is not a model edgevit loads: its member {info.filename} would "
+                               f"inflate from {info.compress_size:,} to {info.file_size:,} bytes (a decompression "
+                               "bomb; Keras stores members uncompressed).")
+
+
+def _description(archive: zipfile.ZipFile, member: str, path) -> bytes:
+    """A JSON member of the .keras archive ``path``, refused beyond MAX_DESCRIPTION_BYTES."""
+    size = archive.getinfo(member).file_size
+    if size > MAX_DESCRIPTION_BYTES:
+        raise EdgevitError(f"{str(path)!r} is not a model edgevit loads: its {member} is {size:,} bytes, beyond the "
+                           f"{MAX_DESCRIPTION_BYTES:,} that a model description may take.")
+    return archive.read(member)
 
 
 def load_weights_into(model, path: str | Path) -> None:

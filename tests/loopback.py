@@ -5,7 +5,8 @@ plain download site, so the pretrained-weights code downloads for real
 The Hub part answers ``/{repo}/resolve/{revision}/{file}`` HEAD and GET
 requests with the headers huggingface_hub reads: ``X-Repo-Commit``, and for
 an LFS file ``X-Linked-Etag`` (its sha256) and ``X-Linked-Size``. A served
-file can advertise the sha256 of other content (a tampered download).
+file can advertise the sha256 of other content (a tampered download), and a
+repository can refuse access as the Hub does (401, 403).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class LoopbackServer:
                     self.end_headers()
                     return
                 content, headers = route
-                self.send_response(200)
+                self.send_response(int(headers.get("Status", 200)))
                 self.send_header("Content-Length", str(len(content)))
                 for key, value in headers.items():
                     self.send_header(key, value)
@@ -61,6 +62,14 @@ class LoopbackServer:
             "X-Repo-Commit": commit, "X-Linked-Etag": f'"{sha256}"', "X-Linked-Size": str(len(content)),
             "ETag": f'"{sha256}"'})
         return sha256
+
+    def hub_refusal(self, repo: str, filename: str, status: int, error_code: str = "", message: str = "") -> None:
+        """Answer requests for ``filename`` of ``repo`` as the Hub answers for a
+        gated repository (403, ``GatedRepo``), an unknown or private one
+        without a token (401, ``RepoNotFound``) or an invalid token (401 and
+        its message)."""
+        self.routes[f"/{repo}/resolve/main/{filename}"] = (b"", {"Status": str(status), "X-Error-Code": error_code,
+                                                                 "X-Error-Message": message})
 
     def plain_file(self, url: str, content: bytes) -> None:
         """Serve ``content`` for ``url`` fetched through this server as a mirror

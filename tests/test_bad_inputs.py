@@ -12,6 +12,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import resource
 import signal
 import struct
@@ -156,6 +157,23 @@ def _another_runs_checkpoint(tmp):
     return ["finetune", *SMALL, "--data", _data(tmp), "-o", "m.keras"]
 
 
+_HELD_LOCKS = []  # descriptors of the lock that "another run" holds, for the rest of the session
+
+
+def _checkpoint_folder_in_use(tmp):
+    """Another run, still before its first checkpoint, holds the folder."""
+    import fcntl
+
+    from edgevit.train.loop import LOCK_FILE
+
+    (tmp / "ckpt").mkdir()
+    fd = os.open(tmp / "ckpt" / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, b"4242")
+    _HELD_LOCKS.append(fd)
+    return ["finetune", *SMALL, "--data", _data(tmp), "--checkpoint-dir", "ckpt", "-o", "m.keras"]
+
+
 def _another_runs_checkpoint_among_the_users_files(tmp):
     args = _another_runs_checkpoint(tmp)
     (tmp / "m.keras.ckpt" / "notes.txt").write_text("the user's notes")
@@ -180,6 +198,41 @@ def _random_bytes_checkpoint(tmp):
     pytest.importorskip("torch")
     (tmp / "random.pt").write_bytes(np.random.default_rng(0).bytes(4096))
     return ["import-weights", "random.pt", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
+
+
+def _safetensors_with_header(tmp, header: bytes):
+    (tmp / "x.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    return ["import-weights", "x.safetensors", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
+
+
+class _RunsACommand:
+    """Unpickled, it would run `touch pwned` (the folder's snapshot shows it did not)."""
+
+    def __reduce__(self):
+        return os.system, ("touch pwned",)
+
+
+def _pickle_that_runs_a_command(tmp):
+    pytest.importorskip("torch")
+    import pickle
+
+    (tmp / "evil.pt").write_bytes(pickle.dumps({"weight": _RunsACommand()}, protocol=2))
+    return ["import-weights", "evil.pt", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
+
+
+def _checkpoint_that_inflates_like_a_bomb(tmp):
+    """A PyTorch zip checkpoint whose 65 MiB tensor is deflated to 66 KB
+    (torch loads it: such a file of a few MB is gigabytes in memory)."""
+    torch = pytest.importorskip("torch")
+    import io
+    import zipfile
+
+    saved = io.BytesIO()
+    torch.save({"weight": torch.zeros(65 << 18)}, saved)
+    with zipfile.ZipFile(saved) as source, zipfile.ZipFile(tmp / "bomb.pt", "w", zipfile.ZIP_DEFLATED) as bomb:
+        for info in source.infolist():
+            bomb.writestr(info.filename, source.read(info))
+    return ["import-weights", "bomb.pt", "--model", "mobilevit_v3_xxs", "-o", "w.weights.h5"]
 
 
 def _loose_images(tmp):
@@ -211,6 +264,82 @@ def _junk_keras_archive(tmp):
     with zipfile.ZipFile(tmp / "junk.keras", "w") as archive:
         archive.writestr("config.json", b"\xa5\x00 not JSON")
     return ["convert", "--fp32", "junk.keras"]
+
+
+def _keras_archive_with_a_bomb(member):
+    """A .keras file one of whose members inflates from 65 KB to 65 MiB."""
+    def setup(tmp):
+        import zipfile
+
+        with zipfile.ZipFile(tmp / "bomb.keras", "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("config.json", b"{}" if member != "config.json" else b" " * (65 << 20))
+            archive.writestr("metadata.json", b"{}")
+            archive.writestr("model.weights.h5", b"\0" * (65 << 20) if member == "model.weights.h5" else b"")
+        return ["convert", "--fp32", "bomb.keras"]
+    return setup
+
+
+def _keras_model_with_python_code(tmp):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Lambda(lambda x: x * 2)], name="mobilevit_v3_xxs")
+    model.save(tmp / "lambda.keras")
+    return ["convert", "--fp32", "lambda.keras"]
+
+
+def _class_folder_named_in_latin1(tmp, command):
+    data = image_folder(tmp / "data")
+    for split in ("train", "val"):
+        os.rename(data / split / "bees", os.fsencode(data / split) + b"/caf\xe9")  # 'café' in Latin-1
+    if command == "eval":
+        return ["eval", edgevit_tflite(tmp / "m.tflite").name, "--data", "data"]
+    return ["finetune", *SMALL, "--data", "data", "-o", "m.keras"]
+
+
+def _model_with_a_class_name_that_is_not_utf8(tmp):
+    """A .keras file an earlier edgevit wrote from such a folder."""
+    from edgevit.saving import save_model
+
+    model = tiny_classifier()
+    model.name = "mobilevit_v3_xxs"
+    model.edgevit_class_names = ("ants", "caf\udce9")
+    save_model(model, tmp / "m.keras")
+    return ["convert", "--fp32", "m.keras"]
+
+
+def _tflite_of_variable_input_size(tmp):
+    """What a converter writes for an input of shape (1, None, None, 3)."""
+    from edgevit.litert.flatbuffer import read_model, write_model
+
+    content = tiny_tflite(tmp / "fixed.tflite").read_bytes()
+    (tmp / "fixed.tflite").unlink()
+    model = read_model(content)
+    graph = model.subgraphs[0]
+    graph.tensors[graph.inputs[0]].shapeSignature = [1, -1, -1, 3]
+    (tmp / "variable.tflite").write_bytes(write_model(model, len(content)))
+    return ["bench", "variable.tflite", "--runs", "1"]
+
+
+def _tflite_with_metadata_text(tmp, text: bytes, command: str):
+    """An edgevit .tflite file whose embedded metadata is ``text``, without sidecars."""
+    from edgevit.litert.flatbuffer import read_model, write_model
+    from edgevit.litert.metadata import METADATA_NAME
+
+    path = edgevit_tflite(tmp / "m.tflite")
+    for sidecar in (tmp / "m.json", tmp / "m.labels.txt"):
+        sidecar.unlink()
+    model = read_model(path.read_bytes())
+    entry = next(m for m in model.metadata if (m.name.decode() if isinstance(m.name, bytes) else m.name)
+                 == METADATA_NAME)
+    model.buffers[entry.buffer].data = np.frombuffer(text, np.uint8)
+    path.write_bytes(write_model(model, path.stat().st_size + len(text)))
+    if command == "eval":
+        return ["eval", "m.tflite", "--data", _data(tmp)]
+    return ["check", "m.tflite", "--no-gpu-run"] if command == "check" else ["check", "m.tflite", "--gpu"]
+
+
+def _bundle_with_a_sidecar_nested_deeply(tmp):
+    args, _, _ = _bundle_over_the_limit(tmp)
+    (tmp / "m.json").write_text("[" * 100_000 + "]" * 100_000)
+    return args
 
 
 def _empty_class_folder(tmp):
@@ -259,6 +388,8 @@ BAD_INPUTS = [
                  "4096 px is above 1024 px", id="multiscale-above-bound"),
     pytest.param(lambda tmp: ["info", tiny_tflite(tmp / "m.tflite").name], "`edgevit info` describes registered",
                  id="info-of-a-file"),
+    pytest.param(lambda tmp: ["info", "MOBILEVIT_V3_XXS"], "Unknown model 'MOBILEVIT_V3_XXS'. Did you mean: "
+                 "mobilevit_v3_xxs", id="model-name-in-capitals"),
     # output paths, checked before any work
     pytest.param(_output_is_a_folder, "is a folder where a file would be written", id="output-is-a-folder"),
     pytest.param(_sidecar_is_a_folder, "a.labels.txt' is a folder", id="sidecar-is-a-folder"),
@@ -288,6 +419,15 @@ BAD_INPUTS = [
     pytest.param(lambda tmp: ["eval", tiny_tflite(tmp / "plain.tflite").name, "--data", _data(tmp)],
                  "without edgevit metadata", id="eval-foreign-tflite"),
     pytest.param(_random_bytes_checkpoint, "not a PyTorch checkpoint", id="random-bytes-checkpoint"),
+    pytest.param(_checkpoint_that_inflates_like_a_bomb, "Could not read checkpoint 'bomb.pt': its member "
+                 "archive/data/0 would inflate from", id="checkpoint-zip-bomb"),
+    pytest.param(_pickle_that_runs_a_command, "Could not read checkpoint 'evil.pt': it asks to run posix.system when "
+                 "it is loaded, which edgevit never does", id="pickle-that-runs-a-command"),
+    pytest.param(lambda tmp: _safetensors_with_header(tmp, b"[" * 100_000 + b"]" * 100_000),
+                 "Could not read checkpoint 'x.safetensors' as safetensors: its JSON header nests too deeply",
+                 id="safetensors-header-nested-deeply"),
+    pytest.param(lambda tmp: _safetensors_with_header(tmp, b"[1, 2]"), "its header is a JSON list, not an object",
+                 id="safetensors-header-a-list"),
     pytest.param(lambda tmp: ["eval", tiny_tflite(tmp / "m.tflite").name, "--data",
                               str(image_folder(tmp / "data", splits=("train",)))], "has train/ but no val/",
                  id="eval-data-without-val"),
@@ -330,6 +470,8 @@ BAD_INPUTS = [
                  "has val/, which validates the training; --val-split holds out part of the training images only "
                  "where there is none", id="val-split-with-val-folder"),
     # messages that name their file and delete nothing of the user's
+    pytest.param(_checkpoint_folder_in_use, "Checkpoint folder 'ckpt' is in use by another edgevit run (process 4242): "
+                 "wait for it to end, or pass another --checkpoint-dir.", id="checkpoint-folder-in-use"),
     pytest.param(_another_runs_checkpoint_among_the_users_files, "delete its checkpoint files (last.weights.h5, "
                  "optimizer.npz, state.json) to start fresh", id="another-runs-checkpoint-among-users-files"),
     pytest.param(_checkpoint_dir_is_a_file, "Checkpoint folder 'notes' is a file, not a folder: pass a folder.",
@@ -338,6 +480,29 @@ BAD_INPUTS = [
                  id="import-a-keras-file"),
     pytest.param(_junk_keras_archive, "'junk.keras' is damaged: its config.json (the model description) is not "
                  "readable", id="junk-keras-archive"),
+    pytest.param(_keras_archive_with_a_bomb("config.json"), "'bomb.keras' is not a model edgevit loads: its member "
+                 "config.json would inflate from 66,", id="keras-config-bomb"),
+    pytest.param(_keras_archive_with_a_bomb("model.weights.h5"), "'bomb.keras' is not a model edgevit loads: its "
+                 "member model.weights.h5 would inflate from", id="keras-weights-bomb"),
+    pytest.param(_keras_model_with_python_code, "Could not load 'lambda.keras': it holds Python code (such as a "
+                 "Lambda layer's function), which would run as it loads; edgevit never runs it",
+                 id="keras-model-with-python-code"),
+    pytest.param(lambda tmp: _class_folder_named_in_latin1(tmp, "finetune"), "Class folder 'caf\\xe9' in "
+                 "'data/train' cannot name a class: it is not valid UTF-8 text, which labels files are",
+                 id="finetune-class-folder-not-utf8"),
+    pytest.param(lambda tmp: _class_folder_named_in_latin1(tmp, "eval"), "Class folder 'caf\\xe9' in 'data/val' "
+                 "cannot name a class: it is not valid UTF-8 text", id="eval-class-folder-not-utf8"),
+    pytest.param(_model_with_a_class_name_that_is_not_utf8, "Class name 'caf\\udce9' cannot be a label: it is not "
+                 "valid UTF-8 text", id="model-with-a-class-name-not-utf8"),
+    pytest.param(_tflite_of_variable_input_size, "variable.tflite takes inputs of a size chosen at run time (shape "
+                 "[1, -1, -1, 3]; -1 is variable), which a benchmark cannot choose for you", id="bench-variable-size"),
+    pytest.param(lambda tmp: _tflite_with_metadata_text(tmp, b"[" * 100_000 + b"]" * 100_000, "eval"),
+                 "m.tflite: The embedded edgevit_metadata entry is not a readable JSON document (it nests too "
+                 "deeply).", id="eval-metadata-nested-deeply"),
+    pytest.param(lambda tmp: _tflite_with_metadata_text(tmp, b"[1]", "check-gpu"), "m.tflite: The embedded "
+                 "edgevit_metadata entry is a JSON list, not the object edgevit writes.", id="check-metadata-a-list"),
+    pytest.param(_bundle_with_a_sidecar_nested_deeply, "Metadata file 'm.json' is not valid JSON: it nests too deeply",
+                 id="bundle-sidecar-nested-deeply"),
     pytest.param(_empty_class_folder, "has images of one class only (ants); bees has none", id="empty-class-folder"),
     pytest.param(_truncated_second_model, "b.tflite: Truncated or not a .tflite file", id="truncated-second-model"),
     pytest.param(_checkpoint_with_few_matching_names, "holds 0% of the 279 tensor names cvnets gives "
@@ -618,6 +783,38 @@ def test_a_failed_or_interrupted_checkpoint_save_keeps_the_last_checkpoint_whole
     assert not other.exists()
 
 
+def test_a_checkpoint_folder_is_held_by_one_run_at_a_time(tmp_path):
+    from edgevit.train.loop import LOCK_FILE, checkpoint_lock
+
+    folder = tmp_path / "ckpt"
+    with checkpoint_lock(folder):
+        assert (folder / LOCK_FILE).read_text() == str(os.getpid())
+        with pytest.raises(EdgevitError, match=rf"is in use by another edgevit run \(process {os.getpid()}\)"):
+            with checkpoint_lock(folder):
+                pass
+        assert (folder / LOCK_FILE).exists()  # the refused run leaves the holder's lock alone
+    assert not folder.exists()  # made for the run, removed after it
+    folder.mkdir()
+    (folder / "notes.txt").write_text("the user's")
+    with checkpoint_lock(folder):
+        pass
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize("tf_config, reason", [("garbage", "Expecting value"),
+                                               ("[1]", "a JSON object with cluster and task is expected")])
+def test_a_tf_config_that_describes_no_cluster_is_one_error_line(monkeypatch, tf_config, reason):
+    """finetune and qat ended in a JSONDecodeError traceback, or trained
+    outside the strategy's scope and crashed in TensorFlow."""
+    from edgevit.train.loop import strategy_for_environment
+
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(EdgevitError, match=rf"^TF_CONFIG does not describe a cluster this process is part of "
+                                           rf"\({re.escape(reason)}.*\): fix it, or unset it to train on this "
+                                           rf"machine alone.$"):
+        strategy_for_environment()
+
+
 def test_a_failed_write_to_standard_output_is_one_error_line(tmp_path):
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full here")
@@ -758,6 +955,20 @@ def test_a_qat_model_does_not_convert_to_int16x8(qat_model, tmp_path):
     assert snapshot(tmp_path) == {}
 
 
+def test_a_model_description_beyond_its_size_cap_is_refused_unread(tmp_path, monkeypatch):
+    import zipfile
+
+    from edgevit import saving
+
+    monkeypatch.setattr(saving, "MAX_DESCRIPTION_BYTES", 1000)
+    with zipfile.ZipFile(tmp_path / "big.keras", "w") as archive:
+        archive.writestr("config.json", json.dumps({"padding": "x" * 2000}))
+    monkeypatch.setattr(zipfile.ZipFile, "read", None)  # never read
+    with pytest.raises(EdgevitError, match=r"big.keras' is not a model edgevit loads: its config.json is 2,015 "
+                                           r"bytes, beyond the 1,000 that a model description may take.$"):
+        saving.check_model_file(tmp_path / "big.keras")
+
+
 def test_a_saved_model_loads_without_writing_anywhere(tmp_path, monkeypatch):
     """Class names live in the archive's metadata.json: an edgevit.json member
     of their own made Keras unpack the whole archive into TMPDIR on every
@@ -859,3 +1070,83 @@ def test_bench_and_check_flag_metadata_that_contradicts_the_file(tmp_path, monke
     assert code == 0 and "metadata contradicts the file" in out, out
     code, out, err = run("check", "lying.tflite", "--nnapi", "--json")
     assert json.loads(out)["metadata"]["problems"]
+
+
+# The environment a command starts in: its Keras backend, its standard streams, its memory limit.
+
+def edgevit_process(*args, env=None, limit_address_space=None, shell_redirect=""):
+    """`python -m edgevit ARGS` as a shell would start it: with ``env`` added
+    to the environment, an address-space limit (`ulimit -v`) and a
+    redirection such as ``>&-``."""
+    def limit():
+        if limit_address_space:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_address_space, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+    command = " ".join([sys.executable, "-m", "edgevit", *args, shell_redirect])
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, preexec_fn=limit,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax", "banana"])
+def test_another_keras_backend_is_one_error_line_before_keras_loads(backend):
+    """torch segfaulted (exit 139, nothing said); jax (not installed) and
+    banana ended in tracebacks from inside Keras."""
+    proc = edgevit_process("info", "mobilevit_v3_xxs", env={"KERAS_BACKEND": backend})
+    assert proc.returncode == 1
+    assert proc.stderr == (f"error: KERAS_BACKEND={backend}: edgevit runs on Keras's TensorFlow backend only; unset "
+                           "KERAS_BACKEND or set it to tensorflow for edgevit.\n")
+
+
+def test_an_empty_keras_backend_does_not_let_keras_json_choose_another(tmp_path):
+    (tmp_path / "keras.json").write_text(json.dumps({"backend": "torch"}))
+    proc = subprocess.run([sys.executable, "-c", "import edgevit, keras; print(keras.backend.backend())"],
+                          capture_output=True, text=True, env={**os.environ, "KERAS_BACKEND": "",
+                                                               "KERAS_HOME": str(tmp_path)})
+    assert proc.stdout == "tensorflow\n", proc.stderr
+
+
+def test_a_closed_standard_output_is_one_error_line():
+    """`edgevit list >&-` ended in an AttributeError traceback."""
+    proc = edgevit_process("--version", shell_redirect=">&-")
+    assert proc.returncode == 1
+    assert proc.stderr == "error: Could not write to standard output: Bad file descriptor.\n"
+
+
+def test_a_command_runs_with_its_standard_error_and_input_closed():
+    """`edgevit list 2>&-` failed (exit 1) where it set TensorFlow's chatter aside."""
+    proc = edgevit_process("list", "mobilevit_v3_xxs", "--json", shell_redirect="2>&- <&-")
+    assert proc.returncode == 0
+    assert [m["name"] for m in json.loads(proc.stdout)] == ["mobilevit_v3_xxs"]
+
+
+def test_a_label_standard_output_cannot_encode_prints_escaped(tmp_path):
+    """Under PYTHONIOENCODING=ascii, eval's table of a class named café
+    ended in a UnicodeEncodeError traceback."""
+    edgevit_tflite(tmp_path / "m.tflite", classes=("café", "bees"))
+    image_folder(tmp_path / "data", classes=("café", "bees"))
+    proc = edgevit_process("eval", str(tmp_path / "m.tflite"), "--data", str(tmp_path / "data"),
+                           env={"PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 0, proc.stderr
+    assert "caf\\xe9" in proc.stdout
+
+
+def test_an_address_space_limit_tensorflow_cannot_start_under_is_one_error_line():
+    """Under `ulimit -v 1500000` a MemoryError traceback, at 2500000 an abort
+    with a C++ stack and no message."""
+    proc = edgevit_process("info", "mobilevit_v3_xxs", limit_address_space=1_500_000 * 1024)
+    assert proc.returncode == 1
+    assert proc.stderr == ("error: This shell limits a process to 1500000 KiB of address space (`ulimit -v`); "
+                           "TensorFlow needs at least 2929687 KiB (3 GB) to start: raise it, e.g. "
+                           "`ulimit -v unlimited`.\n")
+
+
+def test_running_out_of_memory_is_one_error_line(monkeypatch):
+    from edgevit import registry
+
+    def out_of_memory(pattern=None):
+        raise MemoryError
+
+    monkeypatch.setattr(registry, "list_models", out_of_memory)
+    code, out, err = run("list")
+    assert (code, out) == (1, "")
+    assert err.startswith("error: Out of memory: close other programs, raise the shell's limit (`ulimit -v`)")

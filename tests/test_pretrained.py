@@ -10,10 +10,13 @@ huggingface_hub reads HF_ENDPOINT, HF_HUB_CACHE and HF_HUB_OFFLINE when it
 is imported, so the in-process tests set its constants; the subprocess test
 sets the environment variables themselves, as a user would.
 """
+import contextlib
 import hashlib
 import io
 import json
 import os
+import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -236,6 +239,166 @@ def test_pinned_hash_refuses_another_file(servers, v3_release, tmp_path, monkeyp
                                            r"sha256 is 0{64}\. The download was deleted"):
         edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
     assert not list((tmp_path / "keras" / "edgevit").iterdir())
+
+
+@pytest.mark.parametrize("status, error_code, server_message, message", [
+    (403, "GatedRepo", "", "refuses access to timm/mobilevit_xxs.cvnets_in1k/model.safetensors (403): its repository "
+                           "is gated or private; accept its terms on its page and log in"),
+    (401, "RepoNotFound", "", "does not give timm/mobilevit_xxs.cvnets_in1k/model.safetensors (401): its repository "
+                              "does not exist there, or is private and needs a token with access (HF_TOKEN"),
+    (401, "", "Invalid credentials in Authorization header", "does not give timm/mobilevit_xxs.cvnets_in1k/"
+              "model.safetensors (401): the token it was given (HF_TOKEN or `hf auth login`) is invalid"),
+])
+def test_a_hub_refusal_says_what_access_is_missing(servers, status, error_code, server_message, message):
+    """Each said only "4xx Client Error." and "check the connection"."""
+    entry = get_spec(V1).pretrained
+    servers.hub_refusal(entry.location, entry.file, status, error_code, server_message)
+    with pytest.raises(EdgevitError, match=rf"^{servers.url} {re.escape(message)}"):
+        edgevit.create_model(V1, input_size=SIZE, weights="imagenet")
+
+
+@pytest.mark.parametrize("cache", ["not a folder", "full"])
+def test_an_unwritable_hugging_face_cache_is_not_called_a_connection_problem(servers, v1_checkpoint, tmp_path,
+                                                                            monkeypatch, cache):
+    from huggingface_hub import constants
+
+    serve_v1(servers, v1_checkpoint)
+    if cache == "not a folder":
+        (tmp_path / "hf-file").write_text("")
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-file"))
+        reason = "Not a directory"
+    else:
+        reason = "File too large: it exceeds the file-size limit of this shell (`ulimit -f`)"
+    with file_size_limit(100_000 if cache == "full" else None), pytest.raises(EdgevitError) as raised:
+        edgevit.create_model(V1, input_size=SIZE, weights="imagenet")
+    assert str(raised.value).startswith(f"Could not download timm/mobilevit_xxs.cvnets_in1k/model.safetensors into "
+                                        f"{constants.HF_HUB_CACHE!r}: {reason}; set HF_HOME (or HF_HUB_CACHE) to a "
+                                        "writable folder with room"), raised.value
+
+
+def test_a_full_keras_cache_is_not_called_a_connection_problem(servers, v3_release, tmp_path):
+    entry = get_spec(V3).pretrained
+    servers.plain_file(entry.location, v3_release[1])
+    with file_size_limit(len(v3_release[1]) // 2), pytest.raises(EdgevitError) as raised:
+        edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert str(raised.value).startswith(f"Could not download {entry.tag}.zip into "
+                                        f"'{tmp_path / 'keras' / 'edgevit'}': File too large: it exceeds the "
+                                        "file-size limit of this shell (`ulimit -f`); set KERAS_HOME"), raised.value
+    assert not list((tmp_path / "keras" / "edgevit").iterdir())
+
+
+@contextlib.contextmanager
+def file_size_limit(limit):
+    """`ulimit -f`: writes past ``limit`` bytes fail with EFBIG (None: no limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if limit is not None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def test_a_cut_download_without_a_checksum_is_not_recorded(servers, v3_release, tmp_path, capsys, monkeypatch):
+    """A first download that was cut short was recorded as the file, and every
+    later run failed on it without asking the server again."""
+    entry = get_spec(V3).pretrained
+    servers.plain_file(entry.location, v3_release[1][:-2000])
+    with pytest.raises(EdgevitError, match=r"is not a whole zip archive .* it was deleted: try again"):
+        edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert not list((tmp_path / "keras" / "edgevit").iterdir())
+    servers.plain_file(entry.location, v3_release[1])
+    monkeypatch.setenv("NO_COLOR", "1")
+    capsys.readouterr()
+    edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert servers.hits(f"{entry.tag}.zip") == 2
+    progress = capsys.readouterr().err
+    assert "Downloading" in progress and "\x1b[" not in progress  # Keras's bar printed colour codes regardless
+
+
+def test_a_cached_download_without_a_checksum_that_does_not_read_is_deleted(servers, v3_release, tmp_path):
+    """It failed forever as "corrupt", naming a temporary copy that no longer
+    existed, and nothing said which cached file to delete."""
+    entry = get_spec(V3).pretrained
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr(f"{entry.tag}/checkpoint_ema_best.pt", b"not a checkpoint")
+    servers.plain_file(entry.location, archive.getvalue())
+    cached = tmp_path / "keras" / "edgevit" / f"{entry.tag}.zip"
+    with pytest.raises(EdgevitError) as raised:
+        edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert f"{entry.tag}/checkpoint_ema_best.pt in {cached}" in str(raised.value)
+    assert str(raised.value).endswith(f"The download {cached} (its publisher gives no checksum) was deleted: the "
+                                      "next run downloads it again.")
+    assert not list(cached.parent.iterdir())
+    servers.plain_file(entry.location, v3_release[1])
+    edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert servers.hits(f"{entry.tag}.zip") == 2
+
+
+def test_a_cached_plain_checkpoint_without_a_checksum_that_does_not_read_is_deleted(servers, v3_release, tmp_path,
+                                                                                   monkeypatch):
+    """CSWin's and T2T-ViT's release files are checkpoints themselves, not archives."""
+    import dataclasses
+
+    from edgevit import registry
+
+    spec = get_spec(V3)
+    plain = dataclasses.replace(spec.pretrained, location="https://example.com/releases/v3.pt", file="")
+    monkeypatch.setitem(registry._REGISTRY, V3, dataclasses.replace(spec, pretrained=plain))
+    servers.plain_file(plain.location, b"<html>rate limited</html>")  # a proxy's page, say
+    cached = tmp_path / "keras" / "edgevit" / "v3.pt"
+    with pytest.raises(EdgevitError, match=rf"The download {re.escape(str(cached))} \(its publisher gives no "
+                                           r"checksum\) was deleted: the next run downloads it again.$"):
+        edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert not list(cached.parent.iterdir())
+    checkpoint = zipfile.ZipFile(io.BytesIO(v3_release[1])).read(f"{spec.pretrained.tag}/checkpoint_ema_best.pt")
+    servers.plain_file(plain.location, checkpoint)
+    edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert servers.hits("v3.pt") == 2 and cached.is_file()
+
+
+def test_an_archive_member_that_inflates_like_a_bomb_is_not_extracted(tmp_path):
+    """A 1 MB zip whose member inflated to 1 GiB filled the cache disk."""
+    from edgevit.pretrained import archive_member
+
+    with zipfile.ZipFile(tmp_path / "bomb.zip", "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("release/checkpoint_ema_best.pt", b"\0" * (65 << 20))
+    with pytest.raises(EdgevitError, match=r"^bomb.zip: release/checkpoint_ema_best.pt would inflate from [\d,]+ to "
+                                           r"68,157,440 bytes \(a decompression bomb, not a checkpoint\): nothing "
+                                           r"was extracted.$"):
+        with archive_member(tmp_path / "bomb.zip", "checkpoint_ema_best.pt"):
+            pass
+    assert [p.name for p in tmp_path.iterdir()] == ["bomb.zip"]
+
+
+def test_an_extraction_that_fills_the_disk_is_one_error_and_leaves_nothing(tmp_path):
+    from edgevit.pretrained import archive_member
+
+    with zipfile.ZipFile(tmp_path / "release.zip", "w") as zf:
+        zf.writestr("release/checkpoint_ema_best.pt", b"\1" * 200_000)
+    with file_size_limit(100_000), pytest.raises(EdgevitError, match=r"^Could not extract release/checkpoint_ema_best"
+                                                                     r".pt of .*release.zip into .*: File too large"):
+        with archive_member(tmp_path / "release.zip", "checkpoint_ema_best.pt"):
+            pass
+    assert [p.name for p in tmp_path.iterdir()] == ["release.zip"]
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("EDGEVIT_WEIGHTS_MIRROR", "mirror.example.com", "EDGEVIT_WEIGHTS_MIRROR='mirror.example.com' is not a URL to "
+                                                     "fetch from: give an http(s):// or file:// URL"),
+    ("KERAS_HOME", "a-file", "Could not make the download cache '{tmp}/a-file/edgevit': Not a directory; set "
+                             "KERAS_HOME to a writable folder"),
+])
+def test_a_download_setting_that_cannot_work_is_one_error(servers, tmp_path, monkeypatch, variable, value, message):
+    """A mirror without a scheme was fetched "from" an empty host; KERAS_HOME
+    naming a file ended in a NotADirectoryError traceback."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(variable, value if variable != "KERAS_HOME" else str(tmp_path / value))
+    with pytest.raises(EdgevitError) as raised:
+        edgevit.create_model(V3, input_size=SIZE, weights="imagenet")
+    assert str(raised.value).startswith(message.format(tmp=tmp_path)), raised.value
+    assert not servers.requests
 
 
 def test_hugging_face_naming(servers, tmp_path):

@@ -12,7 +12,9 @@ import sys
 import click
 
 from edgevit.cli import models, profile, train, weights
-from edgevit.cli.output import INTERRUPTED_EXIT, GuardedStdout, report_error
+from edgevit import keras_backend_problem
+from edgevit.cli.output import (INTERRUPTED_EXIT, GuardedStdout, escape_unencodable_output,
+                                reopen_closed_standard_streams, report_error)
 from edgevit.errors import EdgevitError
 
 
@@ -24,6 +26,8 @@ class EdgevitGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        reopen_closed_standard_streams()
+        escape_unencodable_output()
         stdout = sys.stdout
         sys.stdout = GuardedStdout(stdout)
         try:
@@ -63,7 +67,13 @@ def main():
            another answer (see `edgevit check --help`)
       130  interrupted (Ctrl-C), partial output removed
       143  terminated (SIGTERM), partial output removed
+
+    edgevit runs on Keras's TensorFlow backend: a KERAS_BACKEND naming
+    another one is refused.
     """
+    problem = keras_backend_problem()  # before any command imports Keras, which fixes its backend on import
+    if problem:
+        raise EdgevitError(problem)
 
 
 for _command in (models.list_command, models.info_command, models.convert_command, models.bundle_command,

@@ -67,7 +67,11 @@ def _fmt_preprocessing(pre) -> str:
 @click.option("--input-size", type=InputSize(), default=None, help="Count MACs at this input size.")
 @click.option("--weights", type=click.Choice(["imagenet"], case_sensitive=False), default=None,
               help="Also fetch, verify, import and cache the official ImageNet weights (e.g. before going offline) "
-                   "and say where they are.")
+                   "and say where they are. A download without a published checksum (the MobileViTv3, CSWin and "
+                   "T2T-ViT release files) is checked by reading it (zip CRCs, then the checkpoint); one that does "
+                   "not read is deleted, so "
+                   "the next run downloads it again. Archive members that would inflate beyond 64 MiB and 100x "
+                   "their stored size are refused.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @user_errors
 def info_command(name, input_size, weights, as_json):
@@ -101,7 +105,7 @@ def info_command(name, input_size, weights, as_json):
 @precision_options
 @click.option("--weights", type=str, default=None,
               help="Keras weights (.weights.h5 or .keras), or `imagenet`: the official ImageNet weights, "
-                   "downloaded, verified and cached (`edgevit list --pretrained`).")
+                   "downloaded, verified and cached (`edgevit list --pretrained`; `edgevit info --help` says how).")
 @click.option("--input-size", type=InputSize(), default=None,
               help="Square input size (multiple of the patch grid).")
 @click.option("--num-classes", type=int, default=None, callback=classifier_classes,
@@ -131,7 +135,14 @@ def info_command(name, input_size, weights, as_json):
 @user_errors
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
                     io_dtype, logits, output, android_demo, no_gpu_run, no_arm_run, as_json):
-    """Convert MODEL (a registered name or a .keras file) to a validated .tflite file."""
+    """Convert MODEL (a registered name or a .keras file) to a validated .tflite file.
+
+    A .keras file is checked before Keras opens it: one whose model
+    description (config.json, metadata.json) is beyond 64 MiB, or with a
+    member that would inflate beyond 64 MiB and 100x its stored size (a
+    decompression bomb; Keras stores members uncompressed), is refused, and
+    so is one holding Python code (a Lambda layer), which edgevit never runs.
+    """
     from edgevit.export.pipeline import ExportOptions, Progress, check_options, export
 
     from edgevit.pretrained import IMAGENET_CLASSES, RANDOM_INIT, is_imagenet

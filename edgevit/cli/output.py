@@ -7,6 +7,7 @@ Imports nothing from edgevit but the errors, so any module may use it.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import json
@@ -84,6 +85,48 @@ class GuardedStdout:
         raise self._failure
 
 
+class ClosedStream(io.TextIOBase):
+    """A standard stream the shell closed (``>&-``), for which Python gives
+    None: writing to it fails as writing to a closed descriptor does."""
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+
+def reopen_closed_standard_streams() -> None:
+    """Point standard descriptors the shell closed at /dev/null: the next
+    file edgevit opened would take a closed one's number, and C++ output
+    (TensorFlow's, LiteRT's) meant for the terminal would land in it. A
+    closed standard output still fails the first write (one ``error:``
+    line, as `ls >&-` fails); a closed standard error just hears nothing."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if name == "stdout":
+            sys.stdout = ClosedStream()
+        else:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
+
+
+def escape_unencodable_output() -> None:
+    """Characters standard output cannot encode (a class name's é under
+    PYTHONIOENCODING=ascii) print as escapes, as Python prints them on
+    standard error, instead of ending the command in UnicodeEncodeError."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+
+
 def report_error(message: str) -> None:
     """One ``error:`` line on stderr and exit status 1."""
     click.echo("error: " + " ".join(message.split()), err=True)
@@ -103,9 +146,9 @@ def warnings_as_lines():
 
 
 def user_errors(fn):
-    """Turn EdgevitError into one ``error:`` line and exit status 1, Ctrl-C
-    into ``interrupted`` and 130, SIGTERM into ``terminated`` and 143;
-    warnings print as ``warning:`` lines."""
+    """Turn EdgevitError into one ``error:`` line and exit status 1 (running
+    out of memory too), Ctrl-C into ``interrupted`` and 130, SIGTERM into
+    ``terminated`` and 143; warnings print as ``warning:`` lines."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -114,6 +157,9 @@ def user_errors(fn):
                 return fn(*args, **kwargs)
         except EdgevitError as err:
             report_error(str(err))
+        except MemoryError:
+            report_error("Out of memory: close other programs, raise the shell's limit (`ulimit -v`), or ask for "
+                         "less (a smaller --input-size or --batch-size, fewer images).")
         except Terminated:
             click.echo("terminated", err=True)
             sys.exit(TERMINATED_EXIT)

@@ -258,7 +258,7 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, arm, arm_pr
     with about(path):
         reports = check(content, gpu=gpu, nnapi=nnapi, android_api=android_api,
                         nnapi_accelerator_specified=nnapi_accelerator) if gpu or nnapi else {}
-    run = run_file_on_gpu(path, images or DEFAULT_GPU_IMAGES) if gpu and not no_gpu_run else None
+        run = run_file_on_gpu(path, images or DEFAULT_GPU_IMAGES) if gpu and not no_gpu_run else None
     if as_json:
         print_json({"model": str(path), "metadata": metadata, **{k: r.to_dict() for k, r in reports.items()},
                     **({"gpu_accelerator": run.to_dict()} if run else {}),

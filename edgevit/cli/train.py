@@ -82,7 +82,9 @@ def _run(command: str, spec, classes: list[str], size: int, sizes: list[int]) ->
 def _common_options(fn):
     options = [
         click.option("--data", "data_dir", required=True, metavar="DIR",
-                     help="Image folder: DIR/train/<class>/*, DIR/val/<class>/* (or DIR/<class>/* with --val-split)."),
+                     help="Image folder: DIR/train/<class>/*, DIR/val/<class>/* (or DIR/<class>/* with --val-split). "
+                          "The class folders' names become the model's labels: a name that is not valid UTF-8 "
+                          "or spans lines is refused (rename the folder), not re-encoded."),
         click.option("--weights", default=None,
                      help="Start from these weights (.weights.h5 or .keras), or `imagenet`: the official ImageNet "
                           "weights, with a new classifier when DIR has another number of classes."),
@@ -96,7 +98,9 @@ def _common_options(fn):
                      help="Hold out this fraction when DIR has no train/val folders (default 0.1)."),
         click.option("--checkpoint-dir", default=None,
                      help="Checkpoint every epoch here; rerunning the same run with it resumes, another run is "
-                          "refused (default: OUTPUT.ckpt/, removed once OUTPUT is saved)."),
+                          "refused, and so is any run while one uses it (it holds a lock file there, which the "
+                          "system releases when that run ends, however it ends) (default: OUTPUT.ckpt/, removed "
+                          "once OUTPUT is saved)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
     ]
     for option in reversed(options):
@@ -118,7 +122,7 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
     dataset = _check_inputs(data_dir, val_split, weights)
     import_tensorflow_quietly()
     from edgevit.registry import create_model
-    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_state
+    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_lock, checkpoint_state
     from edgevit.train.prepare import build_model, load_data, val_metrics
 
     sizes = multiscale or []
@@ -126,19 +130,20 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
                                     sizes=sizes)
     size = int(keras_model.inputs[0].shape[1])
     run = _run("finetune", spec, dataset.classes, size, sizes)
-    checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
-    train, val, skipped = load_data(dataset, spec, size, sizes, log)
-    if weights is None and not (model.endswith(".keras") or Path(model).is_file()):
-        from edgevit.models.batchnorm import recalibrate_batchnorm
+    with checkpoint_lock(checkpoint):
+        checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
+        train, val, skipped = load_data(dataset, spec, size, sizes, log)
+        if weights is None and not (model.endswith(".keras") or Path(model).is_file()):
+            from edgevit.models.batchnorm import recalibrate_batchnorm
 
-        recalibrate_batchnorm(keras_model, train.eval_batch(np.arange(min(len(train), 64)), size))
-    classes = len(dataset.classes)
-    cfg = TrainConfig(epochs=epochs or 10, batch_size=batch_size, lr=lr or 1e-3, sizes=sizes,
-                      warmup_epochs=min(1.0, (epochs or 10) / 10), checkpoint_dir=checkpoint, run=run)
-    trainer = Trainer(keras_model, lambda s: create_model(spec.name, num_classes=classes, input_size=s),
-                      size, cfg, log=log)
-    history = trainer.fit(train, val_metrics(val, size))
-    _save_trained(keras_model, out, checkpoint)
+            recalibrate_batchnorm(keras_model, train.eval_batch(np.arange(min(len(train), 64)), size))
+        classes = len(dataset.classes)
+        cfg = TrainConfig(epochs=epochs or 10, batch_size=batch_size, lr=lr or 1e-3, sizes=sizes,
+                          warmup_epochs=min(1.0, (epochs or 10) / 10), checkpoint_dir=checkpoint, run=run)
+        trainer = Trainer(keras_model, lambda s: create_model(spec.name, num_classes=classes, input_size=s),
+                          size, cfg, log=log)
+        history = trainer.fit(train, val_metrics(val, size))
+        _save_trained(keras_model, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "multiscale": sizes, "unreadable_skipped": len(skipped), "history": history,
               "val_top1": history[-1].get("val_top1") if history else None}
@@ -167,30 +172,31 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
     import_tensorflow_quietly()
     from edgevit.quantize.qat import calibrate, quantize_model
     from edgevit.saving import set_class_names
-    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_state
+    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_lock, checkpoint_state
     from edgevit.train.prepare import build_model, load_data, val_metrics
 
     keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log)
     size = int(keras_model.inputs[0].shape[1])
     run = _run("qat", spec, dataset.classes, size, [])
-    checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
-    train, val, skipped = load_data(dataset, spec, size, [], log)
-    float_top1 = val_metrics(val, size)(keras_model)["val_top1"]
-    log(f"Float model: val top-1 {float_top1}")
-    rng = np.random.default_rng(0)
-    order = rng.permutation(len(train))
-    calib = [train.eval_batch(order[i:i + batch_size], size)
-             for i in range(0, min(len(train), calib_batches * batch_size), batch_size)]
-    qat = quantize_model(keras_model, input_range=spec.preprocessing_at(size).value_range)
-    set_class_names(qat, dataset.classes)
-    calibrate(qat, calib)
-    before = val_metrics(val, size)(qat)["val_top1"]
-    log(f"QAT model after range calibration: val top-1 {before}")
-    cfg = TrainConfig(epochs=epochs or 10, batch_size=batch_size, lr=lr or QAT_LR, warmup_epochs=0.0,
-                      checkpoint_dir=checkpoint, run=run)
-    trainer = Trainer(qat, None, size, cfg, log=log)
-    history = trainer.fit(train, val_metrics(val, size))
-    _save_trained(qat, out, checkpoint)
+    with checkpoint_lock(checkpoint):
+        checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
+        train, val, skipped = load_data(dataset, spec, size, [], log)
+        float_top1 = val_metrics(val, size)(keras_model)["val_top1"]
+        log(f"Float model: val top-1 {float_top1}")
+        rng = np.random.default_rng(0)
+        order = rng.permutation(len(train))
+        calib = [train.eval_batch(order[i:i + batch_size], size)
+                 for i in range(0, min(len(train), calib_batches * batch_size), batch_size)]
+        qat = quantize_model(keras_model, input_range=spec.preprocessing_at(size).value_range)
+        set_class_names(qat, dataset.classes)
+        calibrate(qat, calib)
+        before = val_metrics(val, size)(qat)["val_top1"]
+        log(f"QAT model after range calibration: val top-1 {before}")
+        cfg = TrainConfig(epochs=epochs or 10, batch_size=batch_size, lr=lr or QAT_LR, warmup_epochs=0.0,
+                          checkpoint_dir=checkpoint, run=run)
+        trainer = Trainer(qat, None, size, cfg, log=log)
+        history = trainer.fit(train, val_metrics(val, size))
+        _save_trained(qat, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "float_val_top1": float_top1, "qat_val_top1_calibrated": before, "history": history,
               "val_top1": history[-1].get("val_top1") if history else before,

@@ -30,7 +30,13 @@ from edgevit.native_output import import_tensorflow_quietly, native_output_captu
 def import_weights_command(checkpoint, model_name, output, source, num_classes, input_size, channel_order, as_json):
     """Import CHECKPOINT (timm / cvnets / MobileViTv3 .pth/.pt/.bin/.safetensors,
     Hugging Face CvT, official PVT v2 / Swin / CSWin / T2T-ViT releases) into
-    edgevit MODEL and write a .weights.h5 file for `edgevit convert MODEL --weights FILE`."""
+    edgevit MODEL and write a .weights.h5 file for `edgevit convert MODEL --weights FILE`.
+
+    PyTorch files are read with torch's weights-only loader: Python objects
+    besides tensors are not unpickled, and code a file asks to run is never
+    run. A zip checkpoint with a member that would inflate beyond 64 MiB and
+    100x its stored size (a decompression bomb) is refused before torch
+    reads it."""
     from pathlib import Path
 
     from edgevit.writing import check_writable

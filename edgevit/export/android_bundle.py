@@ -66,9 +66,14 @@ def _load_metadata(model_path: Path, content: bytes) -> tuple[dict, str]:
     meta_path, _ = _sidecars(model_path)
     if meta_path.is_file():
         try:
-            return json.loads(meta_path.read_text(encoding="utf-8")), f"{meta_path.name}"
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise EdgevitError(f"Metadata file {str(meta_path)!r} is not valid JSON: {err}") from None
+            document = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+            reason = "it nests too deeply" if isinstance(err, RecursionError) else err
+            raise EdgevitError(f"Metadata file {str(meta_path)!r} is not valid JSON: {reason}") from None
+        if not isinstance(document, dict):
+            raise EdgevitError(f"Metadata file {str(meta_path)!r} is a JSON {type(document).__name__}, not the object "
+                               "`edgevit convert` writes.")
+        return document, f"{meta_path.name}"
     try:
         embedded = read_embedded(content)
     except EdgevitError as err:

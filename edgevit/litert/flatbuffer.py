@@ -28,6 +28,8 @@ class Tensor:
     scale: float | None = None
     zero_point: int | None = None
     data: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # The shape with -1 where the size is chosen at run time (None: the file gives none, ``shape`` is fixed).
+    shape_signature: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
     def rank(self) -> int:
@@ -239,7 +241,9 @@ def read(model_content: bytes, subgraph: int = 0) -> Graph:
             zero_point = int(q.zeroPoint[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0
         name = t.name.decode() if isinstance(t.name, bytes) else (t.name or "")
         shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
-        tensors.append(Tensor(index, name, dtype.lower(), shape, bool(has_data), scale, zero_point, data))
+        signature = tuple(int(d) for d in t.shapeSignature) if t.shapeSignature is not None else None
+        tensors.append(Tensor(index, name, dtype.lower(), shape, bool(has_data), scale, zero_point, data,
+                              signature))
 
     folded_ops, names = set(), opcode_names(model)
     for index, op in enumerate(graph.operators or []):

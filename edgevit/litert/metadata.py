@@ -99,9 +99,16 @@ def read_embedded(model_content: bytes) -> dict | None:
     if entry is None:
         return None
     try:
-        return json.loads(bytes(model.buffers[entry.buffer].data).decode("utf-8"))
+        document = json.loads(bytes(model.buffers[entry.buffer].data).decode("utf-8"))
+    except RecursionError:
+        raise EdgevitError(f"The embedded {METADATA_NAME} entry is not a readable JSON document (it nests too "
+                           "deeply).") from None
     except (IndexError, TypeError, ValueError) as err:
         raise EdgevitError(f"The embedded {METADATA_NAME} entry is not a readable JSON document ({err}).") from None
+    if not isinstance(document, dict):
+        raise EdgevitError(f"The embedded {METADATA_NAME} entry is a JSON {type(document).__name__}, not the "
+                           "object edgevit writes.")
+    return document
 
 
 def _entry(model):

@@ -70,7 +70,13 @@ def describe_model(path: str | Path) -> dict:
                            else f"{str(path)!r} is a folder, not a .tflite file.")
     content = p.read_bytes()
     with about(p):
-        read(content)  # a clear error for a file that is not a .tflite flatbuffer
+        graph = read(content)  # a clear error for a file that is not a .tflite flatbuffer
+    for index in graph.inputs:
+        signature = graph.tensors[index].shape_signature
+        if signature and any(d < 0 for d in signature[1:]):  # a variable batch is measured at 1
+            raise EdgevitError(f"{p.name} takes inputs of a size chosen at run time (shape {list(signature)}; -1 is "
+                               "variable), which a benchmark cannot choose for you: convert the model at the size "
+                               "you deploy (`edgevit convert MODEL --input-size N`) and measure that file.")
     problems = metadata_problems(content)
     try:
         meta = read_embedded(content) or {} if not problems else {}

@@ -12,6 +12,7 @@ skipped and counted.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from PIL import Image
 from edgevit.data.images import SkippedImages, UnreadableImage, center_crop, image_files, normalise, read_crops
 from edgevit.errors import EdgevitError
 from edgevit.registry import Preprocessing
+from edgevit.saving import label_problem
 
 
 @dataclass
@@ -67,6 +69,12 @@ def _classes_with_images(base: Path, layout: str) -> list[str]:
     """Class folders of ``base`` holding at least one image; an error naming
     the expected ``layout`` when there are none."""
     classes = [d.name for d in _class_dirs(base) if image_files(d)]
+    for name in classes:
+        problem = label_problem(name)
+        if problem:
+            shown = os.fsencode(name).decode("utf-8", "backslashreplace")
+            raise EdgevitError(f"Class folder '{shown}' in {str(base)!r} cannot name a class: {problem} (class "
+                               "folders name the labels of the converted model): rename the folder.")
     if not classes:
         loose = " (its images lie directly in it: put each class in its own folder)" \
             if any(p.parent == base for p in image_files(base)) else ""

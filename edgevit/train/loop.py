@@ -14,15 +14,20 @@
   to ``checkpoint_dir`` with a description of the run (``TrainConfig.run``);
   a run started with the same directory resumes after the last finished epoch
   when it is the same run and is refused when it is not. The command removes
-  the checkpoint once the trained model is saved.
+  the checkpoint once the trained model is saved. While a run uses the
+  directory it holds a lock there (:func:`checkpoint_lock`), so that a second
+  run started meanwhile is refused rather than sharing it.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import io
 import json
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
@@ -37,7 +42,17 @@ def strategy_for_environment():
     import tensorflow as tf
 
     if os.environ.get("TF_CONFIG"):
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        try:
+            config = json.loads(os.environ["TF_CONFIG"])
+            if not (isinstance(config, dict) and "cluster" in config and "task" in config):
+                raise ValueError("a JSON object with cluster and task is expected")
+            return tf.distribute.MultiWorkerMirroredStrategy()
+        except (ValueError, KeyError, TypeError) as err:  # bad JSON, a task outside the cluster ...
+            raise EdgevitError(f"TF_CONFIG does not describe a cluster this process is part of "
+                               f"({first_line(err)}): fix it, or unset it to train on this machine alone.") from None
+        except RuntimeError as err:  # "Collective ops must be configured at program startup"
+            raise EdgevitError(f"Training across workers (TF_CONFIG) failed to start ({first_line(err)}): unset "
+                               "TF_CONFIG to train on this machine alone.") from None
     if len(tf.config.list_logical_devices("GPU")) > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
@@ -81,6 +96,8 @@ class TrainConfig:
 # Written together through a staging folder (edgevit.writing.staged): a failed or
 # interrupted save leaves the last checkpoint whole and nothing else.
 CHECKPOINT_FILES = ("last.weights.h5", "optimizer.npz", "state.json")
+# Held (flock) by the run that uses the folder; the kernel releases it when that process ends, however it ends.
+LOCK_FILE = ".edgevit-run.lock"
 
 
 def _describe_run(run: dict) -> str:
@@ -115,19 +132,85 @@ def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
     return info
 
 
+@contextmanager
+def checkpoint_lock(checkpoint_dir: str | Path):
+    """Hold ``checkpoint_dir`` for this run while the block runs: another
+    edgevit run that asks for it meanwhile is refused (two runs that had not
+    yet saved a checkpoint both went on, and the first to finish deleted the
+    folder under the other). Made here when missing, and removed afterwards
+    when this made it and nothing is left in it. The workers of one
+    distributed run (TF_CONFIG) share the folder, so they take no lock."""
+    folder = Path(checkpoint_dir)
+    if os.environ.get("TF_CONFIG") or (folder.exists() and not folder.is_dir()):
+        yield  # a file there is refused by checkpoint_state, in words
+        return
+    made = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = _locked(folder / LOCK_FILE)
+    except OSError as err:
+        raise EdgevitError(f"Could not make the checkpoint folder {str(folder)!r}: {cause(err)}.") from None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            _remove_own_lock(folder / LOCK_FILE, fd)
+            os.close(fd)
+        if made:
+            try:
+                folder.rmdir()
+            except OSError:  # it holds a checkpoint to resume from, or files of the user's
+                pass
+
+
+def _locked(lock: Path) -> int | None:
+    """A descriptor of ``lock`` holding an exclusive flock with this
+    process's id in it; None on a file system without locks."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                return None
+            raise EdgevitError(f"Checkpoint folder {str(lock.parent)!r} is in use by another edgevit run (process "
+                               f"{holder}): wait for it to end, or pass another --checkpoint-dir.") from None
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the run that held it ended and removed it meanwhile: take a fresh one
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _remove_own_lock(lock: Path, fd: int) -> None:
+    """Remove ``lock`` before its flock is released (a run that starts then
+    finds a free folder), unless it is already another run's."""
+    try:
+        if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+            lock.unlink()
+    except FileNotFoundError:  # removed with the checkpoint
+        pass
+
+
 def _start_fresh(folder: Path) -> str:
     """How to start afresh, deleting only what a Trainer wrote."""
-    if folder.is_dir() and any(p.name not in CHECKPOINT_FILES for p in folder.iterdir()):
+    if folder.is_dir() and any(p.name not in (*CHECKPOINT_FILES, LOCK_FILE) for p in folder.iterdir()):
         return (f"delete its checkpoint files ({', '.join(CHECKPOINT_FILES)}) to start fresh, "
                 "or pass another --checkpoint-dir")
     return f"delete it (rm -r {str(folder)!r}) to start fresh, or pass another --checkpoint-dir"
 
 
 def remove_checkpoint(checkpoint_dir: str | Path) -> None:
-    """Delete the files a Trainer wrote to ``checkpoint_dir``, and the folder
-    when nothing else is in it."""
+    """Delete the files a Trainer wrote to ``checkpoint_dir`` and the run's
+    lock, and the folder when nothing else is in it."""
     folder = Path(checkpoint_dir)
-    for name in CHECKPOINT_FILES:
+    for name in (*CHECKPOINT_FILES, LOCK_FILE):
         (folder / name).unlink(missing_ok=True)
     try:
         folder.rmdir()
