@@ -321,8 +321,8 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 # Images per call of the Keras model when validating. Traced, a float model
-# holds one batch of activations (TensorFlow keeps the memory for the whole
-# process: 0.1 GB for 2 images of mobilevit_v3_xs at 256 px); a QAT model
+# holds one batch of activations, memory TensorFlow then keeps for the whole
+# process (as BatchNorm estimation, edgevit/models/batchnorm.py); a QAT model
 # runs eagerly, where a call costs the dispatch of its ops whatever the batch.
 TRACED_BATCH, EAGER_BATCH = 2, 8
 

@@ -13,7 +13,7 @@ import numpy as np
 # Images per forward pass. Statistics are pooled over all batches, so the
 # batch sets only the memory the pass needs, which TensorFlow then keeps for
 # the whole process: for mobilevit_v3_xs at 256 px, 0.1 GB traced with 2
-# images, 0.2 GB with 4, 5.7 GB eagerly with 32 (before 2026-11-27).
+# images, 0.2 GB with 4, 5.6 GB eagerly with 32 (docs/profiling.md, Memory).
 BATCH_SIZE = 2
 
 
