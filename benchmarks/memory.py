@@ -113,6 +113,8 @@ def measure(what: str, cmd: list[str], env: dict | None = None) -> dict:
                  + "".join(stderr_lines[-5:]).strip())
     per_stage = {}
     for (name, begin, peak, own), following in zip(stages, stages[1:] + [[None, end]]):
+        if not peak:
+            continue  # over before the first sample (a BatchNorm estimation of a model without BatchNorm)
         entry = per_stage.setdefault(name, {"peak_gb": 0.0, "main_process_peak_gb": 0.0, "seconds": 0.0})
         entry["peak_gb"] = round(max(entry["peak_gb"], peak / GB), 3)
         entry["main_process_peak_gb"] = round(max(entry["main_process_peak_gb"], own / GB), 3)
