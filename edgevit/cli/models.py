@@ -131,10 +131,13 @@ def info_command(name, input_size, weights, as_json):
               help="Do not run the file on LiteRT's Arm64 kernels against x86 XNNPACK (one held-out image, "
                    "Cortex-A76 XNNPACK kernels, emulated; it runs where scripts/install-arm-emulator.sh installed "
                    "the emulator; see `edgevit check --arm`).")
+@click.option("--no-diagnosis", is_flag=True,
+              help="Do not compare the file layer by layer with an fp32 conversion when it agrees poorly with the "
+                   "Keras model (a second conversion, and every tensor of both files kept).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @user_errors
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
-                    io_dtype, logits, output, android_demo, no_gpu_run, no_arm_run, as_json):
+                    io_dtype, logits, output, android_demo, no_gpu_run, no_arm_run, no_diagnosis, as_json):
     """Convert MODEL (a registered name or a .keras file) to a validated .tflite file.
 
     A .keras file is checked before Keras opens it: one whose model
@@ -155,7 +158,8 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
                          weights_label=weights or (model if from_file else RANDOM_INIT),
                          recalibrate_batchnorm=weights is None and not from_file,
                          show_top5_photos=imagenet and num_classes in (None, IMAGENET_CLASSES),
-                         diagnose_below_cosine=0.98, **({"gpu_images": 0} if no_gpu_run else {}),
+                         diagnose_below_cosine=None if no_diagnosis else 0.98,
+                         **({"gpu_images": 0} if no_gpu_run else {}),
                          arm_images=0 if no_arm_run else 1)
     check_options(opts)  # before the model is built, not after converting
     from edgevit.saving import check_model_file, existing_file
