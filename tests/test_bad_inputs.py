@@ -152,6 +152,16 @@ def _convert_output_exists(tmp):
     return ["convert", "--int8", "m.keras"]  # named after m.keras
 
 
+def _convert_output_of_these_weights_exists(tmp):
+    (tmp / "w_int8.report.json").write_text("{}")
+    return ["convert", "--int8", "mobilevit_v3_xxs", "--weights", "w.weights.h5"]  # named after the weights
+
+
+def _convert_output_of_imagenet_weights_exists(tmp):
+    (tmp / "mobilevit_v3_xxs_imagenet_fp16.tflite").write_bytes(b"converted earlier")
+    return ["convert", "--fp16", "mobilevit_v3_xxs", "--weights", "imagenet"]  # refused before any download
+
+
 def _finetune_output_exists(tmp):
     (tmp / "m.keras").write_bytes(b"an earlier run's model")
     return ["finetune", *SMALL, "--data", _data(tmp), "-o", "m.keras"]
@@ -292,6 +302,10 @@ BAD_INPUTS = [
     # an existing output may come from another model, precision or input: replaced only with --overwrite
     pytest.param(_convert_output_exists, "m_int8.tflite already exists: pass --overwrite to replace it, or choose "
                  "another output with -o.", id="convert-output-exists"),
+    pytest.param(_convert_output_of_these_weights_exists, "w_int8.report.json already exists",
+                 id="convert-output-of-these-weights-exists"),
+    pytest.param(_convert_output_of_imagenet_weights_exists, "mobilevit_v3_xxs_imagenet_fp16.tflite already exists",
+                 id="convert-output-of-imagenet-weights-exists"),
     pytest.param(_finetune_output_exists, "m.keras already exists: pass --overwrite", id="finetune-output-exists"),
     pytest.param(_qat_export_exists, "q_int8.report.json already exists: pass --overwrite", id="qat-export-exists"),
     pytest.param(_imported_weights_exist, "mobilevit_v3_xxs.weights.h5 already exists: pass --overwrite",

@@ -124,8 +124,9 @@ def _multiply_accumulates(macs: int) -> str:
 @click.option("--io", "io_dtype", type=click.Choice(["int8", "uint8", "float32"]), default=None,
               help="Input/output tensor type (default int8 for --int8, float32 otherwise).")
 @click.option("-o", "--output", type=str, default=None,
-              help="Output .tflite path (default: NAME_PRECISION.tflite in the current folder, NAME the model's "
-                   "name or the .keras file's, e.g. model_int8.tflite for model.keras).")
+              help="Output .tflite path (default: NAME_PRECISION.tflite in the current folder, named after where "
+                   "the weights come from: model_int8.tflite for model.keras or --weights model.weights.h5, "
+                   "MODEL_imagenet_int8.tflite for --weights imagenet, MODEL_int8.tflite for random weights).")
 @overwrite_option
 @click.option("--android-demo", "android_demo", type=str, default=None, metavar="DIR",
               help="Also copy the model, metadata and labels into this Android demo app (android_demo/).")
@@ -148,8 +149,8 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     from edgevit.pretrained import IMAGENET_CLASSES, RANDOM_INIT, is_imagenet
 
     from_file = model.endswith(".keras")
-    output = output or str(default_output_path(Path(model).stem if from_file else model, precision))
     imagenet = is_imagenet(weights)
+    output = output or str(default_output_path(_named_after(model, weights, imagenet), precision))
     opts = ExportOptions(precision=precision, io_dtype=io_dtype, calib_dir=calib_dir,
                          calib_samples=calib_samples, output=output,
                          weights_label=weights or (model if from_file else RANDOM_INIT),
@@ -194,6 +195,18 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
         print_report(result)
         if bundled is not None:
             _print_bundle(bundled, android_demo)
+
+
+def _named_after(model: str, weights: str | None, imagenet: bool) -> str:
+    """What a converted file is named after: where its weights come from, so
+    that files made from different weights do not share a name."""
+    if model.endswith(".keras"):
+        return Path(model).stem
+    if imagenet:
+        return f"{model}_imagenet"
+    if weights is not None:
+        return Path(weights).name.removesuffix(".h5").removesuffix(".keras").removesuffix(".weights")
+    return model
 
 
 def _print_bundle(result: dict, demo_dir: str) -> None:
