@@ -1,17 +1,27 @@
 """Facts about a registered model: parameters, MACs, input size, preprocessing.
 
-At a variant's default input size they come from the registry's catalog
-(no model built, no TensorFlow imported); at another size the model is
-built and counted. ``python -m edgevit.info [NAME ...]`` rewrites the
-catalog from the family modules, counting the named variants again (all of
-them when none is named and for new variants; a full recount builds and
-converts every variant: most of an hour on two cores).
+Without an input size they come from the registry's catalog (no model
+built, no TensorFlow imported; the catalog has no MACs for the largest
+variants); at a given size the model is built and counted. ``python -m
+edgevit.info [NAME ...]`` rewrites the catalog from the family modules,
+counting the named variants again (all of them when none is named, and new
+variants; a full recount builds and converts every variant, one process
+each: most of an hour on two cores).
 """
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 
 from edgevit.registry import catalog_entry, create_model, declared_specs, get_spec, read_catalog, write_catalog
+
+# Counting MACs converts the model to fp32, which takes about this much
+# memory per parameter (cswin_large, 173 M parameters: 12.8 GB at its peak).
+CONVERSION_BYTES_PER_PARAMETER = 75
+# The catalog leaves the MACs of larger variants to `edgevit info
+# --input-size`, so that it can be written on a 16 GB machine.
+MACS_RECORDED_UP_TO_PARAMETERS = 180_000_000
 
 
 def count_params(model) -> int:
@@ -30,24 +40,22 @@ def count_macs(model) -> int:
     return describe(convert(model, "fp32")).macs
 
 
-def counts(name: str, input_size: int) -> tuple[int, int]:
-    """(parameters, MACs) of ``name`` built at ``input_size``."""
-    import keras
-
+def counts(name: str, input_size: int, macs_up_to_parameters: int | None = None) -> tuple[int, int | None]:
+    """(parameters, MACs) of ``name`` built at ``input_size``; MACs None
+    above ``macs_up_to_parameters``."""
     model = create_model(name, input_size=input_size)
-    try:
-        return count_params(model), count_macs(model)
-    finally:
-        keras.backend.clear_session()  # a full recount builds every variant in one process
+    parameters = count_params(model)
+    if macs_up_to_parameters is not None and parameters > macs_up_to_parameters:
+        return parameters, None
+    return parameters, count_macs(model)
 
 
 def model_info(name: str, input_size: int | None = None) -> dict:
+    """The variant's facts; ``macs`` None where the catalog has none and no
+    ``input_size`` asked for the model to be counted."""
     spec = get_spec(name)
     size = input_size or spec.default_input_size
-    if size == spec.default_input_size and spec.parameters is not None:
-        parameters, macs = spec.parameters, spec.macs
-    else:
-        parameters, macs = counts(name, size)
+    parameters, macs = (spec.parameters, spec.macs) if input_size is None else counts(name, size)
     return {
         "name": spec.name,
         "family": spec.family,
@@ -79,10 +87,20 @@ def refresh_catalog(recount: list[str]) -> None:
         if name in old and recount and name not in recount:
             entry["parameters"], entry["macs"] = old[name]["parameters"], old[name]["macs"]
         else:
-            entry["parameters"], entry["macs"] = counts(name, spec.default_input_size)
-            print(f"{name}: {entry['parameters']:,} parameters, {entry['macs']:,} MACs", file=sys.stderr)
+            entry["parameters"], entry["macs"] = _counted_in_a_child(name, spec.default_input_size)
+            print(f"{name}: {entry['parameters']:,} parameters, {entry['macs'] or 'no'} MACs", file=sys.stderr)
         entries[name] = entry
     write_catalog(entries)
+
+
+def _counted_in_a_child(name: str, input_size: int) -> tuple[int, int | None]:
+    """:func:`counts` in a process of its own: TensorFlow keeps much of a
+    conversion's memory until the process ends."""
+    code = ("import json, sys; from edgevit.info import counts\n"
+            f"print(json.dumps(counts({name!r}, {input_size}, {MACS_RECORDED_UP_TO_PARAMETERS})))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    parameters, macs = json.loads(proc.stdout.splitlines()[-1])
+    return parameters, macs
 
 
 if __name__ == "__main__":

@@ -188,7 +188,7 @@ def _commands() -> list[str]:
 
 
 @pytest.mark.parametrize("args", [["--help"], *([name, "--help"] for name in _commands()), ["list"],
-                                  ["list", "--pretrained"], ["info", "mobilevit_v3_xs"], ["info", "vit_tiny16"]],
+                                  ["list", "--pretrained"], ["info", "mobilevit_v3_xs"], ["info", "vit_large16"]],
                          ids=" ".join)
 def test_help_and_the_registry_answer_without_tensorflow(args):
     """Reading help, the model list and a model's facts answers at once: it

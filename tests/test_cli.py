@@ -45,6 +45,9 @@ def test_info_prints_counts_as_numbers_read():
     assert code == 0 and "2,490,360" in out and "966.6 M" in out
     code, out, _ = run("info", "vit_base16")
     assert code == 0 and "86,567,656" in out and "17.56 G" in out
+    code, out, _ = run("info", "vit_large16")  # too large to convert for the catalog: it says how to count
+    assert code == 0 and "304,326,632" in out
+    assert "not recorded for a model this large: --input-size 224 counts them" in " ".join(out.split())
 
 
 def test_info_at_another_size_counts_the_model_built_at_it():

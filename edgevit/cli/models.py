@@ -65,8 +65,8 @@ def _fmt_preprocessing(pre) -> str:
 @click.command("info")
 @click.argument("name")
 @click.option("--input-size", type=InputSize(), default=None,
-              help="Count parameters and MACs at this input size (builds the model; the default size's counts "
-                   "are recorded).")
+              help="Count parameters and MACs at this input size: builds and converts the model (without it: the "
+                   "counts recorded at the default size).")
 @click.option("--weights", type=click.Choice(["imagenet"], case_sensitive=False), default=None,
               help="Also fetch, verify, import and cache the official ImageNet weights (e.g. before going offline) "
                    "and say where they are (HF_ENDPOINT and EDGEVIT_WEIGHTS_MIRROR=URL point the downloads to "
@@ -80,7 +80,7 @@ def info_command(name, input_size, weights, as_json):
         raise EdgevitError(f"{name!r} is a file; `edgevit info` describes registered models (`edgevit list`). "
                            "For a converted .tflite file, its NAME.json holds the metadata and "
                            "`edgevit check FILE.tflite` lists its ops per delegate.")
-    from edgevit.info import model_info
+    from edgevit.info import CONVERSION_BYTES_PER_PARAMETER, model_info
     from edgevit.pretrained import cached_weights, entry_of
     from edgevit.registry import check_input_size, get_spec
 
@@ -89,7 +89,7 @@ def info_command(name, input_size, weights, as_json):
         check_input_size(spec, input_size)
     if weights is not None:
         entry_of(spec)  # no official weights: say so before any work
-    if weights is not None or input_size not in (None, spec.default_input_size) or spec.parameters is None:
+    if weights is not None or input_size is not None:
         import_tensorflow_quietly()  # a model is built and counted, or weights imported
     info = model_info(name, input_size=input_size)
     if weights is not None:
@@ -97,7 +97,10 @@ def info_command(name, input_size, weights, as_json):
     if as_json:
         print_json(info)
         return
-    shown = {**info, "parameters": f"{info['parameters']:,}", "macs": _multiply_accumulates(info["macs"])}
+    macs = _multiply_accumulates(info["macs"]) if info["macs"] is not None else \
+        (f"not recorded for a model this large: --input-size {info['input_size']} counts them on an fp32 "
+         f"conversion (about {info['parameters'] * CONVERSION_BYTES_PER_PARAMETER / 1e9:.0f} GB of memory)")
+    shown = {**info, "parameters": f"{info['parameters']:,}", "macs": macs}
     rows = [[k, v] for k, v in shown.items() if k not in ("preprocessing", "pretrained")]
     rows += [[f"preprocessing.{k}", v] for k, v in info["preprocessing"].items()]
     rows += [[f"imagenet_weights.{k}", v] for k, v in info["pretrained"].items() if v is not None]
