@@ -145,7 +145,8 @@ class ModelSpec:
     # model's accuracy (docs/families.md measures each).
     mixed_float_layers: tuple[str, ...] = ()
     # Trainable parameters and multiply-accumulates at default_input_size, as
-    # the catalog records them (None for a spec from elsewhere).
+    # the catalog records them (None for a spec from elsewhere; MACs None for
+    # the largest variants, see edgevit.info).
     parameters: int | None = None
     macs: int | None = None
 
@@ -245,7 +246,7 @@ def read_catalog(path: Path = CATALOG) -> dict[str, dict]:
 def write_catalog(entries: Mapping[str, dict], path: Path = CATALOG) -> None:
     """One variant a line, so that a change reads as a one-line diff."""
     about = ("Every registered variant, written from edgevit/models/ by `python -m edgevit.info`; parameters "
-             "and MACs at the default input size.")
+             "and MACs at the default input size (MACs null above edgevit.info.MACS_RECORDED_UP_TO_PARAMETERS).")
     lines = [f"  {json.dumps(name)}: {json.dumps(entries[name])}" for name in sorted(entries)]
     path.write_text(f'{{"about": {json.dumps(about)},\n "models": {{\n' + ",\n".join(lines) + "\n}}\n",
                     encoding="utf-8")
