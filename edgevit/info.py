@@ -3,10 +3,9 @@
 Without an input size they come from the registry's catalog (no model
 built, no TensorFlow imported; the catalog has no MACs for the largest
 variants); at a given size the model is built and counted. ``python -m
-edgevit.info [NAME ...]`` rewrites the catalog from the family modules,
-counting the named variants again (all of them when none is named, and new
-variants; a full recount builds and converts every variant, one process
-each: most of an hour on two cores).
+edgevit.info [NAME ... | --all]`` rewrites the catalog from the family
+modules and counts new variants and the named ones (``--all``: every
+variant, one process each, most of an hour on two cores).
 """
 from __future__ import annotations
 
@@ -74,8 +73,7 @@ def model_info(name: str, input_size: int | None = None) -> dict:
 
 def refresh_catalog(recount: list[str]) -> None:
     """Rewrite the catalog from the family modules: the declarations of every
-    variant, its counts kept unless it is new or named in ``recount`` (every
-    variant when ``recount`` is empty)."""
+    variant, its counts kept unless it is new or named in ``recount``."""
     declared = declared_specs()
     unknown = sorted(set(recount) - set(declared))
     if unknown:
@@ -84,7 +82,7 @@ def refresh_catalog(recount: list[str]) -> None:
     entries = {}
     for name, spec in sorted(declared.items()):
         entry = catalog_entry(spec)
-        if name in old and recount and name not in recount:
+        if name in old and name not in recount:
             entry["parameters"], entry["macs"] = old[name]["parameters"], old[name]["macs"]
         else:
             entry["parameters"], entry["macs"] = _counted_in_a_child(name, spec.default_input_size)
@@ -104,4 +102,4 @@ def _counted_in_a_child(name: str, input_size: int) -> tuple[int, int | None]:
 
 
 if __name__ == "__main__":
-    refresh_catalog(sys.argv[1:])
+    refresh_catalog(sorted(declared_specs()) if sys.argv[1:] == ["--all"] else sys.argv[1:])
