@@ -86,7 +86,8 @@ def refresh_catalog(recount: list[str]) -> None:
             entry["parameters"], entry["macs"] = old[name]["parameters"], old[name]["macs"]
         else:
             entry["parameters"], entry["macs"] = _counted_in_a_child(name, spec.default_input_size)
-            print(f"{name}: {entry['parameters']:,} parameters, {entry['macs'] or 'no'} MACs", file=sys.stderr)
+            macs = "MACs not counted" if entry["macs"] is None else f"{entry['macs']:,} MACs"
+            print(f"{name}: {entry['parameters']:,} parameters, {macs}", file=sys.stderr)
         entries[name] = entry
     write_catalog(entries)
 
