@@ -234,7 +234,7 @@ def _refuse_offline(what: str, where: str) -> EdgevitError:
 
 
 def _unreachable(what: str, host: str, err: BaseException) -> EdgevitError:
-    return EdgevitError(f"Could not download {what} from {host} ({first_line(err)}); check the connection "
+    return EdgevitError(f"Could not download {what} from {host} ({_why(err)}); check the connection "
                         f"(and HF_ENDPOINT / {MIRROR_ENV} when you use a mirror), or {INSTEAD}.")
 
 
@@ -261,6 +261,20 @@ def _download_failure(what: str, host: str, err: BaseException, cache: str, vari
                   "`hf auth login`)")
         return EdgevitError(f"{host} does not give {what} (401): {reason}; check HF_ENDPOINT, or {INSTEAD}.")
     return _unreachable(what, host, err)
+
+
+def _why(err: BaseException) -> str:
+    """Why a download failed, in words: urllib's reason rather than the text
+    Keras wraps it in ("URL fetch failure on URL: None -- [Errno -2] ...")."""
+    import urllib.error
+
+    inner = err.__context__
+    if isinstance(inner, urllib.error.HTTPError):
+        return f"HTTP {inner.code} {inner.msg}"
+    if isinstance(inner, urllib.error.URLError):
+        reason = inner.reason
+        return reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
+    return first_line(err)
 
 
 def hub_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
@@ -355,8 +369,7 @@ def url_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
     if _offline():
         raise _refuse_offline(url, f"the Keras cache ({folder})")
     partial = folder / f".{name}.{os.getpid()}.part"
-    log(f"Downloading {url}")
-    try:
+    try:  # Keras says "Downloading data from URL" and shows the download's progress
         with redirect_stdout(_KerasProgress()):  # Keras prints its progress bar on stdout, which --json owns
             keras.utils.get_file(fname=partial.name, origin=url, cache_dir=cache_dir, cache_subdir=folder.name,
                                  force_download=True)

@@ -4,14 +4,24 @@ Each family module defines one builder function per variant and decorates it
 with ``@register_model(...)``. The registry records what an app needs to feed
 the model correctly (input size and preprocessing as the official
 implementation evaluates it) so that it can travel with exported files.
+
+Reading the registry must not wait for TensorFlow, which every family module
+imports: ``edgevit list`` and ``edgevit info`` answer from the catalog
+(``edgevit/data/models.json``), the declarations of every variant with its
+parameters and MACs at its default input size, written from the family
+modules by ``python -m edgevit.info`` (tests/test_registry.py fails when the
+two differ). A spec's builder imports the families when a model is built.
 """
 from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import inspect
-from dataclasses import asdict, dataclass, field
+import json
 from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from edgevit.errors import EdgevitError
 
@@ -134,6 +144,11 @@ class ModelSpec:
     # Layers whose ops --int8-mixed also keeps in float: where int8 loses the
     # model's accuracy (docs/families.md measures each).
     mixed_float_layers: tuple[str, ...] = ()
+    # Trainable parameters and multiply-accumulates at default_input_size, as
+    # the catalog records them (None for a spec from elsewhere; MACs None for
+    # the largest variants, see edgevit.info).
+    parameters: int | None = None
+    macs: int | None = None
 
     def preprocessing_at(self, input_size: int | None) -> Preprocessing:
         if input_size is None or input_size == self.preprocessing.input_size:
@@ -141,7 +156,13 @@ class ModelSpec:
         return self.preprocessing.at_size(input_size)
 
 
+CATALOG = Path(__file__).with_name("data") / "models.json"
+
+# Every variant as the catalog describes it, read on first use.
 _REGISTRY: dict[str, ModelSpec] = {}
+# Every variant as its family module declares it (with its builder), filled
+# when the families are imported.
+_DECLARED: dict[str, ModelSpec] = {}
 
 
 def builder_options(family_builder: Callable) -> tuple[str, ...]:
@@ -164,9 +185,9 @@ def register_model(*, family: str, default_input_size: int, preprocessing: Prepr
 
     def decorator(fn):
         name = fn.__name__
-        if name in _REGISTRY:
+        if name in _DECLARED:
             raise ValueError(f"model {name!r} registered twice")
-        _REGISTRY[name] = ModelSpec(
+        _DECLARED[name] = ModelSpec(
             name=name, family=family, builder=fn, default_input_size=default_input_size,
             preprocessing=preprocessing, input_size_multiple=input_size_multiple,
             reference=reference, checkpoint_formats=checkpoint_formats, options=tuple(options),
@@ -176,25 +197,81 @@ def register_model(*, family: str, default_input_size: int, preprocessing: Prepr
     return decorator
 
 
-def _ensure_families_loaded():
+def declared_specs() -> dict[str, ModelSpec]:
+    """Every variant as the family modules declare it (imports them, and
+    with them TensorFlow): what the catalog is written from."""
     import edgevit.models  # noqa: F401  (importing registers every family)
+
+    return dict(_DECLARED)
+
+
+def _build_declared(name: str, **kwargs):
+    return declared_specs()[name].builder(**kwargs)
+
+
+# --- the catalog -------------------------------------------------------------------------------------
+
+def catalog_entry(spec: ModelSpec) -> dict:
+    """What the catalog records of a variant besides its counts (JSON)."""
+    entry = {"family": spec.family, "default_input_size": spec.default_input_size,
+             "input_size_multiple": spec.input_size_multiple, "preprocessing": asdict(spec.preprocessing),
+             "reference": spec.reference, "checkpoint_formats": list(spec.checkpoint_formats),
+             "options": list(spec.options), "mixed_float_layers": list(spec.mixed_float_layers)}
+    if isinstance(spec.pretrained, Pretrained):
+        entry["pretrained"] = asdict(spec.pretrained)
+    elif isinstance(spec.pretrained, Unpublished):
+        entry["unpublished"] = spec.pretrained.reason
+    return json.loads(json.dumps(entry))  # tuples as lists, as the file holds them
+
+
+def _spec_of_entry(name: str, entry: dict) -> ModelSpec:
+    pre = entry["preprocessing"]
+    preprocessing = Preprocessing(pre["input_size"], pre["resize_size"], pre["interpolation"],
+                                  tuple(pre["mean"]), tuple(pre["std"]))
+    pretrained = Pretrained(**entry["pretrained"]) if "pretrained" in entry else \
+        Unpublished(entry["unpublished"]) if "unpublished" in entry else None
+    return ModelSpec(name=name, family=entry["family"], builder=functools.partial(_build_declared, name),
+                     default_input_size=entry["default_input_size"], preprocessing=preprocessing,
+                     input_size_multiple=entry["input_size_multiple"], reference=entry["reference"],
+                     checkpoint_formats=tuple(entry["checkpoint_formats"]), options=tuple(entry["options"]),
+                     pretrained=pretrained, mixed_float_layers=tuple(entry["mixed_float_layers"]),
+                     parameters=entry["parameters"], macs=entry["macs"])
+
+
+def read_catalog(path: Path = CATALOG) -> dict[str, dict]:
+    """The catalog's entries by variant name."""
+    return json.loads(path.read_text(encoding="utf-8"))["models"]
+
+
+def write_catalog(entries: Mapping[str, dict], path: Path = CATALOG) -> None:
+    """One variant a line, so that a change reads as a one-line diff."""
+    about = ("Every registered variant, written from edgevit/models/ by `python -m edgevit.info`; parameters "
+             "and MACs at the default input size (MACs null above edgevit.info.MACS_RECORDED_UP_TO_PARAMETERS).")
+    lines = [f"  {json.dumps(name)}: {json.dumps(entries[name])}" for name in sorted(entries)]
+    path.write_text(f'{{"about": {json.dumps(about)},\n "models": {{\n' + ",\n".join(lines) + "\n}}\n",
+                    encoding="utf-8")
+
+
+def _registry() -> dict[str, ModelSpec]:
+    if not _REGISTRY:
+        _REGISTRY.update({name: _spec_of_entry(name, entry) for name, entry in read_catalog().items()})
+    return _REGISTRY
 
 
 def list_models(pattern: str | None = None) -> list[str]:
     """Registered model names, sorted, optionally filtered by a shell-style pattern."""
-    _ensure_families_loaded()
-    names = sorted(_REGISTRY)
+    names = sorted(_registry())
     if pattern:
         names = [n for n in names if fnmatch.fnmatch(n, pattern)]
     return names
 
 
 def get_spec(name: str) -> ModelSpec:
-    _ensure_families_loaded()
+    registry = _registry()
     try:
-        return _REGISTRY[name]
+        return registry[name]
     except KeyError:
-        by_lower = {known.lower(): known for known in _REGISTRY}  # names are lower case: MOBILEVIT_V3_XXS got no hint
+        by_lower = {known.lower(): known for known in registry}  # names are lower case: MOBILEVIT_V3_XXS got no hint
         close = [by_lower[m] for m in difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.5)]
         hint = f" Did you mean: {', '.join(close)}?" if close else " Run `edgevit list` to see all models."
         raise EdgevitError(f"Unknown model {name!r}.{hint}") from None

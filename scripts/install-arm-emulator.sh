@@ -11,8 +11,9 @@
 #   - insn_regions, edgevit's instruction-counting plugin (scripts/arm-emulator/),
 #     compiled against the qemu-plugin.h of the same Debian qemu source.
 # Everything goes into one folder, $EDGEVIT_ARM_HOME (default ~/.cache/edgevit-arm,
-# about 250 MB), with apt's own state there too: the machine's apt setup,
-# architectures and packages stay as they are, and root is not needed.
+# about 140 MB once installed, 90 MB more while it runs), with apt's own state there
+# too: the machine's apt setup, architectures and packages stay as they are, and
+# root is not needed.
 # Needs: apt-get and dpkg-deb (Debian or Ubuntu), gcc, python3 with pip, network
 # access to Debian's archive and PyPI.
 # Idempotent: a second run checks the installation and exits in about a second;

@@ -71,8 +71,10 @@ def fake_demo(root: Path) -> Path:
     """The parts of android_demo/ the bundler looks at (never the repository's own copy)."""
     demo = root / "android_demo"
     (demo / "app" / "src" / "main").mkdir(parents=True)
-    shutil.copy(DEMO / android_bundle.DEMO_MARKER, demo / android_bundle.DEMO_MARKER)
-    shutil.copy(DEMO / "app" / "src" / "main" / "AndroidManifest.xml", demo / "app" / "src" / "main")
+    (demo / android_bundle.WRAPPER_PROPERTIES).parent.mkdir(parents=True)
+    for part in (android_bundle.DEMO_MARKER, Path("app") / "src" / "main" / "AndroidManifest.xml",
+                 android_bundle.WRAPPER_PROPERTIES):
+        shutil.copy(DEMO / part, demo / part)
     return demo
 
 
@@ -182,7 +184,14 @@ def test_cli_bundle_command(tmp_path, exported):
     demo = fake_demo(tmp_path)
     result = CliRunner().invoke(main, ["bundle", str(exported), "--android-demo", str(demo)])
     assert result.exit_code == 0, result.output
-    assert "model.tflite" in result.stdout and "gradlew installDebug" in result.stdout
+    assert "model.tflite" in result.stdout
+    # the repository carries no gradlew: the commands printed make it first (android_demo/README.md)
+    assert [line.strip() for line in result.stdout.splitlines()[-3:]] == [
+        f"cd {demo}", "gradle wrapper --gradle-version 8.14.3", "./gradlew installDebug"]
+    assert "gradle wrapper --gradle-version 8.14.3" in (DEMO / "README.md").read_text()
+    (demo / "gradlew").write_text("#!/bin/sh\n")
+    result = CliRunner().invoke(main, ["bundle", str(exported), "--android-demo", str(demo), "--json"])
+    assert json.loads(result.stdout)["build"] == [f"cd {demo}", "./gradlew installDebug"]
     assert (demo / android_bundle.ASSETS_DIR / "model.tflite").is_file()
     result = CliRunner().invoke(main, ["bundle", str(exported), "--android-demo", str(tmp_path / "x")])
     assert result.exit_code == 1 and result.stderr.startswith("error: ") and "does not exist" in result.stderr

@@ -181,10 +181,20 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     assert proc.returncode == 0, f"modules that fail to import alone:\n{proc.stdout}\n{proc.stderr[-3000:]}"
 
 
-@pytest.mark.parametrize("args", [["--help"], ["list", "--help"]])
-def test_help_does_not_import_tensorflow(args):
+def _commands() -> list[str]:
+    from edgevit.cli import main
+
+    return sorted(main.commands)
+
+
+@pytest.mark.parametrize("args", [["--help"], *([name, "--help"] for name in _commands()), ["list"],
+                                  ["list", "--pretrained"], ["info", "mobilevit_v3_xs"], ["info", "vit_large16"]],
+                         ids=" ".join)
+def test_help_and_the_registry_answer_without_tensorflow(args):
+    """Reading help, the model list and a model's facts answers at once: it
+    imports neither TensorFlow nor Keras (seconds on a loaded host)."""
     code = ("import sys; from edgevit.cli import main\n"
-            f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+            f"try:\n    main({args!r})\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
             "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

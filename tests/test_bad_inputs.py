@@ -147,6 +147,37 @@ def _finetune_output_is_its_weights(tmp):
     return ["finetune", *SMALL, "--data", _data(tmp), "--weights", "w.keras", "-o", "./w.keras"]
 
 
+def _convert_output_exists(tmp):
+    (tmp / "m.keras").write_bytes(b"a fine-tuned model")
+    (tmp / "m_int8.tflite").write_bytes(b"the int8 file of another run")
+    return ["convert", "--int8", "m.keras"]  # named after m.keras
+
+
+def _convert_output_of_these_weights_exists(tmp):
+    (tmp / "w_int8.report.json").write_text("{}")
+    return ["convert", "--int8", "mobilevit_v3_xxs", "--weights", "w.weights.h5"]  # named after the weights
+
+
+def _convert_output_of_imagenet_weights_exists(tmp):
+    (tmp / "mobilevit_v3_xxs_imagenet_fp16.tflite").write_bytes(b"converted earlier")
+    return ["convert", "--fp16", "mobilevit_v3_xxs", "--weights", "imagenet"]  # refused before any download
+
+
+def _finetune_output_exists(tmp):
+    (tmp / "m.keras").write_bytes(b"an earlier run's model")
+    return ["finetune", *SMALL, "--data", _data(tmp), "-o", "m.keras"]
+
+
+def _qat_export_exists(tmp):
+    (tmp / "q_int8.report.json").write_text("{}")
+    return ["qat", *SMALL, "--data", _data(tmp), "--export", "-o", "q.keras"]
+
+
+def _imported_weights_exist(tmp):
+    (tmp / "mobilevit_v3_xxs.weights.h5").write_bytes(b"weights imported from another checkpoint")
+    return ["import-weights", "x.pth", "--model", "mobilevit_v3_xxs"]
+
+
 def _another_runs_checkpoint(tmp):
     checkpoint = tmp / "m.keras.ckpt"
     checkpoint.mkdir()
@@ -399,6 +430,17 @@ BAD_INPUTS = [
                  id="finetune-output-is-a-folder"),
     pytest.param(_qat_output_is_its_input, "is the input m.keras", id="qat-output-is-its-input"),
     pytest.param(_finetune_output_is_its_weights, "is the input w.keras", id="finetune-output-is-its-weights"),
+    # an existing output may come from another model, precision or input: replaced only with --overwrite
+    pytest.param(_convert_output_exists, "m_int8.tflite already exists: pass --overwrite to replace it, or choose "
+                 "another output with -o.", id="convert-output-exists"),
+    pytest.param(_convert_output_of_these_weights_exists, "w_int8.report.json already exists",
+                 id="convert-output-of-these-weights-exists"),
+    pytest.param(_convert_output_of_imagenet_weights_exists, "mobilevit_v3_xxs_imagenet_fp16.tflite already exists",
+                 id="convert-output-of-imagenet-weights-exists"),
+    pytest.param(_finetune_output_exists, "m.keras already exists: pass --overwrite", id="finetune-output-exists"),
+    pytest.param(_qat_export_exists, "q_int8.report.json already exists: pass --overwrite", id="qat-export-exists"),
+    pytest.param(_imported_weights_exist, "mobilevit_v3_xxs.weights.h5 already exists: pass --overwrite",
+                 id="imported-weights-exist"),
     # qat (and finetune) data and model arguments
     pytest.param(lambda tmp: ["qat", *SMALL, "--data", _data(tmp, splits=("val",)), "-o", "q.keras"],
                  "has val/ but no train/", id="qat-data-without-train"),
@@ -622,11 +664,14 @@ def test_class_names_travel_from_finetune_into_the_converted_labels(tmp_path, mo
     code, _, err = run("finetune", *SMALL, "--data", data, "--epochs", "1", "--batch-size", "8", "-o", "m.keras")
     assert code == 0, err
     assert not (tmp_path / "m.keras.ckpt").exists()  # removed once the model is saved
-    code, _, err = run("convert", "--fp32", "m.keras", "-o", "m.tflite", "--no-arm-run")
+    code, _, err = run("convert", "--fp32", "m.keras", "--no-arm-run")  # named after m.keras
     assert code == 0, err
-    assert (tmp_path / "m.labels.txt").read_text() == "ants\nbees\n"
-    assert json.loads((tmp_path / "m.json").read_text())["labels"] == ["ants", "bees"]
-    assert read_embedded((tmp_path / "m.tflite").read_bytes())["labels"] == ["ants", "bees"]
+    assert (tmp_path / "m_fp32.labels.txt").read_text() == "ants\nbees\n"
+    assert json.loads((tmp_path / "m_fp32.json").read_text())["labels"] == ["ants", "bees"]
+    assert read_embedded((tmp_path / "m_fp32.tflite").read_bytes())["labels"] == ["ants", "bees"]
+    code, _, err = run("convert", "--fp32", "m.keras")
+    assert code == 1 and "m_fp32.tflite, m_fp32.json, m_fp32.labels.txt and m_fp32.report.json already exist: " \
+                         "pass --overwrite to replace them" in err, err
 
 
 def test_sigterm_during_validation_removes_the_staging_folder(tmp_path, monkeypatch):
@@ -641,7 +686,7 @@ def test_sigterm_during_validation_removes_the_staging_folder(tmp_path, monkeypa
         raise AssertionError("SIGTERM did not interrupt the export")
 
     monkeypatch.setattr(pipeline, "validate", terminated_while_validating)
-    code, _, err = run("convert", "--fp32", *SMALL, "--num-classes", "2", "-o", "m.tflite")
+    code, _, err = run("convert", "--fp32", *SMALL, "--num-classes", "2", "-o", "m.tflite", "--overwrite")
     assert code == 143 and err.strip().endswith("terminated"), err
     assert snapshot(tmp_path) == before
 
@@ -713,7 +758,8 @@ def _eval_over_the_limit(tmp):
 
 def _convert_over_the_limit(tmp):
     (tmp / "m.report.json").write_text("{}")  # from an earlier run: stays as it was
-    return ["convert", "--fp32", *SMALL, "--num-classes", "2", "-o", "m.tflite", "--no-gpu-run"], "'m.tflite'", 2000
+    return ["convert", "--fp32", *SMALL, "--num-classes", "2", "-o", "m.tflite", "--no-gpu-run", "--overwrite"], \
+        "'m.tflite'", 2000
 
 
 @pytest.mark.parametrize("setup", [_bench_plot_over_the_limit, _bundle_over_the_limit, _eval_over_the_limit,

@@ -40,6 +40,23 @@ def test_info_reports_parameters_macs_and_preprocessing():
     assert info["pretrained"]["licence"].startswith("non-commercial only")
 
 
+def test_info_prints_counts_as_numbers_read():
+    code, out, _ = run("info", "mobilevit_v3_xs")
+    assert code == 0 and "2,490,360" in out and "966.6 M" in out
+    code, out, _ = run("info", "vit_base16")
+    assert code == 0 and "86,567,656" in out and "17.56 G" in out
+    code, out, _ = run("info", "vit_large16")  # too large to convert for the catalog: it says how to count
+    assert code == 0 and "304,326,632" in out and "not recorded" in out
+    assert json.loads(run("info", "vit_large16", "--json")[1])["macs"] is None
+
+
+def test_info_at_another_size_counts_the_model_built_at_it():
+    code, out, _ = run("info", "mobilevit_v3_xxs", "--input-size", "64", "--json")
+    info = json.loads(out)
+    assert code == 0 and info["input_size"] == 64 and info["parameters"] == 1_249_448
+    assert 10e6 < info["macs"] < 30e6  # about 1/16 of 256 px's
+
+
 def test_unknown_model_suggests_close_names():
     code, _, err = run("convert", "mobilevit_v3_xxx")
     assert_clean_error(code, err, "Unknown model 'mobilevit_v3_xxx'. Did you mean: mobilevit_v3_xxs")

@@ -35,6 +35,7 @@ def test_wheel_installs_edgevit_alone_with_the_converters_inside(tmp_path):
     assert top_level == {"edgevit"}
     assert "edgevit/converters/api.py" in names
     assert "edgevit/data/imagenet_classes.txt" in names
+    assert "edgevit/data/models.json" in names  # the registry reads it
     expected = set().union(*(_modules(folder, installed) for folder, installed in SOURCES.items()))
     missing = sorted(expected - names)
     assert not missing, f"add their packages to [tool.setuptools] packages in pyproject.toml: {missing}"

@@ -177,6 +177,20 @@ def test_unreachable_checkpoint_is_one_clear_error(servers):
         edgevit.create_model(V1, input_size=SIZE, weights="imagenet")  # nothing served
 
 
+def test_an_unreachable_release_file_says_why_in_words_once(servers, monkeypatch, capsys):
+    """It said "(URL fetch failure on URL: None -- [Errno 111] Connection refused)", after "Downloading" twice."""
+    from edgevit.pretrained import url_file
+
+    entry = get_spec(V3).pretrained
+    with pytest.raises(EdgevitError, match=r"Could not download mobilevitv3_XXS_e300_7098.zip from 127.0.0.1:\d+ "
+                                           r"\(HTTP 404 [^)]*\); check the connection"):
+        url_file(entry)  # nothing served
+    assert capsys.readouterr().err.count("Downloading") == 1
+    monkeypatch.setenv("EDGEVIT_WEIGHTS_MIRROR", "http://127.0.0.1:9")  # the discard port: nothing listens
+    with pytest.raises(EdgevitError, match=r"from 127.0.0.1:9 \(Connection refused\); check the connection"):
+        url_file(entry)
+
+
 def release_zip(model, folder: str, tmp_path) -> bytes:
     """A MobileViTv3 release archive: FOLDER/checkpoint_ema_best.pt in cvnets
     naming (torch.save as the release; safetensors bytes when torch is

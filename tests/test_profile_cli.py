@@ -81,6 +81,23 @@ def test_bench_on_this_machine(files):
     assert "host: plain_fp32.tflite xnnpack x1" in err  # progress on stderr, JSON clean on stdout
 
 
+def test_bench_of_several_precisions_gives_each_its_ratio_to_the_fp32_file():
+    from edgevit.profile.report import table_rows
+
+    def row(precision, delegate, threads, p50, model="m"):
+        return {"model": model, "precision": precision, "target": "host", "runtime": "litert", "delegate": delegate,
+                "threads": threads, "status": "ok", "p50_ms": p50}
+
+    result = {"results": [row("fp32", "xnnpack", 1, 20.0), row("int8", "xnnpack", 1, 12.6),
+                          row("fp32", "xnnpack", 2, 10.0), row("int8", "xnnpack", 2, 8.9),
+                          row("int8", "reference", 1, 300.0), row("int8", "xnnpack", 1, 5.0, model="other")]}
+    columns, rows = table_rows(result)
+    ratios = [r[columns.index("vs fp32")] for r in rows]
+    assert ratios == ["1.00", "0.63", "1.00", "0.89", "-", "-"]  # same model, kernels and threads only
+    columns, _ = table_rows({"results": result["results"][:1]})
+    assert "vs fp32" not in columns  # one file: nothing to compare
+
+
 def test_bench_runs_a_host_benchmark_binary_with_op_profiling(files, tmp_path):
     calls = tmp_path / "calls.txt"
     script = tmp_path / "benchmark_model"

@@ -1,12 +1,13 @@
 """create_model passes builder arguments (drop rates) on to the family
 builder as timm's does, and turns an argument a family does not take into
-one clean error."""
+one clean error; the registry's catalog (read without TensorFlow) says what
+the family modules declare and what the built models count."""
 import keras
 import numpy as np
 import pytest
 
 import edgevit
-from edgevit.info import count_params
+from edgevit.info import MACS_RECORDED_UP_TO_PARAMETERS, count_params
 from edgevit.layers import DropPath, drop_path_rates
 from edgevit.registry import get_spec
 
@@ -73,3 +74,42 @@ def test_mobilevit_dropout_arguments_replace_the_official_defaults():
 def test_an_argument_the_family_does_not_take_is_one_clean_error(name, options, message):
     with pytest.raises(edgevit.EdgevitError, match=message):
         edgevit.create_model(name, input_size=64, **options)
+
+
+# --- the catalog: what `edgevit list` and `info` read without importing TensorFlow --------------------
+
+REFRESH = "rewrite it with `python -m edgevit.info` (see edgevit/info.py)"
+
+
+def test_the_catalog_holds_every_variant_as_its_family_declares_it():
+    from edgevit.registry import catalog_entry, declared_specs, read_catalog
+
+    declared, catalog = declared_specs(), read_catalog()
+    assert sorted(catalog) == sorted(declared), REFRESH
+    stale = [name for name, spec in declared.items()
+             if {k: v for k, v in catalog[name].items() if k not in ("parameters", "macs")} != catalog_entry(spec)]
+    assert not stale, f"the catalog differs from the family modules for {stale}: {REFRESH}"
+    uncounted = [name for name, entry in catalog.items() if entry["parameters"] is None
+                 or (entry["macs"] is None) != (entry["parameters"] > MACS_RECORDED_UP_TO_PARAMETERS)]
+    assert not uncounted, f"counts missing or out of place for {uncounted}: {REFRESH}"
+
+
+def test_a_spec_read_from_the_catalog_builds_its_model():
+    spec = get_spec("vit_tiny16")
+    model = spec.builder(num_classes=3, input_size=32)
+    assert model.name == "vit_tiny16" and model.outputs[0].shape[-1] == 3
+
+
+@pytest.mark.parametrize("name", ["mobilevit_v3_xxs", "vit_tiny16"])
+def test_recorded_counts_are_the_counts_of_the_built_model(name):
+    from edgevit.info import counts
+
+    spec = get_spec(name)
+    assert counts(name, spec.default_input_size) == (spec.parameters, spec.macs), REFRESH
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", edgevit.list_models())
+def test_every_recorded_parameter_count_is_the_built_models(name):
+    spec = get_spec(name)
+    assert count_params(edgevit.create_model(name)) == spec.parameters, REFRESH

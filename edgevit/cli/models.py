@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from edgevit.cli.options import InputSize, classifier_classes, precision_options
+from edgevit.cli.options import (IMAGENET_DOWNLOAD, InputSize, classifier_classes, overwrite_option,
+                                 precision_options, refuse_existing)
 from edgevit.cli.output import log, print_json, print_table, user_errors
 from edgevit.errors import EdgevitError
 from edgevit.native_output import import_tensorflow_quietly
@@ -22,7 +23,6 @@ from edgevit.native_output import import_tensorflow_quietly
 @user_errors
 def list_command(pattern, pretrained, as_json):
     """List registered models (optionally matching a shell PATTERN, e.g. 'mobilevit_v3*')."""
-    import_tensorflow_quietly()  # the registry builds on Keras
     from edgevit.registry import Pretrained, get_spec, list_models
 
     specs = [get_spec(n) for n in list_models(pattern)]
@@ -64,14 +64,16 @@ def _fmt_preprocessing(pre) -> str:
 
 @click.command("info")
 @click.argument("name")
-@click.option("--input-size", type=InputSize(), default=None, help="Count MACs at this input size.")
+@click.option("--input-size", type=InputSize(), default=None,
+              help="Count parameters and MACs at this input size: builds and converts the model (without it: the "
+                   "counts recorded at the default size).")
 @click.option("--weights", type=click.Choice(["imagenet"], case_sensitive=False), default=None,
               help="Also fetch, verify, import and cache the official ImageNet weights (e.g. before going offline) "
-                   "and say where they are. A download without a published checksum (the MobileViTv3, CSWin and "
-                   "T2T-ViT release files) is checked by reading it (zip CRCs, then the checkpoint); one that does "
-                   "not read is deleted, so "
-                   "the next run downloads it again. Archive members that would inflate beyond 64 MiB and 100x "
-                   "their stored size are refused.")
+                   "and say where they are (HF_ENDPOINT and EDGEVIT_WEIGHTS_MIRROR=URL point the downloads to "
+                   "mirrors). A download without a published checksum (the MobileViTv3, CSWin and T2T-ViT release "
+                   "files) is checked by reading it (zip CRCs, then the checkpoint); one that does not read is "
+                   "deleted, so the next run downloads it again. Archive members that would inflate beyond 64 MiB "
+                   "and 100x their stored size are refused.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @user_errors
 def info_command(name, input_size, weights, as_json):
@@ -81,31 +83,43 @@ def info_command(name, input_size, weights, as_json):
         raise EdgevitError(f"{name!r} is a file; `edgevit info` describes registered models (`edgevit list`). "
                            "For a converted .tflite file, its NAME.json holds the metadata and "
                            "`edgevit check FILE.tflite` lists its ops per delegate.")
-    import_tensorflow_quietly()
-    from edgevit.info import model_info
+    from edgevit.info import CONVERSION_BYTES_PER_PARAMETER, model_info
     from edgevit.pretrained import cached_weights, entry_of
-    from edgevit.registry import get_spec
+    from edgevit.registry import check_input_size, get_spec
 
+    spec = get_spec(name)
+    if input_size is not None:
+        check_input_size(spec, input_size)
     if weights is not None:
-        entry_of(get_spec(name))  # no official weights: say so before any work
+        entry_of(spec)  # no official weights: say so before any work
+    if weights is not None or input_size is not None:
+        import_tensorflow_quietly()  # a model is built and counted, or weights imported
     info = model_info(name, input_size=input_size)
     if weights is not None:
-        info["pretrained"]["cached"] = str(cached_weights(get_spec(name), info["input_size"], log=log))
+        info["pretrained"]["cached"] = str(cached_weights(spec, info["input_size"], log=log))
     if as_json:
         print_json(info)
         return
-    rows = [[k, v] for k, v in info.items() if k not in ("preprocessing", "pretrained")]
+    macs = _multiply_accumulates(info["macs"]) if info["macs"] is not None else \
+        (f"not recorded for a model this large: --input-size {info['input_size']} counts them on an fp32 "
+         f"conversion (about {info['parameters'] * CONVERSION_BYTES_PER_PARAMETER / 1e9:.0f} GB of memory)")
+    shown = {**info, "parameters": f"{info['parameters']:,}", "macs": macs}
+    rows = [[k, v] for k, v in shown.items() if k not in ("preprocessing", "pretrained")]
     rows += [[f"preprocessing.{k}", v] for k, v in info["preprocessing"].items()]
     rows += [[f"imagenet_weights.{k}", v] for k, v in info["pretrained"].items() if v is not None]
     print_table(name, ["field", "value"], rows)
+
+
+def _multiply_accumulates(macs: int) -> str:
+    return f"{macs / 1e9:,.2f} G" if macs >= 1e9 else f"{macs / 1e6:.1f} M"
 
 
 @click.command("convert")
 @click.argument("model")
 @precision_options
 @click.option("--weights", type=str, default=None,
-              help="Keras weights (.weights.h5 or .keras), or `imagenet`: the official ImageNet weights, "
-                   "downloaded, verified and cached (`edgevit list --pretrained`; `edgevit info --help` says how).")
+              help=f"Keras weights (.weights.h5 or .keras), or `imagenet`: the official ImageNet weights, "
+                   f"{IMAGENET_DOWNLOAD}.")
 @click.option("--input-size", type=InputSize(), default=None,
               help="Square input size (multiple of the patch grid).")
 @click.option("--num-classes", type=int, default=None, callback=classifier_classes,
@@ -121,7 +135,11 @@ def info_command(name, input_size, weights, as_json):
 @click.option("--logits", is_flag=True,
               help="Output raw logits instead of probabilities (by default the file ends in the softmax, as "
                    "image classifiers do, so client scores and thresholds are probabilities).")
-@click.option("-o", "--output", type=str, default=None, help="Output .tflite path.")
+@click.option("-o", "--output", type=str, default=None,
+              help="Output .tflite path (default: NAME_PRECISION.tflite in the current folder, named after where "
+                   "the weights come from: model_int8.tflite for model.keras or --weights model.weights.h5, "
+                   "MODEL_imagenet_int8.tflite for --weights imagenet, MODEL_int8.tflite for random weights).")
+@overwrite_option
 @click.option("--android-demo", "android_demo", type=str, default=None, metavar="DIR",
               help="Also copy the model, metadata and labels into this Android demo app (android_demo/).")
 @click.option("--no-gpu-run", is_flag=True,
@@ -137,8 +155,9 @@ def info_command(name, input_size, weights, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @user_errors
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
-                    io_dtype, logits, output, android_demo, no_gpu_run, no_arm_run, no_diagnosis, as_json):
-    """Convert MODEL (a registered name or a .keras file) to a validated .tflite file.
+                    io_dtype, logits, output, overwrite, android_demo, no_gpu_run, no_arm_run, no_diagnosis, as_json):
+    """Convert MODEL (a registered name or a .keras file) to a validated .tflite file, with its metadata
+    (.json), labels (.labels.txt) and report (.report.json) beside it.
 
     A .keras file is checked before Keras opens it: one whose model
     description (config.json, metadata.json) is beyond 64 MiB, or with a
@@ -146,12 +165,14 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     decompression bomb; Keras stores members uncompressed), is refused, and
     so is one holding Python code (a Lambda layer), which edgevit never runs.
     """
-    from edgevit.export.pipeline import ExportOptions, Progress, check_options, export
+    from edgevit.export.pipeline import ExportOptions, Progress, check_options, default_output_path, export
+    from edgevit.export.result import ExportFiles
 
     from edgevit.pretrained import IMAGENET_CLASSES, RANDOM_INIT, is_imagenet
 
     from_file = model.endswith(".keras")
     imagenet = is_imagenet(weights)
+    output = output or str(default_output_path(_named_after(model, weights, imagenet), precision))
     opts = ExportOptions(precision=precision, io_dtype=io_dtype, outputs="logits" if logits else "probabilities",
                          calib_dir=calib_dir,
                          calib_samples=calib_samples, output=output,
@@ -162,6 +183,7 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
                          **({"gpu_images": 0} if no_gpu_run else {}),
                          arm_images=0 if no_arm_run else 1)
     check_options(opts)  # before the model is built, not after converting
+    refuse_existing(ExportFiles.beside(Path(output)).all(), overwrite)
     from edgevit.saving import check_model_file, existing_file
 
     if from_file:
@@ -201,10 +223,24 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
             _print_bundle(bundled, android_demo)
 
 
+def _named_after(model: str, weights: str | None, imagenet: bool) -> str:
+    """What a converted file is named after: where its weights come from, so
+    that files made from different weights do not share a name."""
+    if model.endswith(".keras"):
+        return Path(model).stem
+    if imagenet:
+        return f"{model}_imagenet"
+    if weights is not None:
+        return Path(weights).name.removesuffix(".h5").removesuffix(".keras").removesuffix(".weights")
+    return model
+
+
 def _print_bundle(result: dict, demo_dir: str) -> None:
     assets = result["assets"]
     click.echo(f"Android demo: {assets['model']}, {assets['metadata']} and {assets['labels']} written.")
-    click.echo(f"  Build and install: cd {demo_dir} && ./gradlew installDebug   (see {demo_dir}/README.md)")
+    click.echo(f"  Build and install (JDK 17, Android SDK, a phone adb sees; {demo_dir}/README.md):")
+    for command in result["build"]:
+        click.echo(f"    {command}")
 
 
 @click.command("bundle")

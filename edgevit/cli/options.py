@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import click
+
+from edgevit.errors import EdgevitError
 
 # Every registered model runs at 224-256 px by default and fine-tuning recipes
 # go up to 384-512; at 1024 a ViT-B/16 already attends over 4096 tokens.
@@ -95,3 +98,28 @@ def precision_options(fn):
 
 def _param_name(flag: str) -> str:
     return "precision_" + flag.replace("-", "_")
+
+
+# How `--weights imagenet` fetches, for every command's --weights help.
+IMAGENET_DOWNLOAD = ("downloaded once from the Hugging Face Hub or the publisher's URL, verified and cached; "
+                     "HF_ENDPOINT and EDGEVIT_WEIGHTS_MIRROR=URL point them to mirrors, `edgevit list --pretrained` "
+                     "lists them")
+
+OVERWRITE_HELP = ("Replace output files that already exist (without it an existing output is refused: it may have "
+                  "been made from another model, precision or input).")
+
+
+def overwrite_option(fn):
+    return click.option("--overwrite", is_flag=True, help=OVERWRITE_HELP)(fn)
+
+
+def refuse_existing(paths, overwrite: bool) -> None:
+    """An output that exists is replaced only with --overwrite: every command
+    names its outputs after its inputs, so an existing one is usually another
+    run's, which replacing without a word would lose."""
+    existing = [str(p) for p in paths if os.path.lexists(p)]
+    if existing and not overwrite:
+        names = existing[0] if len(existing) == 1 else ", ".join(existing[:-1]) + " and " + existing[-1]
+        exist, them = ("exists", "it") if len(existing) == 1 else ("exist", "them")
+        raise EdgevitError(f"{names} already {exist}: pass --overwrite to replace {them}, or choose another "
+                           "output with -o.")

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from edgevit.cli.options import InputSize, InputSizes, open_fraction, positive_learning_rate
+from edgevit.cli.options import (IMAGENET_DOWNLOAD, InputSize, InputSizes, open_fraction, overwrite_option,
+                                 positive_learning_rate, refuse_existing)
 from edgevit.cli.output import log, print_json, print_table, user_errors
 from edgevit.errors import EdgevitError
 from edgevit.native_output import import_tensorflow_quietly
@@ -17,6 +18,8 @@ from edgevit.native_output import import_tensorflow_quietly
 # lr 2e-4 lost 3.9 points of val top-1 from the calibrated model while the
 # training set was fitted further; 2e-5 kept it (docs/training.md).
 QAT_LR = 2e-5
+FINETUNE_LR = 1e-3
+EPOCHS = 10
 
 
 def _check_output(output: str, inputs: list[str | None], checkpoint_dir: str | None) -> tuple[Path, str]:
@@ -79,7 +82,8 @@ def _run(command: str, spec, classes: list[str], size: int, sizes: list[int]) ->
             "sizes": list(sizes)}
 
 
-def _common_options(fn):
+def _common_options(lr: float):
+    """The options finetune and qat share; ``lr`` is the command's default learning rate."""
     options = [
         click.option("--data", "data_dir", required=True, metavar="DIR",
                      help="Image folder: DIR/train/<class>/*, DIR/val/<class>/* (or DIR/<class>/* with --val-split). "
@@ -87,10 +91,11 @@ def _common_options(fn):
                           "or spans lines is refused (rename the folder), not re-encoded."),
         click.option("--weights", default=None,
                      help="Start from these weights (.weights.h5 or .keras), or `imagenet`: the official ImageNet "
-                          "weights, with a new classifier when DIR has another number of classes."),
-        click.option("--epochs", type=click.IntRange(1, 10000), default=None),
+                          f"weights ({IMAGENET_DOWNLOAD}), with a new classifier when DIR has another number of "
+                          "classes."),
+        click.option("--epochs", type=click.IntRange(1, 10000), default=EPOCHS, show_default=True),
         click.option("--batch-size", type=click.IntRange(1, 4096), default=32, show_default=True),
-        click.option("--lr", type=float, default=None, callback=positive_learning_rate,
+        click.option("--lr", type=float, default=lr, show_default=True, callback=positive_learning_rate,
                      help="Peak learning rate (AdamW, cosine decay)."),
         click.option("--input-size", type=InputSize(), default=None,
                      help="Training resolution (default: the model's)."),
@@ -102,23 +107,29 @@ def _common_options(fn):
                           "system releases when that run ends, however it ends) (default: OUTPUT.ckpt/, removed "
                           "once OUTPUT is saved)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+        overwrite_option,
     ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+
+    def decorate(fn):
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return decorate
 
 
 @click.command("finetune")
 @click.argument("model")
-@_common_options
+@_common_options(lr=FINETUNE_LR)
 @click.option("--multiscale", type=InputSizes(), default=None,
               help="Multi-scale sampler over these resolutions, e.g. 160,192,224,256 (batch size scaled per size).")
-@click.option("-o", "--output", required=True, help="Output .keras file.")
+@click.option("-o", "--output", required=True, help="Output .keras file (an existing one only with --overwrite).")
 @user_errors
 def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_size, val_split, checkpoint_dir,
-                     as_json, multiscale, output):
+                     as_json, overwrite, multiscale, output):
     """Fine-tune MODEL (a registered name or a .keras file) on an image folder."""
     out, checkpoint = _check_output(output, [model, weights], checkpoint_dir)
+    refuse_existing([out], overwrite)
     dataset = _check_inputs(data_dir, val_split, weights)
     import_tensorflow_quietly()
     from edgevit.registry import create_model
@@ -138,8 +149,8 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
 
             recalibrate_batchnorm(keras_model, train.eval_batch(np.arange(min(len(train), 64)), size))
         classes = len(dataset.classes)
-        cfg = TrainConfig(epochs=epochs or 10, batch_size=batch_size, lr=lr or 1e-3, sizes=sizes,
-                          warmup_epochs=min(1.0, (epochs or 10) / 10), checkpoint_dir=checkpoint, run=run)
+        cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, sizes=sizes,
+                          warmup_epochs=min(1.0, epochs / 10), checkpoint_dir=checkpoint, run=run)
         trainer = Trainer(keras_model, lambda s: create_model(spec.name, num_classes=classes, input_size=s),
                           size, cfg, log=log)
         history = trainer.fit(train, val_metrics(val, size))
@@ -152,22 +163,28 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
 
 @click.command("qat")
 @click.argument("model")
-@_common_options
+@_common_options(lr=QAT_LR)
 @click.option("--calib-batches", type=click.IntRange(1, 1000), default=8, show_default=True,
               help="Batches that initialise the activation ranges.")
-@click.option("--export", "export_int8", is_flag=True, help="Also convert to int8 (trained ranges) and validate.")
-@click.option("-o", "--output", required=True, help="Output .keras file (the QAT model).")
+@click.option("--export", "export_int8", is_flag=True,
+              help="Also convert to int8 (trained ranges) and validate: OUTPUT_int8.tflite beside OUTPUT.keras, as "
+                   "`edgevit convert --int8 OUTPUT.keras` names it.")
+@click.option("-o", "--output", required=True,
+              help="Output .keras file, the QAT model (an existing one only with --overwrite).")
 @user_errors
 def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, val_split, checkpoint_dir,
-                as_json, calib_batches, export_int8, output):
+                as_json, overwrite, calib_batches, export_int8, output):
     """Quantization-aware training of MODEL (a .keras file or a registered name) on an image folder."""
     out, checkpoint = _check_output(output, [model, weights], checkpoint_dir)
-    export_path = out.with_suffix(".tflite")
+    outputs = [out]
     if export_int8:
-        from edgevit.export.pipeline import check_output_paths
+        from edgevit.export.pipeline import check_output_paths, default_output_path
         from edgevit.export.result import ExportFiles
 
-        check_output_paths(ExportFiles.beside(export_path))
+        export_files = ExportFiles.beside(out.with_name(default_output_path(out.stem, "int8").name))
+        check_output_paths(export_files)
+        outputs += export_files.all()
+    refuse_existing(outputs, overwrite)
     dataset = _check_inputs(data_dir, val_split, weights)
     import_tensorflow_quietly()
     from edgevit.quantize.qat import calibrate, quantize_model
@@ -192,7 +209,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
         calibrate(qat, calib)
         before = val_metrics(val, size)(qat)["val_top1"]
         log(f"QAT model after range calibration: val top-1 {before}")
-        cfg = TrainConfig(epochs=epochs or 10, batch_size=batch_size, lr=lr or QAT_LR, warmup_epochs=0.0,
+        cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, warmup_epochs=0.0,
                           checkpoint_dir=checkpoint, run=run)
         trainer = Trainer(qat, None, size, cfg, log=log)
         history = trainer.fit(train, val_metrics(val, size))
@@ -205,7 +222,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
         from edgevit.export.pipeline import ExportOptions, Progress, export
 
         # The trained ranges quantize the file; the images validate it.
-        opts = ExportOptions(precision="int8", output=str(export_path), weights_label=str(out),
+        opts = ExportOptions(precision="int8", output=str(export_files.model), weights_label=str(out),
                              calib_dir=str(Path(data_dir) / "val") if (Path(data_dir) / "val").is_dir() else data_dir)
         exported = export(qat, spec, opts, Progress(enabled=True))
         result["export"] = {"file": str(exported.files.model), "agreement": exported.agreement,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from edgevit.cli.options import InputSize, classifier_classes
+from edgevit.cli.options import InputSize, classifier_classes, overwrite_option, refuse_existing
 from edgevit.cli.output import print_json, print_table, user_errors
 from edgevit.converters.api import SOURCES
 from edgevit.native_output import import_tensorflow_quietly, native_output_captured
@@ -14,6 +14,7 @@ from edgevit.native_output import import_tensorflow_quietly, native_output_captu
 @click.option("--model", "model_name", required=True, help="edgevit variant, e.g. mobilevit_v3_xs.")
 @click.option("-o", "--output", type=str, default=None,
               help="Output NAME.weights.h5 (default: MODEL.weights.h5 in the current folder).")
+@overwrite_option
 @click.option("--source", type=click.Choice(["auto", *SOURCES]), default="auto", show_default=True,
               help="Checkpoint naming (auto: detected from the tensor names).")
 @click.option("--num-classes", type=int, default=None, callback=classifier_classes,
@@ -27,7 +28,8 @@ from edgevit.native_output import import_tensorflow_quietly, native_output_captu
                    "channels reversed, so the model takes RGB like every edgevit model.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @user_errors
-def import_weights_command(checkpoint, model_name, output, source, num_classes, input_size, channel_order, as_json):
+def import_weights_command(checkpoint, model_name, output, overwrite, source, num_classes, input_size, channel_order,
+                           as_json):
     """Import CHECKPOINT (timm / cvnets / MobileViTv3 .pth/.pt/.bin/.safetensors,
     Hugging Face CvT, official PVT v2 / Swin / CSWin / T2T-ViT releases) into
     edgevit MODEL and write a .weights.h5 file for `edgevit convert MODEL --weights FILE`.
@@ -45,6 +47,7 @@ def import_weights_command(checkpoint, model_name, output, source, num_classes, 
 
     output = output or f"{model_name}.weights.h5"
     check_writable([Path(output)])
+    refuse_existing([Path(output)], overwrite)
     check_checkpoint_file(checkpoint)
     import_tensorflow_quietly()
     from edgevit.converters.api import import_weights

@@ -14,6 +14,8 @@ app's previous assets untouched.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 from edgevit.errors import EdgevitError, about, cause
@@ -26,6 +28,10 @@ METADATA_ASSET = "model.json"
 LABELS_ASSET = "labels.txt"
 # Present at the root of every edgevit Android demo checkout.
 DEMO_MARKER = ".edgevit-android-demo"
+
+# The repository carries the Gradle wrapper's properties but not its jar (a
+# binary), so a fresh checkout has no gradlew until `gradle wrapper` writes it.
+WRAPPER_PROPERTIES = Path("gradle") / "wrapper" / "gradle-wrapper.properties"
 
 # The metadata version the app's ModelMetadata.kt reads (edgevit may write newer ones).
 SUPPORTED_SCHEMA_VERSION = 1
@@ -51,6 +57,18 @@ def check_demo_folder(demo_dir: str | Path) -> Path:
     except OSError as err:
         raise EdgevitError(f"Could not make the assets folder {str(assets)!r}: {cause(err)}.") from None
     return assets
+
+
+def build_commands(demo_dir: str | Path) -> list[str]:
+    """The shell commands that build the app and install it on the phone
+    adb sees, from the current folder (android_demo/README.md)."""
+    demo = Path(demo_dir)
+    commands = [f"cd {shlex.quote(str(demo))}"]
+    if not (demo / "gradlew").is_file():
+        match = re.search(r"gradle-([0-9.]+)-", (demo / WRAPPER_PROPERTIES).read_text(encoding="utf-8")) \
+            if (demo / WRAPPER_PROPERTIES).is_file() else None
+        commands.append("gradle wrapper" + (f" --gradle-version {match.group(1)}" if match else ""))
+    return commands + ["./gradlew installDebug"]
 
 
 def _sidecars(model_path: Path) -> tuple[Path, Path]:
@@ -116,7 +134,7 @@ def bundle(model_path: str | Path, demo_dir: str | Path) -> dict:
     """Copy ``model_path`` with its metadata and labels into ``demo_dir``'s assets.
 
     Returns ``{"model": ..., "precision": ..., "assets": {"model": path, "metadata": path,
-    "labels": path}}``.
+    "labels": path}, "build": [shell commands that build and install the app]}``.
     """
     model_path = Path(model_path)
     if not model_path.is_file():
@@ -147,4 +165,4 @@ def bundle(model_path: str | Path, demo_dir: str | Path) -> dict:
         staging.write_text(targets["metadata"], json.dumps(meta, indent=2) + "\n")
         staging.write_text(targets["labels"], "\n".join(labels) + "\n")
     return {"model": meta.get("model"), "precision": meta.get("precision"), "source": str(model_path),
-            "assets": {k: str(v) for k, v in targets.items()}}
+            "assets": {k: str(v) for k, v in targets.items()}, "build": build_commands(demo_dir)}

@@ -43,7 +43,8 @@ def audit(model_content: bytes, precision: str, io_dtype: str, float_layers: tup
         Check("static batch-1 shapes (no SHAPE/GATHER/PACK/REDUCE_PROD)", not dynamic,
               ", ".join(f"{k} x{v}" for k, v in dynamic.items()) or "none"),
         Check(f"max tensor rank <= {MAX_RANK}", summary.max_rank <= MAX_RANK,
-              f"max rank {summary.max_rank} ({summary.max_rank_tensor})"),
+              f"max rank {summary.max_rank}" + (f" ({summary.max_rank_tensor})" if summary.max_rank > MAX_RANK
+                                                 else "")),  # the converter's tensor name locates a failure only
     ]
     wrong = computed_wrongly(graph)
     if wrong:

@@ -39,11 +39,30 @@ def latency(row: dict) -> float | None:
     return row.get("p50_ms") if row.get("p50_ms") is not None else row.get("avg_ms")
 
 
+def _where(row: dict) -> tuple:
+    """The runs whose times compare: one model on one machine, delegate and thread count."""
+    return (row.get("model"), row.get("target"), row.get("device"), row.get("runtime"), config_label(row))
+
+
+def vs_fp32(result: dict) -> list[float | None]:
+    """Each row's latency as a fraction of the same model's fp32 file run the
+    same way (None where no such fp32 run has a time)."""
+    fp32 = {_where(r): latency(r) for r in result["results"] if r.get("precision") == "fp32" and latency(r)}
+    return [latency(r) / fp32[_where(r)] if latency(r) is not None and _where(r) in fp32 else None
+            for r in result["results"]]
+
+
 def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """The latency table; with a "vs fp32" column where another precision of
+    a model runs beside its fp32 file (`bench --models a_fp32.tflite a_int8.tflite`)."""
     columns = ["model", "precision", "where", "delegate", "status", "init ms", "first ms", "p50 ms", "p90 ms",
                "p99 ms", "avg ms (std)", "peak MB", "on delegate"]
+    ratios = vs_fp32(result)
+    compared = any(ratio is not None and r.get("precision") != "fp32" for r, ratio in zip(result["results"], ratios))
+    if compared:
+        columns.insert(columns.index("avg ms (std)"), "vs fp32")
     rows = []
-    for r in result["results"]:
+    for r, ratio in zip(result["results"], ratios):
         parts = []
         if r.get("delegated_nodes") is not None and r.get("delegate") in ("gpu", "nnapi"):
             kernels = r.get("delegate_kernels")
@@ -58,9 +77,12 @@ def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
             status = f"{status}: {r['error']}"
         avg = "-" if r.get("avg_ms") is None else \
             f"{_ms(r['avg_ms'])}" + (f" ({_ms(r['std_ms'])})" if r.get("std_ms") is not None else "")
-        rows.append([r.get("model", "-"), r.get("precision", "-"), r.get("device") or r.get("target", "-"),
-                     config_label(r), status, _ms(r.get("init_ms")), _ms(r.get("first_ms")), _ms(r.get("p50_ms")),
-                     _ms(r.get("p90_ms")), _ms(r.get("p99_ms")), avg, _mb(r.get("peak_mem_mb")), delegated])
+        row = [r.get("model", "-"), r.get("precision", "-"), r.get("device") or r.get("target", "-"),
+               config_label(r), status, _ms(r.get("init_ms")), _ms(r.get("first_ms")), _ms(r.get("p50_ms")),
+               _ms(r.get("p90_ms")), _ms(r.get("p99_ms")), avg, _mb(r.get("peak_mem_mb")), delegated]
+        if compared:
+            row.insert(columns.index("vs fp32"), "-" if ratio is None else f"{ratio:.2f}")
+        rows.append(row)
     return columns, rows
 
 
@@ -80,7 +102,8 @@ def print_bench(result: dict, stream=None) -> None:
     columns, rows = table_rows(result)
     table = Table(title="latency (ms) per inference, batch 1", title_justify="left")
     for col in columns:
-        table.add_column(col, overflow="fold", justify="right" if "ms" in col or "MB" in col else "left")
+        table.add_column(col, overflow="fold", justify="right" if "ms" in col or "MB" in col or col == "vs fp32"
+                         else "left")
     for row in rows:
         table.add_row(*row)
     console.print(table)
