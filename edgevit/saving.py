@@ -317,6 +317,10 @@ def resolve_model(name_or_path: str, num_classes: int | None = None, input_size:
                 set_class_names(resized, class_names_of(model))
             model = resized
         return model, spec
+    if weights is None:  # random weights, seeded: the same command writes the same file
+        import keras
+
+        keras.utils.set_random_seed(0)
     model = create_model(name_or_path, num_classes=1000 if num_classes is None else num_classes,
                          input_size=input_size, weights=weights)
     names = stored_class_names(weights) if weights is not None and weights.endswith(MODEL_SUFFIX) else None

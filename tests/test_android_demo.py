@@ -102,7 +102,7 @@ def test_bundle_puts_model_metadata_and_labels_where_the_app_reads_them(tmp_path
     assert (assets / "model.tflite").read_bytes() == exported.read_bytes()
     meta = json.loads((assets / "model.json").read_text())
     assert meta == json.loads(exported.with_suffix(".json").read_text())
-    assert meta["input"]["dtype"] == "int8" and meta["preprocessing"]["input_size"] == SIZE
+    assert meta["input"]["dtype"] == "uint8" and meta["preprocessing"]["input_size"] == SIZE
     labels = (assets / "labels.txt").read_text().splitlines()
     assert labels == exported.with_name("tiny_int8.labels.txt").read_text().splitlines()
     assert len(labels) == meta["num_classes"] == 10

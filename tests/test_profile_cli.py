@@ -55,7 +55,7 @@ def test_check_lists_fallbacks_and_partitions(files):
 def test_check_json_gpu_only_and_fail_on_fallback(files):
     code, out, _ = run("check", files["rank6"], "--gpu", "--json", "--no-gpu-run")
     data = json.loads(out)
-    assert code == 0 and set(data) == {"model", "gpu"}
+    assert code == 0 and set(data) == {"model", "metadata", "gpu"}
     assert data["gpu"]["fallback_ops"] == 3 and data["gpu"]["partitions"] == 2
     assert {g["op"] for g in data["gpu"]["fallback_summary"]} == {"RESHAPE", "TRANSPOSE"}
     assert run("check", files["rank6"], "--fail-on-fallback", "--no-gpu-run")[0] == 2

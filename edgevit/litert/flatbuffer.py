@@ -124,6 +124,27 @@ def write_model(model, size_hint: int) -> bytes:
     return bytes(builder.Output())
 
 
+def with_metadata(model_content: bytes, name: str, data: bytes) -> bytes:
+    """The flatbuffer of ``model_content`` (without anything appended to it)
+    with its metadata entry ``name`` holding ``data``, added or replaced."""
+    schema = schema_module()
+    model = read_model(model_content)
+    entry = next((e for e in model.metadata or [] if metadata_name(e) == name), None)
+    if entry is None:
+        model.buffers = [*(model.buffers or []), schema.BufferT()]
+        entry = schema.MetadataT()
+        entry.name = name
+        entry.buffer = len(model.buffers) - 1
+        model.metadata = [*(model.metadata or []), entry]
+    model.buffers[entry.buffer].data = np.frombuffer(data, dtype=np.uint8)
+    return write_model(model, len(model_content) + len(data) + 1024)
+
+
+def metadata_name(entry) -> str:
+    """The name of an unpacked metadata entry (``MetadataT``)."""
+    return entry.name.decode() if isinstance(entry.name, bytes) else entry.name
+
+
 def add_opcode(model, op_names: list[str], name: str, version: int = 1) -> int:
     """The index of builtin op ``name``'s operator code in ``model``
     (``ModelT``), added when the file has none; ``op_names`` is

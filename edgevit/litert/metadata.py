@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 
 from edgevit.errors import EdgevitError
-from edgevit.litert.flatbuffer import read_model, schema_module, write_model
+from edgevit.litert.flatbuffer import metadata_name, read_model, with_metadata
 
 METADATA_NAME = "edgevit_metadata"
 SCHEMA = "edgevit-model-metadata"
@@ -78,18 +77,8 @@ def embed_edgevit(model_content: bytes, metadata: dict) -> bytes:
     (replacing an earlier edgevit entry); files packed in the model stay."""
     from edgevit.litert.standard_metadata import associated_files, with_files
 
-    schema = schema_module()
-    model = read_model(model_content)
-    data = np.frombuffer(json.dumps(metadata).encode("utf-8"), dtype=np.uint8)
-    entry = _entry(model)
-    if entry is None:
-        model.buffers = [*(model.buffers or []), schema.BufferT()]
-        entry = schema.MetadataT()
-        entry.name = METADATA_NAME
-        entry.buffer = len(model.buffers) - 1
-        model.metadata = [*(model.metadata or []), entry]
-    model.buffers[entry.buffer].data = data
-    return with_files(write_model(model, len(model_content) + len(data) + 1024), associated_files(model_content))
+    data = json.dumps(metadata).encode("utf-8")
+    return with_files(with_metadata(model_content, METADATA_NAME, data), associated_files(model_content))
 
 
 def read_embedded(model_content: bytes) -> dict | None:
@@ -112,8 +101,4 @@ def read_embedded(model_content: bytes) -> dict | None:
 
 
 def _entry(model):
-    for entry in model.metadata or []:
-        name = entry.name.decode() if isinstance(entry.name, bytes) else entry.name
-        if name == METADATA_NAME:
-            return entry
-    return None
+    return next((entry for entry in model.metadata or [] if metadata_name(entry) == METADATA_NAME), None)

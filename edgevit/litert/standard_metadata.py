@@ -20,12 +20,11 @@ import io
 import zipfile
 
 import flatbuffers
-import numpy as np
 from flatbuffers import number_types
 from flatbuffers.table import Table
 
 from edgevit.errors import EdgevitError
-from edgevit.litert.flatbuffer import read_model, schema_module, write_model
+from edgevit.litert.flatbuffer import metadata_name, read_model, with_metadata
 from edgevit.litert.metadata import TAKES_RGB_BYTES, TAKES_RGB_UNIT
 
 METADATA_NAME = "TFLITE_METADATA"
@@ -141,18 +140,7 @@ def populate(content: bytes, metadata: dict, files: dict[str, bytes]) -> bytes:
     """``content`` with ``metadata`` (a ModelMetadata dict) under
     TFLITE_METADATA and ``files`` (name -> bytes) in a zip appended to it;
     an earlier standard entry and zip are replaced."""
-    schema = schema_module()
-    model = read_model(content)
-    data = serialize(metadata)
-    entry = next((e for e in model.metadata or [] if _name(e) == METADATA_NAME), None)
-    if entry is None:
-        model.buffers = [*(model.buffers or []), schema.BufferT()]
-        entry = schema.MetadataT()
-        entry.name = METADATA_NAME
-        entry.buffer = len(model.buffers) - 1
-        model.metadata = [*(model.metadata or []), entry]
-    model.buffers[entry.buffer].data = np.frombuffer(data, dtype=np.uint8)
-    return with_files(write_model(model, len(content) + len(data) + 1024), files)
+    return with_files(with_metadata(content, METADATA_NAME, serialize(metadata)), files)
 
 
 def with_files(flatbuffer: bytes, files: dict[str, bytes]) -> bytes:
@@ -166,10 +154,6 @@ def with_files(flatbuffer: bytes, files: dict[str, bytes]) -> bytes:
         for name, payload in files.items():
             zf.writestr(name, payload)
     return whole.getvalue()
-
-
-def _name(entry) -> str:
-    return entry.name.decode() if isinstance(entry.name, bytes) else entry.name
 
 
 def serialize(metadata: dict) -> bytes:
@@ -223,7 +207,7 @@ def read_standard(content: bytes) -> dict | None:
     (member, fields)), with ``files``: the appended zip's members by name;
     None when the file has no such entry."""
     model = read_model(content)
-    entry = next((e for e in model.metadata or [] if _name(e) == METADATA_NAME), None)
+    entry = next((e for e in model.metadata or [] if metadata_name(e) == METADATA_NAME), None)
     if entry is None:
         return None
     try:
