@@ -195,3 +195,10 @@ def test_every_link_between_the_documents_leads_somewhere(doc):
         if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked)):
             broken.append(target)
     assert not broken, broken
+
+
+def test_the_qat_defaults_the_readme_states_are_the_commands_defaults():
+    epochs, lr = re.search(r"edgevit qat .*# quantization-aware: (\d+) epochs at lr ([\d.e-]+)",
+                           (ROOT / "README.md").read_text()).groups()
+    defaults = {p.name: p.default for p in main.get_command(click.Context(main), "qat").params}
+    assert (defaults["epochs"], defaults["lr"]) == (int(epochs), float(lr))
