@@ -2,6 +2,8 @@
 honoured by the converter, Keras-vs-int8 agreement (acceptance, and exact
 op by op on the kernels users ship), .keras round trip, and every family
 through QAT on a small folder of real photos."""
+import dataclasses
+import importlib
 from collections import Counter
 
 import keras
@@ -487,6 +489,23 @@ SMALLEST = {"mobilevit_v1_xxs": 64, "mobilevit_v2_050": 64, "mobilevit_v3_xxs": 
             "cswin_tiny": 64, "t2t_vit_7": 32}
 # cswin_tiny's 25 blocks, 21 of them alike in stage 3, as one block per stage (every kind of layer)
 SHALLOW = {"cswin_tiny": shallow_tiny}
+# The deep families with one block per stage (or per kind of block), which holds every kind of layer:
+# module, the fields of its config table's entry and the module constants that set the depth.
+FEW_BLOCKS = {"crossvit_tiny": ("crossvit", {"depth": 1}, {"NUM_MULTISCALE_BLOCKS": 1}),
+              "cvt_13": ("cvt", {"depths": (1, 1, 1)}, {}),
+              "pit_ti": ("pit", {"depths": (1, 1, 1)}, {}),
+              "swin_tiny": ("swin", {"depths": (1, 1, 1, 1)}, {}),   # 32 px: one window per stage
+              "swinv2_tiny": ("swin", {"depths": (1, 1, 1, 1)}, {}),
+              "deepvit_s": ("deepvit", {}, {"DEPTH": 2, "RE_ATTENTION_BLOCKS": 1})}
+
+
+def with_few_blocks(name: str, monkeypatch) -> None:
+    module_name, fields, constants = FEW_BLOCKS[name]
+    module = importlib.import_module(f"edgevit.models.{module_name}")
+    if fields:
+        monkeypatch.setitem(module.CONFIGS, name, dataclasses.replace(module.CONFIGS[name], **fields))
+    for constant, value in constants.items():
+        monkeypatch.setattr(module, constant, value)
 
 
 def test_every_family_has_its_smallest_variant_here():
@@ -495,7 +514,9 @@ def test_every_family_has_its_smallest_variant_here():
 
 
 @pytest.mark.parametrize("name", list(SMALLEST))
-def test_every_family_trains_saves_and_converts_with_trained_ranges(name, photos, tmp_path):
+def test_every_family_trains_saves_and_converts_with_trained_ranges(name, photos, tmp_path, monkeypatch):
+    if name in FEW_BLOCKS:
+        with_few_blocks(name, monkeypatch)
     size = SMALLEST[name]
     pre = get_spec(name).preprocessing_at(size)
     dataset = find_dataset(photos)
