@@ -143,7 +143,9 @@ def load_model(path: str | Path):
 
     import edgevit.layers  # noqa: F401  (registers the custom layers)
     import edgevit.models  # noqa: F401
-    import edgevit.quantize.layers  # noqa: F401  (registers the QAT layers)
+    import edgevit.quantize.conv_dense_layers  # noqa: F401  (registers the QAT layers)
+    import edgevit.quantize.multi_op_layers  # noqa: F401
+    import edgevit.quantize.quantizers  # noqa: F401
 
     path = check_model_file(path)
     try:

@@ -4,6 +4,9 @@ op by op on the kernels users ship), .keras round trip, and every family
 through QAT on a small folder of real photos."""
 import dataclasses
 import importlib
+import subprocess
+import sys
+import textwrap
 from collections import Counter
 
 import keras
@@ -24,10 +27,11 @@ from edgevit.layers import (Fold, HeadAttention, LayerNorm, TokenSlice, Unfold, 
 from edgevit.litert.flatbuffer import read
 from edgevit.litert.xnnpack import xnnpack_plan
 from edgevit.models.t2t_vit import TokenPerformer
-from edgevit.quantize.layers import (ActivationQuantizer, QuantDense, QuantLayerNorm,
-                                     QuantMultiHeadSelfAttention, QuantSeparableSelfAttention)
+from edgevit.quantize.conv_dense_layers import QuantDense
+from edgevit.quantize.multi_op_layers import QuantLayerNorm, QuantMultiHeadSelfAttention, QuantSeparableSelfAttention
 from edgevit.quantize.qat import (calibrate, is_qat_model, per_channel_weights, quantization_ranges,
                                   quantize_model)
+from edgevit.quantize.quantizers import ActivationQuantizer
 from edgevit.quantize.registry import QuantizeRule, register
 from edgevit.registry import get_spec
 from edgevit.saving import load_model
@@ -272,6 +276,42 @@ def test_qat_model_saves_and_reloads_with_identical_outputs(trained, tmp_path):
     assert is_qat_model(reloaded)
     np.testing.assert_array_equal(outputs(reloaded, x), outputs(qat, x))
     assert quantization_ranges(reloaded) == quantization_ranges(qat)
+
+
+# What a saved QAT .keras file calls each layer class: every release's files
+# load only while each of these names resolves.
+SAVED_CLASS_NAMES = sorted(f"edgevit.qat>{name}" for name in (
+    "ActivationQuantizer", "ConstantQuantizer", "QuantActivation", "QuantAffine", "QuantAverage",
+    "QuantBicubicResize", "QuantConv2D", "QuantCosineWindowAttention", "QuantDense", "QuantDepthwiseConv2D",
+    "QuantGatedPositionalSelfAttention", "QuantHeadAttention", "QuantLayerNorm", "QuantLayerScale",
+    "QuantMultiHeadSelfAttention", "QuantPositionEmbedding", "QuantReAttention", "QuantSeparableSelfAttention",
+    "QuantTokenAttention", "QuantTokenPerformer", "QuantWindowAttention"))
+
+
+def test_a_fresh_process_loads_a_qat_file_by_the_names_saved_files_hold(tmp_path):
+    """Loading resolves each layer class by the name the file holds, not by
+    the module that defines it: a fresh process (the command line's) that
+    imports only edgevit.saving loads a QAT file with identical outputs, and
+    then knows every name saved files use, and no other."""
+    x = np.random.default_rng(1).random((2, 64, 64, 3), dtype="float32")
+    qat = quantize_model(edgevit.create_model("mobilevit_v2_050", num_classes=2, input_size=64), x)
+    path = tmp_path / "mobilevit_v2_050_qat.keras"
+    qat.save(path)
+    np.save(tmp_path / "x.npy", x)
+    code = textwrap.dedent("""
+        import sys
+        import keras
+        import numpy as np
+        from edgevit.saving import load_model
+        model = load_model(sys.argv[1])
+        np.save(sys.argv[3], np.asarray(model(np.load(sys.argv[2]), training=False)))
+        print(sorted(name for name in keras.saving.get_custom_objects() if name.startswith("edgevit.qat>")))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == str(SAVED_CLASS_NAMES)
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), outputs(qat, x))
 
 
 def test_conversion_without_calibration_needs_a_qat_model():

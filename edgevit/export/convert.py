@@ -134,7 +134,7 @@ def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = T
         return keras.quantizers.fake_quant_with_min_max_vars(scores, *SOFTMAX_INT8_RANGE) if quantized_softmax \
             else scores
 
-    from edgevit.quantize.layers import exporting
+    from edgevit.quantize.export_trace import exporting
 
     with exporting(float_ops, fake_quant):  # a QAT model traces to the fake-quant ops the converter reads
         return forward.get_concrete_function(tf.TensorSpec(shape, tf.float32, name="images"))

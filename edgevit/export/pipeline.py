@@ -338,7 +338,7 @@ def keras_outputs(model, images: np.ndarray, fake_quant: bool = True) -> np.ndar
     calls 24 s, with identical outputs."""
     import tensorflow as tf
 
-    from edgevit.quantize.layers import exporting
+    from edgevit.quantize.export_trace import exporting
     from edgevit.quantize.qat import is_qat_model
 
     def forward(batch):

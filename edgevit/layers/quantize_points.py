@@ -5,7 +5,7 @@ in a LiteRT file marks every such op output with ``quantize_point(tag, x)``
 and every weight that enters an op as a constant operand (a LayerNorm's
 gamma, a position embedding) with ``quantize_point(tag, weight)`` too. Here
 both are the identity, so float models are unchanged; the quantization-aware
-subclasses in ``edgevit.quantize.layers`` fake-quantize at each tag, which is
+subclasses in ``edgevit.quantize.multi_op_layers`` fake-quantize at each tag, which is
 what an int8 file computes there. Internal projections are built with
 ``dense_class``, which those subclasses replace by a Dense with an int8
 kernel, and products of two activations (BATCH_MATMUL) go through

@@ -36,7 +36,7 @@ CONV_TYPES = ("Conv2D", "DepthwiseConv2D")
 
 
 def is_qat_model(model) -> bool:
-    from edgevit.quantize.layers import ActivationQuantizer
+    from edgevit.quantize.quantizers import ActivationQuantizer
 
     return any(isinstance(layer, ActivationQuantizer) for layer in _all_layers(model))
 
@@ -127,7 +127,8 @@ class _Rewrite:
     def __call__(self, layer, args, kwargs, input_params: list):
         """``input_params``: [scale, zero point] of each (flattened) input, or None."""
 
-        from edgevit.quantize import layers as q
+        from edgevit.quantize.multi_op_layers import QuantActivation
+        from edgevit.quantize.quantizers import ActivationQuantizer
 
         rule = self.rules[id(layer)]
         site = self.calls[id(layer)]
@@ -160,9 +161,9 @@ class _Rewrite:
             if accumulator is not None:
                 self.accumulators[id(out)] = accumulator
             return out
-        out = q.ActivationQuantizer(self.momentum, name=f"{layer.name}.quant" + (f".{site}" if site else ""))(
+        out = ActivationQuantizer(self.momentum, name=f"{layer.name}.quant" + (f".{site}" if site else ""))(
             out, **(accumulator or {}))
-        act = self.replacement((id(layer), "act"), lambda: q.QuantActivation(
+        act = self.replacement((id(layer), "act"), lambda: QuantActivation(
             activation, momentum=self.momentum, sites=sites, name=f"{layer.name}.act"))
         return act(out, site=site)
 
@@ -260,7 +261,7 @@ class _RangePlan:
         input, ``input_params``, where the op keeps them). ``matmul``: the
         operands' when a BATCH_MATMUL writes ``old``; ``accumulator``: the
         quantizer arguments when a convolution or dense layer does."""
-        from edgevit.quantize.layers import ActivationQuantizer
+        from edgevit.quantize.quantizers import ActivationQuantizer
 
         if id(old) not in self.needs_range:
             if input_params is not None and id(old) not in self.constant:
@@ -284,7 +285,7 @@ class _RangePlan:
 
 def _sum_operands(node, args, kwargs, input_params) -> dict | None:
     """The quantizer arguments for the output of a two-operand Add layer
-    (see edgevit.quantize.layers.sum_requantized)."""
+    (see edgevit.quantize.kernel_arithmetic.sum_requantized)."""
     import keras
 
     operands = keras.tree.flatten((args, kwargs))
@@ -296,7 +297,7 @@ def _sum_operands(node, args, kwargs, input_params) -> dict | None:
 
 def _constant_operand(tensor, tensors: dict, quantized: dict):
     """The rewritten constant ``tensor``, quantized as a constant operand (once)."""
-    from edgevit.quantize.layers import ConstantQuantizer
+    from edgevit.quantize.quantizers import ConstantQuantizer
 
     if id(tensor) not in quantized:
         producer = tensor._keras_history.operation.name
@@ -321,22 +322,22 @@ def _scale_source(tensor, rules):
 
 def _range_params(fixed_range) -> list[float]:
     """[scale, zero point, scale residual] of a fixed range (see
-    edgevit.quantize.layers.quantization_params)."""
-    from edgevit.quantize.layers import quantization_params
+    edgevit.quantize.int8_ranges.quantization_params)."""
+    from edgevit.quantize.int8_ranges import quantization_params
 
     return [float(v) for v in quantization_params(*fixed_range)]
 
 
 def _activation(layer) -> str | None:
     """The name of the activation in ``layer``'s config, if it has one."""
-    from edgevit.quantize.layers import activation_name
+    from edgevit.quantize.multi_op_layers import activation_name
 
     activation = layer.get_config().get("activation")
     return None if activation is None else activation_name(activation)
 
 
 def _output_fixed_range(layer, rule):
-    from edgevit.quantize.layers import FIXED_OUTPUT_RANGES
+    from edgevit.quantize.int8_ranges import FIXED_OUTPUT_RANGES
 
     activation = _activation(layer)
     return rule.fixed_range if activation is None else FIXED_OUTPUT_RANGES.get(activation)
@@ -346,7 +347,7 @@ def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, ma
     """Initialise activation ranges: run ``images`` (an array or an iterable
     of batches) through the model with every quantizer observing (inputs pass
     unquantized), in inference mode. Returns the number of batches."""
-    from edgevit.quantize.layers import ActivationQuantizer
+    from edgevit.quantize.quantizers import ActivationQuantizer
 
     quantizers = [layer for layer in _all_layers(qat_model) if isinstance(layer, ActivationQuantizer)]
     if isinstance(images, np.ndarray):
@@ -374,7 +375,7 @@ def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, ma
 
 def quantization_ranges(qat_model) -> dict[str, tuple[float, float]]:
     """{quantizer path: (min, max)} of every activation quantizer."""
-    from edgevit.quantize.layers import ActivationQuantizer
+    from edgevit.quantize.quantizers import ActivationQuantizer
 
     ranges = {}
     for path, layer in _layer_paths(qat_model):
@@ -457,7 +458,7 @@ def _clone(layer):
 
 
 def _quantized_conv(conv, bn):
-    from edgevit.quantize.layers import QuantConv2D, QuantDepthwiseConv2D, fold_batchnorm
+    from edgevit.quantize.conv_dense_layers import QuantConv2D, QuantDepthwiseConv2D, fold_batchnorm
 
     config = conv.get_config()
     config["activation"] = None
@@ -478,7 +479,7 @@ def _quantized_conv(conv, bn):
 
 
 def _quantized_dense(dense):
-    from edgevit.quantize.layers import QuantDense
+    from edgevit.quantize.conv_dense_layers import QuantDense
 
     config = dense.get_config()
     config["activation"] = None

@@ -39,7 +39,14 @@ from edgevit.models.deepvit import ReAttention
 from edgevit.models.resmlp import Affine, LayerScale
 from edgevit.models.swin import CosineWindowAttention, WindowAttention
 from edgevit.models.t2t_vit import TokenAttention, TokenPerformer
-from edgevit.quantize import layers as q
+from edgevit.quantize.conv_dense_layers import QuantConv2D, QuantDense, QuantDepthwiseConv2D
+from edgevit.quantize.int8_ranges import UNIT_RANGE
+from edgevit.quantize.multi_op_layers import (QuantActivation, QuantAffine, QuantAverage, QuantBicubicResize,
+                                              QuantCosineWindowAttention, QuantGatedPositionalSelfAttention,
+                                              QuantHeadAttention, QuantLayerNorm, QuantLayerScale,
+                                              QuantMultiHeadSelfAttention, QuantPositionEmbedding, QuantReAttention,
+                                              QuantSeparableSelfAttention, QuantTokenAttention, QuantTokenPerformer,
+                                              QuantWindowAttention)
 
 RANGE_KINDS = ("input", "output", "points", "folded", "shared")
 
@@ -80,32 +87,32 @@ _REGISTRY: dict[type, QuantizeRule] = {
                      keras.layers.AveragePooling2D, keras.layers.Rescaling), ONE_OP),
     PrefixTokens: QuantizeRule("output", constant_output=True),
     keras.layers.Concatenate: QuantizeRule("shared"),
-    keras.layers.Softmax: QuantizeRule("output", fixed_range=q.UNIT_RANGE),
-    keras.layers.Conv2D: QuantizeRule("output", q.QuantConv2D, ("kernel",)),
-    keras.layers.DepthwiseConv2D: QuantizeRule("output", q.QuantDepthwiseConv2D, ("kernel",)),
-    keras.layers.Dense: QuantizeRule("output", q.QuantDense, ("kernel",)),
+    keras.layers.Softmax: QuantizeRule("output", fixed_range=UNIT_RANGE),
+    keras.layers.Conv2D: QuantizeRule("output", QuantConv2D, ("kernel",)),
+    keras.layers.DepthwiseConv2D: QuantizeRule("output", QuantDepthwiseConv2D, ("kernel",)),
+    keras.layers.Dense: QuantizeRule("output", QuantDense, ("kernel",)),
     keras.layers.BatchNormalization: QuantizeRule("folded"),
-    keras.layers.Activation: QuantizeRule("points", q.QuantActivation),
-    keras.layers.Average: QuantizeRule("points", q.QuantAverage),
-    LayerNorm: QuantizeRule("points", q.QuantLayerNorm),
-    MultiHeadSelfAttention: QuantizeRule("points", q.QuantMultiHeadSelfAttention, ATTENTION_PROJECTIONS),
-    SeparableSelfAttention: QuantizeRule("points", q.QuantSeparableSelfAttention, ATTENTION_PROJECTIONS),
-    HeadAttention: QuantizeRule("points", q.QuantHeadAttention),
-    GatedPositionalSelfAttention: QuantizeRule("points", q.QuantGatedPositionalSelfAttention,
+    keras.layers.Activation: QuantizeRule("points", QuantActivation),
+    keras.layers.Average: QuantizeRule("points", QuantAverage),
+    LayerNorm: QuantizeRule("points", QuantLayerNorm),
+    MultiHeadSelfAttention: QuantizeRule("points", QuantMultiHeadSelfAttention, ATTENTION_PROJECTIONS),
+    SeparableSelfAttention: QuantizeRule("points", QuantSeparableSelfAttention, ATTENTION_PROJECTIONS),
+    HeadAttention: QuantizeRule("points", QuantHeadAttention),
+    GatedPositionalSelfAttention: QuantizeRule("points", QuantGatedPositionalSelfAttention,
                                                ("qk.kernel", "v.kernel", "proj.kernel")),
-    ReAttention: QuantizeRule("points", q.QuantReAttention, (*ATTENTION_PROJECTIONS, "reatten_matrix.kernel")),
-    PositionEmbedding: QuantizeRule("points", q.QuantPositionEmbedding),
-    BicubicResize: QuantizeRule("points", q.QuantBicubicResize),
-    Affine: QuantizeRule("points", q.QuantAffine),
-    LayerScale: QuantizeRule("points", q.QuantLayerScale),
+    ReAttention: QuantizeRule("points", QuantReAttention, (*ATTENTION_PROJECTIONS, "reatten_matrix.kernel")),
+    PositionEmbedding: QuantizeRule("points", QuantPositionEmbedding),
+    BicubicResize: QuantizeRule("points", QuantBicubicResize),
+    Affine: QuantizeRule("points", QuantAffine),
+    LayerScale: QuantizeRule("points", QuantLayerScale),
     SpaceToChannels: KEEPS_INPUT_SCALE,
-    WindowAttention: QuantizeRule("points", q.QuantWindowAttention, ATTENTION_PROJECTIONS),
-    CosineWindowAttention: QuantizeRule("points", q.QuantCosineWindowAttention, ATTENTION_PROJECTIONS),
+    WindowAttention: QuantizeRule("points", QuantWindowAttention, ATTENTION_PROJECTIONS),
+    CosineWindowAttention: QuantizeRule("points", QuantCosineWindowAttention, ATTENTION_PROJECTIONS),
     **dict.fromkeys((WindowPartition, WindowMerge, ChannelSplit), KEEPS_INPUT_SCALE),
     # one-hot depthwise convolution: the int8 copy keeps its input's levels
     SoftSplit: ONE_OP,
-    TokenPerformer: QuantizeRule("points", q.QuantTokenPerformer, ("kqv.kernel", "proj.kernel")),
-    TokenAttention: QuantizeRule("points", q.QuantTokenAttention, ATTENTION_PROJECTIONS),
+    TokenPerformer: QuantizeRule("points", QuantTokenPerformer, ("kqv.kernel", "proj.kernel")),
+    TokenAttention: QuantizeRule("points", QuantTokenAttention, ATTENTION_PROJECTIONS),
 }
 
 

@@ -1,0 +1,235 @@
+"""LiteRT's int8 kernel arithmetic, computed with float ops.
+
+A fake-quant op rounds the float result of an op to its output's grid; the
+int8 kernel computes that result from integer levels and rounds it by its
+own fixed-point rules, which differ near rounding midpoints. Each function
+here returns what the kernel writes, so that the QAT model and the int8 file
+agree value for value:
+
+- XNNPACK's fp32 requantization of the int32 accumulator of a convolution,
+  a FULLY_CONNECTED and a BATCH_MATMUL with a symmetric second operand
+  (:func:`accumulator_requantized`), and of a MUL
+  (:func:`product_requantized`);
+- the builtin BATCH_MATMUL's two-step fixed-point rescale
+  (:func:`batch_matmul_requantized`);
+- XNNPACK's and the builtin kernel's ADD (:func:`sum_requantized`) and
+  XNNPACK's MEAN (:func:`mean_requantized`);
+- the int32 bias the converter writes (:func:`bias_levels`), and the model
+  input as an app quantizes it (:func:`input_quantized`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from keras import ops
+
+from edgevit.quantize.int8_ranges import scale_and_zero_point, weight_scales
+
+
+def accumulator_requantized(x, input_params, kernel_scales, lo, hi):
+    """What XNNPACK writes for ``x``, the output of an int8 convolution or
+    dense layer whose input has [scale, zero point] ``input_params`` and
+    whose output channels have ``kernel_scales``, into a tensor with range
+    [lo, hi]: the int32 accumulator (bias included) times the float32
+    requantization scale ``input_scale * kernel_scale / output_scale``,
+    rounded half to even (XNNPACK's fp32 requantization, measured to match
+    every element of a trained MobileViT's convolutions). A float32 fake
+    quant of the float output lands a few ulps off that product and rounds
+    the other way near midpoints, about one output in 10^4, and each such
+    step spreads through the layers after it."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    step = input_params[0] * kernel_scales
+    accumulator = ops.round(x / step)
+    levels = ops.round(accumulator * (step / scale))
+    return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
+
+
+def product_requantized(x, factor_params, lo, hi, square: bool = False):
+    """What XNNPACK writes for ``x``, the int8 MUL of two operands on the
+    grids ``factor_params`` ([scale, zero point] each), into a tensor with
+    range [lo, hi]: the integer product times the float32 multiplier
+    ``scale_a * scale_b / output_scale``, the product in float32, rounded
+    half to even, as a convolution's accumulator. A tensor times itself
+    (``square``) runs another kernel, which rounds the exact product once
+    (measured on every element of the MULs of MobileViT v1/v2/v3 files,
+    near-ties included: each rule turns about one near-tie in a thousand the
+    other way in the other case)."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    step = factor_params[0][0] * factor_params[1][0]
+    multiplier = step / scale
+    product = ops.round(ops.cast(x, "float64") / ops.cast(step, "float64"))
+    if square:
+        levels = ops.cast(ops.round(product * ops.cast(multiplier, "float64")), x.dtype)
+    else:
+        levels = ops.round(ops.cast(product, x.dtype) * multiplier)
+    return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
+
+
+def floor_log2(value):
+    """``floor(log2(value))`` exactly for float64 ``value`` > 0 (log2 of a
+    value an ulp below a power of two rounds up to that power's exponent):
+    the exponent of a fixed-point multiplier."""
+    exponent = ops.floor(ops.log2(value))
+    return exponent + ops.cast(ops.power(2.0, exponent + 1.0) <= value, "float64") \
+        - ops.cast(ops.power(2.0, exponent) > value, "float64")
+
+
+def batch_matmul_requantized(x, lhs, rhs, lo, hi):
+    """What LiteRT writes for ``x``, the float product of int8 operands with
+    quantization ``lhs`` and ``rhs`` ([scale, zero point] each), into a
+    tensor with range [lo, hi].
+
+    With XNNPACK (LiteRT's default CPU kernels), an int8 BATCH_MATMUL whose
+    second operand has zero point 0 runs in XNNPACK, which requantizes the
+    int32 accumulator as it does a dense layer's (see
+    :func:`accumulator_requantized`; a fake-quant of the float product
+    rounds near-ties its own way). Any other runs in LiteRT's builtin kernel, which
+    rescales the int32 accumulator by M = lhs * rhs / out in two rounding
+    steps: a fixed-point multiply that rounds to 2^-shift of an output step
+    (M = m * 2^-shift, m in [0.5, 1)), then a shift that rounds half away
+    from zero. A value up to 2^-(shift+1) steps below a rounding midpoint
+    thus rounds up where a fake-quant rounds down (about 0.4% of an
+    attention layer's scores). The arithmetic runs in float64: accumulator
+    times 2^shift exceeds float32's integers."""
+    return ops.cond(ops.equal(rhs[1], 0.0), lambda: accumulator_requantized(x, lhs, rhs[0], lo, hi),
+                    lambda: _builtin_batch_matmul(x, lhs[0] * rhs[0], lo, hi))
+
+
+def _builtin_batch_matmul(x, product_scale, lo, hi):
+    """LiteRT's builtin int8 BATCH_MATMUL requantization of the float
+    product ``x`` of operands whose scales multiply to ``product_scale``
+    (see :func:`batch_matmul_requantized`)."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    multiplier = ops.cast(product_scale / scale, "float64")
+    steps = ops.power(2.0, -floor_log2(multiplier) - 1.0)  # 2^shift
+    accumulator = ops.round(ops.cast(x, "float64") / ops.cast(product_scale, "float64"))
+    fine = ops.floor(accumulator * multiplier * steps + 0.5)
+    rounded = ops.sign(fine) * ops.floor(ops.abs(fine) / steps + 0.5)
+    zero_point = ops.cast(zero_point, "float64")
+    return ops.cast((ops.clip(rounded + zero_point, -128.0, 127.0) - zero_point) * ops.cast(scale, "float64"),
+                    x.dtype)
+
+
+def input_quantized(x, lo, hi):
+    """The model's float input as an app quantizes it for an int8 input
+    tensor: ``x / scale`` in float32, rounded half to even, plus the zero
+    point (edgevit's runners and the Android demo; a fake-quant rounds half
+    up, and every pixel of a model normalised with mean 0.5 and std 0.5 lies
+    within float32 error of a midpoint)."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    levels = ops.round(x / scale)
+    return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
+
+
+def mean_requantized(summands, summand_params, axes, lo, hi):
+    """What XNNPACK writes for the int8 MEAN of ``summands`` (on the grid
+    ``summand_params``) over ``axes`` into a tensor with range [lo, hi]:
+    the int32 sum of the int8 values (input zero point included) times the
+    float32 multiplier ``input_scale / output_scale`` x ``1 / count``, plus
+    the output zero point less count x input zero point x multiplier, in
+    float32, rounded half to even (measured to match every element of the
+    MEANs of MobileViT v1, v2 and v3 files, whichever axes they reduce;
+    rescaling the sum of the levels instead rounds near-ties the other way).
+    The float mean's fake-quant lands a few ulps off now and then; in a
+    GroupNorm, whose variance is one MEAN over the whole map, such a step
+    moves every element of the map."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    count = np.float32(np.prod([summands.shape[a] for a in axes]))
+    input_scale, input_zero_point = (ops.cast(p, "float32") for p in (summand_params[0], summand_params[1]))
+    multiplier = (input_scale / ops.cast(scale, "float32")) * (np.float32(1.0) / count)
+    levels = ops.round(summands / input_scale) + input_zero_point  # whole numbers: their float32 sum is exact
+    values = ops.sum(levels, axis=axes, keepdims=True)
+    quantized = ops.round(values * multiplier + (zero_point - (count * input_zero_point) * multiplier))
+    return (ops.clip(quantized, -128.0, 127.0) - zero_point) * scale
+
+
+def sum_requantized(addends, addend_params, lo, hi):
+    """What LiteRT writes for the int8 ADD of ``addends`` (two tensors on
+    the grids ``addend_params``) into a tensor with range [lo, hi].
+
+    XNNPACK (:func:`_xnnpack_sum`) takes the ADD when each operand's scale
+    over the output scale lies in [2^-10, 2^8); otherwise (a LayerNorm's
+    beta, tiny beside the output, say) it runs on TFLite's builtin kernel
+    (:func:`_builtin_sum`): each measured to match every element of the
+    ADDs and SUBs of MobileViT files that ran on it, where rounding the real
+    sum misses about 27 in 10^6."""
+    scale, zero_point = scale_and_zero_point(lo, hi)
+    levels = [ops.round(ops.cast(addend, "float64") / ops.cast(params[0], "float64"))
+              for addend, params in zip(addends, addend_params)]
+    ratios = [params[0] / scale for params in addend_params]
+    in_range = [ops.logical_and(ops.abs(r) >= 2.0 ** -10, ops.abs(r) < 256.0) for r in ratios]
+    quantized = ops.cond(ops.logical_and(*in_range), lambda: _xnnpack_sum(levels, ratios),
+                         lambda: _builtin_sum(levels, [p[0] for p in addend_params], scale))
+    zero_point = ops.cast(zero_point, "float64")
+    quantized = ops.clip(quantized + zero_point, -128.0, 127.0)
+    return ops.cast((quantized - zero_point) * ops.cast(scale, "float64"), addends[0].dtype)
+
+
+def _xnnpack_sum(levels, ratios):
+    """XNNPACK's int8 add (output levels less the zero point, float64):
+    each operand's scale over the output scale becomes a fixed-point
+    multiplier of 21 to 22 bits, and the sum of the products is shifted
+    down, rounding half up."""
+    ratios = [ops.cast(r, "float64") for r in ratios]
+    shift = ops.power(2.0, 20.0 - floor_log2(ops.maximum(ops.abs(ratios[0]), ops.abs(ratios[1]))))
+    total = shift / 2.0
+    for operand, ratio in zip(levels, ratios):
+        total = total + ops.round(ratio * shift) * operand
+    return ops.floor(total / shift)
+
+
+def _builtin_sum(levels, scales, output_scale):
+    """TFLite's builtin int8 ADD (output levels less the zero point): each
+    operand, shifted up by 20 bits, is rescaled by a fixed-point multiplier
+    of its scale over twice the larger input scale, the sum by one of that
+    over the output scale, each with gemmlowp's rounding doubling high
+    multiply and rounding right shift (integer arithmetic in int64)."""
+    scales = [ops.cast(s, "float64") for s in scales]
+    twice_largest = 2.0 * ops.maximum(scales[0], scales[1])
+    total = 0
+    for operand, scale in zip(levels, scales):
+        total = total + _rescaled(ops.cast(operand, "int64") * (1 << 20), scale / twice_largest)
+    output = twice_largest / (2.0 ** 20 * ops.cast(output_scale, "float64"))
+    return ops.cast(_rescaled(total, output), "float64")
+
+
+def _rescaled(x, real_multiplier):
+    """gemmlowp's MultiplyByQuantizedMultiplierSmallerThanOne: ``x`` (int64)
+    times ``real_multiplier`` (< 1) as a 31-bit fixed-point multiplier and a
+    right shift, each rounding as TFLite's integer kernels do."""
+    exponent = floor_log2(real_multiplier) + 1.0
+    fraction = real_multiplier / ops.power(2.0, exponent)       # in [0.5, 1)
+    fixed = ops.floor(fraction * 2.0 ** 31 + 0.5)
+    exponent = ops.where(fixed >= 2.0 ** 31, exponent + 1.0, exponent)
+    fixed = ops.cast(ops.where(fixed >= 2.0 ** 31, fixed / 2.0, fixed), "int64")
+    product = x * fixed                                          # < 2^62
+    nudge = ops.cast(ops.where(product >= 0, 1 << 30, 1 - (1 << 30)), "int64")
+    high = ops.sign(product + nudge) * ops.floor_divide(ops.abs(product + nudge), 1 << 31)
+    shift = ops.cast(-exponent, "int64")
+    mask = ops.left_shift(ops.ones_like(shift), shift) - 1
+    remainder = ops.bitwise_and(high, mask)
+    threshold = ops.right_shift(mask, 1) + ops.cast(high < 0, "int64")
+    return ops.right_shift(high, shift) + ops.cast(remainder > threshold, "int64")
+
+
+def bias_levels(bias, input_params, bound):
+    """The int32 bias the converter writes: ``bias`` over the product of
+    the input's and the channel's float64 scales, as it computes them from
+    the ranges before it stores them as float32 (``input_params``: the
+    input's [scale, zero point, scale residual]; ``bound``: the channels'
+    kernel bounds), rounded half away from zero; with the gradient of the
+    division. (Divided by the float32 scales, about one bias in ten
+    thousand of a trained MobileViT rounded the other way.)"""
+    def f64(value):
+        return ops.cast(value, "float64")
+
+    scaled = bias / (input_params[0] * weight_scales(bound))
+    quotient = f64(bias) / ((f64(input_params[0]) + f64(input_params[2])) * (f64(bound) * 2.0 / 254.0))
+    levels = ops.sign(quotient) * ops.floor(ops.abs(quotient) + 0.5)
+    return scaled + ops.stop_gradient(ops.cast(levels, scaled.dtype) - scaled)
+
+
+def on_levels(x, scale):
+    """``x / scale`` rounded to whole numbers (``x`` lies on the grid of
+    ``scale``, up to float32 error), with the gradient of the division."""
+    scaled = x / scale
+    return scaled + ops.stop_gradient(ops.round(scaled) - scaled)

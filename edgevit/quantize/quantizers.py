@@ -1,0 +1,233 @@
+"""The fake-quant ops the TFLite converter reads int8 ranges from.
+
+Every tensor that becomes an int8 tensor of the file passes through a TF
+fake-quant op (``keras.quantizers.fake_quant_with_min_max_vars``, or the op
+it calls where the range is already known, see :func:`fake_quant`), whose
+range the converter takes as the tensor's scale and zero point. So the Keras
+model computes in training what the int8 file computes on the phone.
+
+- Activations: :class:`ActivationQuantizer`, one per-tensor range tracked by
+  a moving average of batch min/max (a running mean over the first batches,
+  non-finite values ignored), or a fixed range where TFLite fixes it
+  (LOGISTIC and SOFTMAX outputs: scale 1/256, zero point -128).
+- Conv and depthwise-conv kernels: per-output-channel symmetric ranges
+  (narrow range, [-127, 127]) through the per-channel fake-quant op
+  (:func:`fake_quant_kernel`).
+- Dense kernels: the same per-output-channel symmetric grid, but rounded with
+  plain ops (straight-through gradient, :func:`round_kernel_to_grid`). A
+  per-channel fake-quant op on a Dense kernel does not convert (the
+  FULLY_CONNECTED weight is the transposed kernel: "'tfl.transpose' op has
+  mismatched quantized axes"); the converter quantizes a kernel that already
+  lies on that grid to exactly that grid.
+- Constant operands: per-tensor int8 over their own range
+  (:func:`fake_quant_constant`, :class:`ConstantQuantizer`), as the
+  converter quantizes a constant it folds.
+"""
+from __future__ import annotations
+
+import keras
+import numpy as np
+from keras import ops
+
+from edgevit.quantize.export_trace import (is_exporting, traced_constant, traced_weight_constant,
+                                           without_fake_quant)
+from edgevit.quantize.int8_ranges import (PARAMS_SIZE, array_module, constant_range, quantization_params,
+                                          value_now, value_range)
+from edgevit.quantize.kernel_arithmetic import (accumulator_requantized, batch_matmul_requantized,
+                                                input_quantized, mean_requantized, product_requantized,
+                                                sum_requantized)
+
+# Saved .keras files name every QAT layer class "edgevit.qat>ClassName", and
+# loading finds the class by that name alone: keep it.
+PACKAGE = "edgevit.qat"
+DEFAULT_MOMENTUM = 0.99
+
+
+def fake_quant(x, lo, hi, **kwargs):
+    """int8 fake quantization of ``x`` over [lo, hi] (``kwargs``: per channel,
+    narrow range), the op the converter reads the range from; ``x`` itself
+    while a float file of a QAT model is traced."""
+    if without_fake_quant():
+        return x
+    if not kwargs and np.ndim(lo) == 0 and array_module(lo, hi) is np:  # a range known now
+        import tensorflow as tf
+
+        if is_exporting():  # the converter reads the range from the op's attributes: one graph node
+            return tf.quantization.fake_quant_with_min_max_args(x, min=float(lo), max=float(hi), num_bits=8)
+        # The op keras calls, without its reshapes and casts. (The attribute
+        # op rounds about 3 values in 10^6 the other way: training in a
+        # graph, which reads the range from variables, would then differ.)
+        return tf.quantization.fake_quant_with_min_max_vars(x, np.float32(lo), np.float32(hi), num_bits=8)
+    return keras.quantizers.fake_quant_with_min_max_vars(x, lo, hi, num_bits=8, **kwargs)
+
+
+def fake_quant_constant(value):
+    """Per-tensor int8 over the value's own range (with zero), as the
+    converter quantizes a constant operand; straight-through gradient."""
+    return fake_quant(value, *constant_range(value))
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ActivationQuantizer(keras.layers.Layer):
+    """Per-tensor int8 fake quantization of an activation.
+
+    The range follows the batch min/max: a running mean over the first
+    ``1 / (1 - momentum)`` batches, then an exponential moving average. It is
+    updated while training and while ``observing`` (calibration, where the
+    input passes through unquantized); at inference the stored range is used.
+    ``fixed_range`` pins the range (TFLite's fixed output ranges).
+    ``model_input``: the quantizer of the model's input, rounded as an app
+    quantizes it (see :func:`input_quantized`).
+
+    One quantizer can serve several tensors that LiteRT keeps at one scale
+    (the inputs of a CONCATENATION): each is a call with its own ``slot``,
+    tracked separately, and all are quantized to the union of the slots'
+    ranges.
+    """
+
+    observing = False  # set on instances by edgevit.quantize.qat.calibrate
+
+    def __init__(self, momentum: float = DEFAULT_MOMENTUM, fixed_range=None, slots: int = 1,
+                 symmetric: bool = False, model_input: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.model_input = bool(model_input)
+        self.momentum = float(momentum)
+        self.fixed_range = None if fixed_range is None else (float(fixed_range[0]), float(fixed_range[1]))
+        self.slots = int(slots)
+        self.symmetric = bool(symmetric)
+        if self.fixed_range is None:
+            self.range_min = self.add_weight(name="range_min", shape=(self.slots,), initializer="zeros",
+                                             trainable=False, aggregation="mean")
+            self.range_max = self.add_weight(name="range_max", shape=(self.slots,), initializer="zeros",
+                                             trainable=False, aggregation="mean")
+            self.batches_seen = self.add_weight(name="batches_seen", shape=(self.slots,), initializer="zeros",
+                                                trainable=False, aggregation="only_first_replica")
+        self.built = True
+
+    def build(self, input_shape):
+        self.built = True
+
+    def call(self, x, training=None, slot: int = 0, lhs=None, rhs=None, with_params: bool = False,
+             input_params=None, kernel_scales=None, factor_params=None, square_params=None, addends=None,
+             addend_params=None, summands=None, summand_params=None, axes=None):
+        """``lhs``, ``rhs``: the operands' [scale, zero point] when ``x`` is
+        the output of a BATCH_MATMUL, whose kernel may round differently (see
+        :func:`batch_matmul_requantized`). ``input_params``,
+        ``kernel_scales``: the input's [scale, zero point] and the channel
+        scales when ``x`` is a convolution's or dense layer's accumulator
+        (see :func:`accumulator_requantized`). ``factor_params``: the
+        [scale, zero point] of the two operands of the int8 MUL that writes
+        ``x`` (see :func:`product_requantized`), ``square_params`` the
+        operand's of a tensor times itself. ``addends``,
+        ``addend_params``: the operands of the int8 ADD that writes ``x`` and
+        their [scale, zero point] (see :func:`sum_requantized`).
+        ``summands``, ``summand_params``, ``axes``: the operand of the int8
+        MEAN over ``axes`` that writes ``x`` and its [scale, zero point] (see
+        :func:`mean_requantized`). ``with_params``: also return
+        [scale, zero point], for the layers that read ``x`` (their int32
+        bias, their BATCH_MATMUL)."""
+        if self.fixed_range is None and (training or self.observing):
+            self._track(x, slot)
+        if self.observing:
+            quantized = x
+        else:
+            lo, hi = self.quantization_range()
+            quantized = fake_quant(x, lo, hi)
+            exact = None
+            if lhs is not None and not is_exporting():
+                exact = batch_matmul_requantized(x, lhs, rhs, lo, hi)
+            elif input_params is not None and not is_exporting():
+                exact = accumulator_requantized(x, input_params, kernel_scales, lo, hi)
+            elif factor_params is not None and not is_exporting():
+                exact = product_requantized(x, factor_params, lo, hi)
+            elif square_params is not None and not is_exporting():
+                exact = product_requantized(x, [square_params, square_params], lo, hi, square=True)
+            elif addends is not None and not is_exporting():
+                exact = sum_requantized(addends, addend_params, lo, hi)
+            elif summands is not None and not is_exporting():
+                exact = mean_requantized(summands, summand_params, axes, lo, hi)
+            elif self.model_input and not is_exporting():
+                exact = input_quantized(x, lo, hi)
+            if exact is not None:
+                quantized = quantized + ops.stop_gradient(exact - quantized)
+        return (quantized, self.params()) if with_params else quantized
+
+    def quantization_range(self):
+        if self.fixed_range is not None:
+            return self.fixed_range
+        return traced_constant(self, "range", self._tracked_range)
+
+    def _tracked_range(self):
+        return value_range(value_now(self.range_min), value_now(self.range_max), self.symmetric)
+
+    def params(self):
+        """[scale, zero point, scale residual] of the int8 tensor (see :func:`quantization_params`)."""
+        return traced_constant(self, "params", lambda: ops.stack(quantization_params(*self.quantization_range())))
+
+    def _track(self, x, slot: int):
+        # eagerly in numpy: the same float32 arithmetic at a fraction of the eager ops' cost
+        x = value_now(ops.stop_gradient(ops.cast(x, "float32")))
+        xp, f32 = array_module(x), np.float32
+        finite = xp.isfinite(x)
+        values = xp.where(finite, x, xp.zeros_like(x))
+        batch_min, batch_max = xp.min(values), xp.max(values)
+        this_slot = xp.logical_and(xp.arange(self.slots) == slot, xp.any(finite))
+        seen, range_min, range_max = (value_now(v) for v in (self.batches_seen, self.range_min, self.range_max))
+        rate = xp.minimum(f32(self.momentum), seen / (seen + f32(1.0)))
+        self.range_min.assign(xp.where(this_slot, rate * range_min + (f32(1.0) - rate) * batch_min, range_min))
+        self.range_max.assign(xp.where(this_slot, rate * range_max + (f32(1.0) - rate) * batch_max, range_max))
+        self.batches_seen.assign(seen + xp.where(this_slot, f32(1.0), f32(0.0)))
+
+    def compute_output_spec(self, x, with_params: bool = False, **kwargs):
+        spec = keras.KerasTensor(x.shape, x.dtype)
+        return (spec, keras.KerasTensor((PARAMS_SIZE,), "float32")) if with_params else spec
+
+    def get_config(self):
+        return {**super().get_config(), "momentum": self.momentum, "slots": self.slots,
+                "fixed_range": None if self.fixed_range is None else list(self.fixed_range),
+                "symmetric": self.symmetric, "model_input": self.model_input}
+
+
+def kernel_bound(kernel, channel_axis: int):
+    """The per-output-channel max |kernel|: the narrow int8 range of each channel is [-bound, bound]."""
+    axes = [a for a in range(len(kernel.shape)) if a != channel_axis % len(kernel.shape)]
+    return traced_weight_constant(kernel, f"bound{channel_axis}",
+                      lambda: ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel), axis=axes), 1e-8)))
+
+
+def fake_quant_kernel(kernel, channel_axis: int):
+    """Per-output-channel symmetric int8 (narrow range) fake quantization."""
+    bound = kernel_bound(kernel, channel_axis)
+    return fake_quant(kernel, -bound, bound, narrow_range=True, axis=channel_axis)
+
+
+def round_kernel_to_grid(kernel, reduced_axes=None):
+    """The per-output-channel symmetric int8 grid (channels: every axis but
+    ``reduced_axes``, by default the last axis of a Dense kernel), with a
+    straight-through gradient (see the module docstring). While exporting,
+    a constant: the converter derives the FULLY_CONNECTED weight scales of a
+    constant as :func:`weight_scales` of its :func:`kernel_bound`, but of a
+    slice computed in the graph an ulp or two lower now and then."""
+    if without_fake_quant():
+        return kernel
+    axes = list(range(len(kernel.shape) - 1)) if reduced_axes is None else list(reduced_axes)
+
+    def on_grid():
+        scale = ops.stop_gradient(ops.maximum(ops.max(ops.abs(kernel), axis=axes, keepdims=True), 1e-8)) / 127.0
+        rounded = ops.clip(ops.round(kernel / scale), -127.0, 127.0) * scale
+        return kernel + ops.stop_gradient(rounded - kernel)
+
+    return traced_weight_constant(kernel, f"grid{axes}", on_grid)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ConstantQuantizer(keras.layers.Layer):
+    """A constant of the graph (computed from weights only) where it meets
+    the image's tensors: per-tensor int8 over its own range, as the converter
+    quantizes the constant it folds it into."""
+
+    def call(self, x):
+        return fake_quant_constant(x)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
