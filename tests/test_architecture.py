@@ -152,6 +152,15 @@ def test_no_module_is_longer_than_a_newcomer_reads_in_one_sitting():
     assert not {name: lines for name, lines in lengths.items() if lines > MAX_MODULE_LINES}
 
 
+@pytest.mark.parametrize("package", ["edgevit.litert", "edgevit.profile", "edgevit.quantize"])
+def test_package_docstring_names_each_of_its_modules(package):
+    """A newcomer finds a module from its package's map: the docstring names
+    every module (as ``name``) with what it is for."""
+    docstring = ast.get_docstring(ast.parse(MODULES[package].read_text())) or ""
+    modules = [name.rpartition(".")[2] for name in MODULES if name.rpartition(".")[0] == package]
+    assert modules and not [m for m in modules if f"``{m}``" not in docstring]
+
+
 def test_cli_output_helpers_import_nothing_else_from_edgevit():
     assert _imports("edgevit.cli.output", module_level_only=False) <= {"edgevit", "edgevit.errors"}
 

@@ -1,4 +1,16 @@
-"""`edgevit bench` / `edgevit check` results as tables, CSV and PNG plots."""
+"""What `edgevit bench` and `edgevit check` print and write: console tables,
+CSV files and PNG plots. Measuring is elsewhere (``bench``, ``adb``,
+``host``, ``arm`` in this package; the rule tables and runs in
+``edgevit.litert``); this module only presents results.
+
+- Latency runs (`bench` on the host or a phone): :func:`print_bench`,
+  :func:`write_csv`, :func:`plot` (latency against the accuracy that
+  :func:`load_eval` reads from `edgevit eval --json` files).
+- Arm64 instruction counts (`bench --arm`): :func:`print_arm_bench`,
+  :func:`write_arm_csv`, :func:`plot_arm`.
+- `check`: :func:`print_check` (the delegate rule tables and the GPU
+  accelerator run), :func:`print_metadata`, :func:`print_arm_check`.
+"""
 from __future__ import annotations
 
 import csv
@@ -351,6 +363,8 @@ def arm_tables(result: dict) -> list[tuple[str, list[str], list[list[str]]]]:
 
 
 def print_arm_bench(result: dict, kernels_shown: int = 8, stream=None) -> None:
+    """The :func:`arm_tables`, then the XNNPACK kernels each file ran, the
+    ``kernels_shown`` busiest first."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
