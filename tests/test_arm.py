@@ -131,6 +131,36 @@ def test_without_the_emulator_the_check_is_a_not_run_record(no_emulator, plain_f
     assert "install-arm-emulator.sh" in check.summary()
 
 
+def test_an_x86_kernel_set_that_aborts_leaves_the_floor_to_the_others(plain_file, monkeypatch):
+    """LiteRT 2.3's x86 reference kernels abort on some int8 files (pit_ti
+    and cvt_13 at 224 px) that XNNPACK and the builtin kernels run: the Arm64
+    check then takes its floor from the builtin kernels, not the abort."""
+    from types import SimpleNamespace
+
+    from edgevit.export import run_model
+
+    x86 = np.array([[1.0, 0.5, -0.5]], np.float32)
+    builtin = np.array([[1.0, 0.6, -0.5]], np.float32)
+
+    def run_in_child(path, inputs, num_threads=1, kernels="xnnpack", timeout=900):
+        if kernels == "reference":
+            raise EdgevitError(f"LiteRT failed running {Path(path).name}: the interpreter process was killed by "
+                               "SIGABRT")
+        return {"xnnpack": x86, "builtin": builtin}[kernels]
+
+    monkeypatch.setattr(run_model, "run_in_child", run_in_child)
+    monkeypatch.setattr(arm, "emulator_missing", lambda: None)
+    monkeypatch.setattr(arm, "find_emulator", lambda: SimpleNamespace(runtime="ai-edge-litert 1.4.0 (fake)"))
+    monkeypatch.setattr(arm, "precision_of", lambda content: "int8")
+    monkeypatch.setattr(arm, "run_guest", lambda emulator, path, inputs, profile, kernels, timeout:
+                        arm.GuestRun(profile.name, {"xnnpack": x86}, {"xnnpack": x86}, None))
+    check = arm.check_on_arm(plain_file, [arm.PROFILES["a76"]], ("xnnpack",),
+                             inputs=np.zeros((1, 8, 8, 3), np.float32))
+    expected = float(np.dot(x86[0], builtin[0]) / np.linalg.norm(x86[0]) / np.linalg.norm(builtin[0]))
+    assert check.ran and check.agrees
+    assert check.x86_kernels_cosine == pytest.approx(expected, abs=1e-6)
+
+
 # ---------------------------------------------------------------- on the emulator
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):

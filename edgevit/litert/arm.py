@@ -427,10 +427,18 @@ def _check_on_arm(path: Path, profiles, kernels, inputs, images_note, x86_output
         from edgevit.export.agreement import agreement
 
         step(f"x86: running {path.name} with the builtin and reference kernels")
-        kernels_cosine = min(agreement(x86_outputs.reshape(len(inputs), -1),
-                                       run_in_child(path, inputs, kernels=other).reshape(len(inputs), -1))
-                             ["cosine_mean"] for other in ("builtin", "reference"))
-        floor = min(INTEGER_AGREEMENT_FLOOR, kernels_cosine)
+        cosines = []
+        for other in ("builtin", "reference"):
+            try:
+                outputs = run_in_child(path, inputs, kernels=other)
+            except EdgevitError:
+                # LiteRT 2.3's x86 reference kernels abort (SIGABRT) on some int8 files that XNNPACK and the
+                # builtin kernels run (pit_ti and cvt_13 at 224 px): the floor then comes from the others
+                continue
+            cosines.append(agreement(x86_outputs.reshape(len(inputs), -1),
+                                     outputs.reshape(len(inputs), -1))["cosine_mean"])
+        kernels_cosine = min(cosines, default=None)
+        floor = INTEGER_AGREEMENT_FLOOR if kernels_cosine is None else min(INTEGER_AGREEMENT_FLOOR, kernels_cosine)
 
     def one(profile):
         step(f"arm64 {profile.name}: running {path.name} ({'/'.join(kernels)}) on {len(inputs)} images")
