@@ -237,7 +237,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
         exported = export(qat, spec, opts, progress)
         result["export"] = {"file": str(exported.files.model), "agreement": exported.agreement,
                             "probability_agreement": exported.probability_agreement,
-                            "checks": [c.to_dict() for c in exported.checks]}
+                            "checks": [c.to_dict() for c in exported.checks], "verdict": exported.verdict.to_dict()}
     _print_result(result, as_json)
 
 
@@ -283,3 +283,5 @@ def _print_result(result: dict, as_json: bool) -> None:
         rows += [["int8 file", result["export"]["file"]],
                  ["int8 top-1 agreement", a["top1_agreement"]], ["int8 cosine mean", round(a["cosine_mean"], 5)]]
     print_table(None, ["field", "value"], rows)
+    if "export" in result:
+        click.echo(result["export"]["verdict"]["text"])
