@@ -76,9 +76,9 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
 
 
 # Tracing a QAT model costs as much as this many of its eager batches (its
-# thousand ranges and scales become some 30k graph nodes): mobilevit_v3_xxs
-# at 128 px traced in 151 s, where a batch of 32 took 12 s eagerly and 2.7 s
-# traced. A float model traces in seconds.
+# thousand ranges and scales become 48k graph nodes for mobilevit_v3_xxs):
+# at 128 px on a loaded 2-core host it traced in 151 s, where a batch of 32
+# took 12 s eagerly and 2.7 s traced. A float model traces in seconds.
 QAT_TRACE_IN_EAGER_BATCHES = 16
 
 

@@ -530,3 +530,21 @@ def test_int8_mixed_conversion_of_a_qat_model_keeps_attention_and_rsqrt_in_float
     # only post-training --int8-mixed can dequantize around, stays on the builtin kernels
     builtin = xnnpack_plan(content).builtin_ops
     assert not {"BATCH_MATMUL", "RSQRT", "RELU"} & set(builtin) and builtin["SOFTMAX"] == 1, builtin
+
+
+def test_eval_runs_a_qat_model_eagerly_where_tracing_it_would_cost_more():
+    from edgevit.evaluate import QAT_TRACE_IN_EAGER_BATCHES, keras_forward
+    from edgevit.train.metrics import BATCH_SIZE
+
+    inputs = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(8, 3, use_bias=False)(inputs)
+    x = keras.layers.Activation("relu")(keras.layers.BatchNormalization()(x))
+    model = keras.Model(inputs, keras.layers.Dense(CLASSES)(keras.layers.GlobalAveragePooling2D()(x)))
+    qat = quantize_model(model)
+    few = QAT_TRACE_IN_EAGER_BATCHES * BATCH_SIZE
+
+    def traced(forward):
+        return hasattr(forward, "get_concrete_function")
+
+    assert not traced(keras_forward(qat, few)) and traced(keras_forward(qat, few + 1))
+    assert traced(keras_forward(model, 1))
