@@ -159,12 +159,15 @@ def plain_route(model: str, samples: int, input_size: str) -> dict:
 
 
 def edgevit_route(model: str, samples: int, input_size: str, extra: list[str], out_dir: Path) -> dict:
+    # without --json: its progress lines mark the stages, and the report sidecar holds what --json prints
+    out = out_dir / f"{model}_int8.tflite"
     cmd = [sys.executable, "-m", "edgevit", "convert", model, "--int8", "--calib-samples", str(samples),
-           "-o", str(out_dir / f"{model}_int8.tflite"), "--json", *extra]
+           "-o", str(out), *extra]
     if input_size != "default":
         cmd += ["--input-size", input_size]
     run = measure(f"edgevit convert {model}", cmd)
-    report = json.loads(run.pop("stdout"))
+    run.pop("stdout")
+    report = json.loads(out.with_suffix(".report.json").read_text())
     run.update(convert_seconds=report["seconds"]["convert"], validate_seconds=report["seconds"]["validate"],
                size_bytes=report["size_bytes"], cosine_mean=report["agreement"]["cosine_mean"],
                diagnosed="first_breaking_layer" in report,

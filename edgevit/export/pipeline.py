@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,7 @@ from edgevit.export.convert import (FLOAT_PRECISIONS, check_io_dtype, check_qat_
 from edgevit.export.diagnose import layerwise_comparison
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.export.run_model import run_in_child
+from edgevit.export.verdict import GPU_PRECISIONS, verdict
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
 from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
@@ -39,15 +40,13 @@ from edgevit.litert.logits_view import logits_file
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
 from edgevit.pretrained import RANDOM_INIT, random_init_hint
+from edgevit.progress import Progress
 from edgevit.registry import ModelSpec
 from edgevit.saving import class_names_of
 from edgevit.writing import Staging, check_writable, staged
 
 DEFAULT_VALIDATION_SAMPLES = 32
 DEFAULT_GPU_IMAGES = 8
-# Precisions whose files GPU delegates run entirely (dynamic-range and int16
-# kernels stay on the CPU): the export holds only these to the GPU run.
-GPU_PRECISIONS = ("fp32", "fp16", "int8", "int8_mixed")
 
 
 @dataclass
@@ -79,36 +78,6 @@ class ExportOptions:
     # installed (0: no Arm64 run). Emulated inferences take seconds each: the
     # CLI runs one, library callers none unless they ask.
     arm_images: int = 0
-
-
-class Progress:
-    """Progress on stderr; silent when ``enabled`` is False (library use)."""
-
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
-        self._console = None
-        if enabled:
-            from rich.console import Console
-
-            # A private handle on stderr: the converter's native output is
-            # captured through file descriptors 1/2 while progress still shows.
-            self._console = Console(file=os.fdopen(os.dup(2), "w", buffering=1))
-
-    def step(self, message: str) -> None:
-        if self._console:
-            self._console.print(f"[bold]>[/bold] {message}")
-
-    @contextmanager
-    def bar(self, description: str, total: int):
-        if not self._console:
-            yield lambda: None
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TimeElapsedColumn
-
-        with Bar(f"  {description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                 console=self._console, transient=True) as bar:
-            task = bar.add_task(description, total=total)
-            yield lambda: bar.advance(task)
 
 
 def default_output_path(model_name: str, precision: str) -> Path:
@@ -183,9 +152,11 @@ def prepare(model, spec: ModelSpec, opts: ExportOptions, progress: Progress) -> 
         from edgevit.models.batchnorm import recalibrate_batchnorm  # imports every model family: only when asked
 
         progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
-        with memory_of("BatchNorm estimation"):
-            recalibrate_batchnorm(model, calib if calib is not None else
-                                  sample_photos.sample_batch(spec.preprocessing_at(input_size), opts.calib_samples))
+        statistics_of = calib if calib is not None else sample_photos.sample_batch(spec.preprocessing_at(input_size),
+                                                                                    opts.calib_samples)
+        with (memory_of("BatchNorm estimation"),
+              progress.bar("BatchNorm statistics", len(statistics_of), "images") as advance):
+            recalibrate_batchnorm(model, statistics_of, on_batch=advance)
     return Prepared(files, io_dtype, input_size, calib, val, images, ranges)
 
 
@@ -305,7 +276,8 @@ def validate(model, packaged: Package, staged_model: Path, images: np.ndarray, t
     (None for a file of logits); and the seconds it took."""
     progress.step(f"Validating on {len(images)} held-out images with LiteRT (XNNPACK)")
     start = time.perf_counter()
-    expected = keras_outputs(model, images, fake_quant)
+    with progress.bar("Keras model", len(images), "images") as advance:
+        expected = keras_outputs(model, images, fake_quant, on_batch=advance)
     inputs = file_inputs(packaged.content, images, packaged.metadata)
     with logits_file(staged_model) as logits_path:
         logits = agreement(expected, run_in_child(logits_path, inputs, num_threads=threads))
@@ -329,10 +301,11 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 TRACED_BATCH, EAGER_BATCH = 2, 8
 
 
-def keras_outputs(model, images: np.ndarray, fake_quant: bool = True) -> np.ndarray:
-    """The Keras model's outputs, a batch at a time; a QAT model's without
-    its fake quantization (in float, as its float files compute) unless
-    ``fake_quant``. A float model runs as one traced graph (``predict`` would
+def keras_outputs(model, images: np.ndarray, fake_quant: bool = True,
+                  on_batch: Callable[[int], None] = lambda count: None) -> np.ndarray:
+    """The Keras model's outputs, a batch at a time (``on_batch(images in
+    it)`` after each); a QAT model's without its fake quantization (in
+    float, as its float files compute) unless ``fake_quant``. A float model runs as one traced graph (``predict`` would
     first copy the whole image set into a dataset); a QAT model eagerly:
     tracing it took 142 s for 32 images of mobilevit_v3_xxs at 32 px, eager
     calls 24 s, with identical outputs."""
@@ -348,9 +321,13 @@ def keras_outputs(model, images: np.ndarray, fake_quant: bool = True) -> np.ndar
     if not qat:
         forward = tf.function(forward, reduce_retracing=True, autograph=False)
     batch_size = EAGER_BATCH if qat else TRACED_BATCH
+    outputs = []
     with exporting(fake_quant=False) if qat and not fake_quant else contextlib.nullcontext():
-        return np.concatenate([np.asarray(forward(tf.constant(images[i:i + batch_size])))
-                               for i in range(0, len(images), batch_size)])
+        for start in range(0, len(images), batch_size):
+            batch = images[start:start + batch_size]
+            outputs.append(np.asarray(forward(tf.constant(batch))))
+            on_batch(len(batch))
+    return np.concatenate(outputs)
 
 
 def top5_on_photos(model, packaged: Package, staged_model: Path, pre, threads: int,
@@ -377,7 +354,8 @@ def gpu_run(staged_model: Path, images: np.ndarray, precision: str, progress: Pr
     Vulkan device). ``images``: in the values the file's input takes."""
     if missing_vulkan() is None:
         progress.step(f"Running on {len(images)} held-out images with LiteRT's GPU accelerator")
-    return run_on_gpu(staged_model, images, precision, images=f"{len(images)} held-out validation images")
+    with progress.bar("GPU accelerator and XNNPACK (one child process)", None):
+        return run_on_gpu(staged_model, images, precision, images=f"{len(images)} held-out validation images")
 
 
 # The convert report's Arm64 line: the big-core kernels phones run most, XNNPACK
@@ -393,8 +371,10 @@ def arm_run(staged_model: Path, images: np.ndarray, progress: Progress) -> ArmCh
     if emulator_missing() is None:
         progress.step(f"Running on {len(images)} held-out image(s) with LiteRT's Arm64 kernels (emulated, "
                       f"{ARM_PROFILE})")
-    return check_on_arm(staged_model, [ARM_PROFILES[ARM_PROFILE]], ("xnnpack",), inputs=images,
-                        images_note=f"{len(images)} held-out validation image(s)")
+    with progress.bar("Arm64 run", None) as advance:
+        return check_on_arm(staged_model, [ARM_PROFILES[ARM_PROFILE]], ("xnnpack",), inputs=images,
+                            images_note=f"{len(images)} held-out validation image(s)",
+                            step=lambda message: advance(0, status=message))
 
 
 # What to try when a quantized file departs from the Keras model.
@@ -411,13 +391,14 @@ def diagnose(model, packaged: Package, images: np.ndarray, threshold: float, pre
     """The first layer where the packaged file departs from an fp32
     conversion of ``model`` (None when no layer falls below ``threshold``)."""
     progress.step(f"Agreement below cosine {threshold}: comparing every layer with an fp32 conversion")
-    fp32 = convert(model, "fp32")
+    with progress.bar("fp32 conversion", None):
+        fp32 = convert(model, "fp32")
     release_memory()
     images = images[:2]
-    with native_output_captured():  # LiteRT's own INFO lines
-        found = layerwise_comparison(fp32, packaged.content, images, threshold=threshold,
-                                     quant_inputs=file_inputs(packaged.content, images, packaged.metadata)
-                                     )["first_below"]
+    with native_output_captured(), progress.bar("comparing layers", len(images), "images") as advance:
+        found = layerwise_comparison(fp32, packaged.content, images, threshold=threshold,  # LiteRT's INFO lines
+                                     quant_inputs=file_inputs(packaged.content, images, packaged.metadata),
+                                     on_image=advance)["first_below"]
     if found is None:
         return None
     return {**found, "threshold": threshold,
@@ -488,6 +469,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             with memory_of("layer-by-layer diagnosis"):
                 result.first_breaking_layer = diagnose(model, packaged, job.validation, threshold, opts.precision,
                                                        progress)
+        result.verdict = verdict(result)
         write(staging, packaged, result)
     return result
 

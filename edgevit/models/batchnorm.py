@@ -7,6 +7,8 @@ statistics on real images gives realistic activation ranges without training.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -17,9 +19,11 @@ import numpy as np
 BATCH_SIZE = 2
 
 
-def recalibrate_batchnorm(model, images: np.ndarray, batch_size: int = BATCH_SIZE) -> int:
+def recalibrate_batchnorm(model, images: np.ndarray, batch_size: int = BATCH_SIZE,
+                          on_batch: Callable[[int], None] = lambda count: None) -> int:
     """Set every BatchNormalization layer's moving mean/variance to the
     statistics of its inputs over ``images``; returns how many layers changed.
+    ``on_batch(images in it)`` after each forward pass.
 
     Runs in training mode with momentum 0 so each layer takes the statistics
     of the batch, with dropout switched off so later layers see inference-like
@@ -52,6 +56,7 @@ def recalibrate_batchnorm(model, images: np.ndarray, batch_size: int = BATCH_SIZ
                 batch_mean = np.asarray(layer.moving_mean, np.float64)
                 mean += batch_mean * len(batch)
                 square += (np.asarray(layer.moving_variance, np.float64) + batch_mean ** 2) * len(batch)
+            on_batch(len(batch))
     finally:
         for layer, rate in zip(dropouts, saved_rates):
             layer.rate = rate
