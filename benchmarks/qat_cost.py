@@ -40,7 +40,7 @@ def edgevit(*args: str) -> list[str]:
 def training(what: str, command: list[str], epochs: int) -> dict:
     run = measure(what, command)
     history = json.loads(run.pop("stdout"))["history"]
-    steady = statistics.median(h["seconds"] for h in history[1:])
+    steady = round(statistics.median(h["seconds"] for h in history[1:]), 1)
     return {"seconds": run["seconds"], "peak_gb": run["peak_gb"], "epochs": [h["seconds"] for h in history],
             "steady_epoch_seconds": steady, "fixed_seconds": round(run["seconds"] - epochs * steady, 1),
             "val_top1": history[-1].get("val_top1")}

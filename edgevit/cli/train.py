@@ -159,6 +159,7 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
         trainer = Trainer(keras_model, lambda s: create_model(spec.name, num_classes=classes, input_size=s),
                           size, cfg, log=progress.step, progress=progress)
         history = trainer.fit(train, val_metrics(val, size, progress))
+        progress.step(f"Saving {out}")
         _save_trained(keras_model, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "multiscale": sizes, "unreadable_skipped": len(skipped), "history": history,
@@ -212,6 +213,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
         order = rng.permutation(len(train))
         calib = [train.eval_batch(order[i:i + batch_size], size)
                  for i in range(0, min(len(train), calib_batches * batch_size), batch_size)]
+        progress.step(f"Rewriting {spec.name} with fake quantization at every int8 tensor")
         qat = quantize_model(keras_model, input_range=spec.preprocessing_at(size).value_range)
         set_class_names(qat, dataset.classes)
         progress.step(f"Calibrating the activation ranges of the QAT model on {len(calib)} batches")
@@ -223,6 +225,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
                           checkpoint_dir=checkpoint, run=run)
         trainer = Trainer(qat, None, size, cfg, log=progress.step, progress=progress)
         history = trainer.fit(train, evaluate)
+        progress.step(f"Saving {out}")
         _save_trained(qat, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "float_val_top1": float_top1, "qat_val_top1_calibrated": before, "history": history,
