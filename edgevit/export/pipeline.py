@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.data import sample_photos
-from edgevit.data.images import list_images, load_images
+from edgevit.data.images import ImageSet, image_set, list_images
 from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
 from edgevit.export.agreement import agreement, probability_agreement
@@ -121,8 +121,8 @@ class Prepared:
     files: ExportFiles
     io_dtype: str
     input_size: int
-    calibration: np.ndarray | None      # None: no calibration (a float precision, or a QAT model)
-    validation: np.ndarray
+    calibration: ImageSet | None        # None: no calibration (a float precision, or a QAT model)
+    validation: ImageSet
     images: ImageSources
     ranges: str | None                  # see quantization_ranges
 
@@ -185,7 +185,7 @@ def prepare(model, spec: ModelSpec, opts: ExportOptions, progress: Progress) -> 
         progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
         with memory_of("BatchNorm estimation"):
             recalibrate_batchnorm(model, calib if calib is not None else
-                                  sample_photos.sample_batch(spec.preprocessing_at(input_size), opts.calib_samples))
+                                  sample_photos.sample_images(spec.preprocessing_at(input_size), opts.calib_samples))
     return Prepared(files, io_dtype, input_size, calib, val, images, ranges)
 
 
@@ -224,12 +224,12 @@ def check_output_paths(files: ExportFiles) -> None:
 
 
 def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
-                need_calibration: bool) -> tuple[np.ndarray | None, np.ndarray, ImageSources]:
-    """(calibration batch or None, validation batch, description of both)."""
+                need_calibration: bool) -> tuple[ImageSet | None, ImageSet, ImageSources]:
+    """(calibration images or None, validation images, description of both)."""
     pre = spec.preprocessing_at(input_size)
     if opts.calib_dir is None:
-        calib = sample_photos.sample_batch(pre, opts.calib_samples) if need_calibration else None
-        val = sample_photos.sample_batch(pre, opts.validation_samples, held_out=True)
+        calib = sample_photos.sample_images(pre, opts.calib_samples) if need_calibration else None
+        val = sample_photos.sample_images(pre, opts.validation_samples, held_out=True)
         calib_note = f"; {sample_photos.FEW_PHOTOS_NOTE}" if opts.show_top5_photos else ""
         source = ImageSources(f"default: {sample_photos.SOURCE_NOTE}{calib_note}" if need_calibration else None,
                               f"default: held-out {sample_photos.SOURCE_NOTE}")
@@ -237,14 +237,15 @@ def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
     files = list_images(opts.calib_dir)
     order = np.random.default_rng(0).permutation(len(files))
     files = [files[i] for i in order]
-    calib, used = load_images(files, pre, limit=opts.calib_samples) if need_calibration else (None, [])
+    calib = image_set(files, pre, limit=opts.calib_samples) if need_calibration else None
+    used = calib.items if calib is not None else []
     rest = files[len(used):]
     held_out = "held-out " if need_calibration else ""
     if len(rest) >= 8:
-        val, val_used = load_images(rest, pre, limit=opts.validation_samples)
-        val_source = f"{len(val_used)} {held_out}images of {opts.calib_dir}"
+        val = image_set(rest, pre, limit=opts.validation_samples)
+        val_source = f"{len(val)} {held_out}images of {opts.calib_dir}"
     else:
-        val = sample_photos.sample_batch(pre, opts.validation_samples, held_out=True)
+        val = sample_photos.sample_images(pre, opts.validation_samples, held_out=True)
         val_source = (f"default: held-out {sample_photos.SOURCE_NOTE} ({opts.calib_dir} has too few images"
                       + (" beyond the calibration set)" if need_calibration else ": fewer than 8)"))
     source = ImageSources(f"{len(used)} images of {opts.calib_dir}" if need_calibration else None, val_source)
@@ -296,7 +297,7 @@ def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Pr
     return Package(embed(content, metadata, labels), metadata, labels)
 
 
-def validate(model, packaged: Package, staged_model: Path, images: np.ndarray, threads: int, progress: Progress,
+def validate(model, packaged: Package, staged_model: Path, images: ImageSet, threads: int, progress: Progress,
              fake_quant: bool = True) -> tuple[dict, dict | None, float]:
     """Agreement of the staged file, run by LiteRT in a child process, with the
     Keras model on held-out images (a QAT model without its fake quantization
@@ -306,7 +307,7 @@ def validate(model, packaged: Package, staged_model: Path, images: np.ndarray, t
     progress.step(f"Validating on {len(images)} held-out images with LiteRT (XNNPACK)")
     start = time.perf_counter()
     expected = keras_outputs(model, images, fake_quant)
-    inputs = file_inputs(packaged.content, images, packaged.metadata)
+    inputs = images.map(lambda batch: file_inputs(packaged.content, batch, packaged.metadata))
     with logits_file(staged_model) as logits_path:
         logits = agreement(expected, run_in_child(logits_path, inputs, num_threads=threads))
     probabilities = None
@@ -406,7 +407,7 @@ DEFAULT_BREAKING_LAYER_HINT = ("try --int16x8, or --int8-mixed on the CPU; "
                                "trained weights quantize better than random ones")
 
 
-def diagnose(model, packaged: Package, images: np.ndarray, threshold: float, precision: str,
+def diagnose(model, packaged: Package, images: ImageSet, threshold: float, precision: str,
              progress: Progress) -> dict | None:
     """The first layer where the packaged file departs from an fp32
     conversion of ``model`` (None when no layer falls below ``threshold``)."""
@@ -448,7 +449,6 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             agreement_stats, probabilities, validate_seconds = validate(
                 model, packaged, staged_model, job.validation, opts.validation_threads, progress,
                 fake_quant=job.ranges != REMOVED)
-        file_validation = file_inputs(packaged.content, job.validation, packaged.metadata)
         summary = checked.summary
         result = ExportResult(
             model=spec.name, precision=opts.precision, input_size=job.input_size, weights=opts.weights_label,
@@ -466,7 +466,8 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                                                     spec.preprocessing_at(job.input_size), opts.validation_threads,
                                                     progress)
         if opts.gpu_images:
-            result.gpu_run = gpu_run(staged_model, file_validation[:opts.gpu_images], opts.precision, progress)
+            result.gpu_run = gpu_run(staged_model, file_inputs(packaged.content, job.validation[:opts.gpu_images],
+                                                               packaged.metadata), opts.precision, progress)
             run = result.gpu_run
             if run.ran and opts.precision in GPU_PRECISIONS:
                 result.checks.append(Check(
@@ -475,7 +476,9 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                     f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
                     f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})"))
         if opts.arm_images:
-            result.arm_run = run = arm_run(staged_model, file_validation[:opts.arm_images], progress)
+            result.arm_run = run = arm_run(staged_model, file_inputs(packaged.content,
+                                                                     job.validation[:opts.arm_images],
+                                                                     packaged.metadata), progress)
             if run.ran:
                 result.checks.append(Check(
                     "Arm64 kernels (emulated): same answer as x86 XNNPACK", bool(run.agrees),
