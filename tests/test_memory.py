@@ -5,8 +5,11 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
+from PIL import Image
 
+from edgevit.data.images import READ_BATCH, ImageSet
 from edgevit.errors import EdgevitError
 from edgevit.export import pipeline
 from edgevit.export.pipeline import ExportOptions, export
@@ -61,11 +64,96 @@ def test_a_stage_holds_one_batch_of_images_whatever_their_number(stage):
     assert growth["512"] - growth["8"] < 8, growth
 
 
-def tiny_convnet():
+# The same for the image sets themselves, read from a folder of 256-px
+# images (0.79 MB each as model inputs) by what consumes them whole: the
+# converter's representative dataset and the inputs file of a LiteRT child,
+# which the child reads back; on 8 images and then on 64.
+IMAGE_SET_GROWTH = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    import numpy as np
+    from edgevit.data.images import image_set
+    from edgevit.data.sample_photos import sample_images
+    from edgevit.export.convert import _representative
+    from edgevit.export.run_model import saved_rows
+    from edgevit.registry import Preprocessing
+    from edgevit.writing import save_array
+
+    folder, consumer = Path(sys.argv[1]), sys.argv[2]
+    pre = Preprocessing(256, 256)
+    files = sorted(folder.glob("*.png"))
+
+    def representative_dataset(images):
+        for _ in _representative(images, None)():
+            pass
+
+    def child_inputs(images):
+        save_array(folder / "inputs.npy", images, np.float32)
+        for _ in saved_rows(folder / "inputs.npy"):
+            pass
+
+    def sample_photos(images):
+        representative_dataset(sample_images(pre, len(images)))
+
+    def resident_mb(field):
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith(field)) / 1024
+
+    consume = {"representative": representative_dataset, "child": child_inputs, "photos": sample_photos}[consumer]
+    growth = {}
+    for count in (8, 64):
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        before = resident_mb("VmRSS")
+        consume(image_set(files[:count], pre))
+        growth[count] = resident_mb("VmHWM") - before
+    print(json.dumps(growth))
+""")
+
+
+@pytest.mark.parametrize("consumer", ["representative", "child", "photos"])
+def test_an_image_set_is_read_a_batch_at_a_time_whatever_its_size(tmp_path, consumer):
+    noise = np.random.default_rng(0).integers(0, 256, (64, 256, 256, 3), dtype=np.uint8)
+    for i, pixels in enumerate(noise):
+        Image.fromarray(pixels).save(tmp_path / f"{i:02d}.png", compress_level=0)
+    run = subprocess.run([sys.executable, "-c", IMAGE_SET_GROWTH, str(tmp_path), consumer], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    growth = json.loads(run.stdout.strip().splitlines()[-1])
+    # the 56 more images would take 44 MB as one array
+    assert growth["64"] - growth["8"] < 8, growth
+
+
+def test_every_stage_takes_the_images_a_batch_at_a_time(tmp_path, monkeypatch):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i, pixels in enumerate(np.random.default_rng(0).integers(0, 256, (40, 40, 40, 3), dtype=np.uint8)):
+        Image.fromarray(pixels).save(folder / f"{i:02d}.png")
+    slices = []
+    read = ImageSet.__getitem__
+
+    def recorded(images, index):
+        batch = read(images, index)
+        slices.append(len(batch) if isinstance(index, slice) else 1)
+        return batch
+
+    monkeypatch.setattr(ImageSet, "__getitem__", recorded)
+    options = ExportOptions(output=str(tmp_path / "tiny.tflite"), calib_dir=str(folder), calib_samples=24,
+                            validation_samples=16, recalibrate_batchnorm=True, gpu_images=0,
+                            diagnose_below_cosine=1.01)  # diagnosed whatever the agreement
+    export(tiny_convnet(batchnorm=True), SPEC, options)
+    assert max(slices) <= READ_BATCH, slices
+    # BatchNorm estimation and calibration read the 24, validation the 16 three times, the diagnosis 2
+    assert sum(slices) >= 2 * 24 + 3 * 16 + 2, slices
+
+
+def tiny_convnet(batchnorm=False):
     import keras
 
     inputs = keras.Input((SIZE, SIZE, 3))
     x = keras.layers.Conv2D(8, 3, strides=2)(inputs)
+    if batchnorm:
+        x = keras.layers.BatchNormalization()(x)
     return keras.Model(inputs, keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(x)), name="tiny")
 
 
