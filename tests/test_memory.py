@@ -11,7 +11,7 @@ from PIL import Image
 
 from edgevit.data.images import READ_BATCH, ImageSet
 from edgevit.errors import EdgevitError
-from edgevit.export import pipeline
+from edgevit.export import memory, pipeline
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.registry import ModelSpec, Preprocessing
 
@@ -183,3 +183,59 @@ def test_a_stage_out_of_memory_ends_in_one_error_naming_it_and_what_to_do(tmp_pa
     message = str(raised.value)
     assert message.startswith(f"Out of memory in the {stage} stage: {advice}") and "\n" not in message
     assert list(tmp_path.iterdir()) == []
+
+
+def fake_machine(tmp_path, monkeypatch, mem_available_kb=16_000_000, cgroup_line="0::/", limits=None):
+    """/proc/meminfo, /proc/self/cgroup and the cgroup folders as a machine
+    with ``mem_available_kb`` available and ``limits`` (folder -> {file: text})."""
+    (tmp_path / "meminfo").write_text(f"MemTotal: 32000000 kB\nMemAvailable: {mem_available_kb} kB\n")
+    (tmp_path / "cgroup").write_text(cgroup_line + "\n")
+    for folder, files in (limits or {}).items():
+        (tmp_path / "fs" / folder).mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (tmp_path / "fs" / folder / name).write_text(text)
+    monkeypatch.setattr(memory, "MEMINFO", tmp_path / "meminfo")
+    monkeypatch.setattr(memory, "CGROUPS", tmp_path / "cgroup")
+    monkeypatch.setattr(memory, "CGROUP_ROOT", tmp_path / "fs")
+
+
+@pytest.mark.parametrize("cgroup_line, limits, available", [
+    ("0::/", {}, 16_000_000 * 1024),
+    # a v2 job limit: 500 MB, 400 MB used of which 50 MB reclaimable cache
+    ("0::/ci/job", {"ci/job": {"memory.max": "500000000", "memory.current": "400000000",
+                               "memory.stat": "anon 350000000\ninactive_file 50000000\n"}}, 150_000_000),
+    # the parent's limit is the tighter one
+    ("0::/ci/job", {"ci": {"memory.max": "300000000", "memory.current": "250000000"},
+                    "ci/job": {"memory.max": "max", "memory.current": "240000000"}}, 50_000_000),
+    # v1: no limit set is a huge number
+    ("4:memory:/docker/abc", {"memory/docker/abc": {"memory.limit_in_bytes": "9223372036854771712",
+                                                    "memory.usage_in_bytes": "100"}}, 16_000_000 * 1024),
+    ("4:memory:/docker/abc", {"memory/docker/abc": {"memory.limit_in_bytes": "2000000000",
+                                                    "memory.usage_in_bytes": "1900000000"}}, 100_000_000),
+])
+def test_available_memory_is_the_kernels_or_less_under_a_cgroup_limit(tmp_path, monkeypatch, cgroup_line, limits,
+                                                                    available):
+    fake_machine(tmp_path, monkeypatch, cgroup_line=cgroup_line, limits=limits)
+    assert memory.available_memory() == available
+
+
+@pytest.mark.parametrize("batchnorm, stage, advice", [
+    (True, "BatchNorm estimation",
+     "use fewer --calib-samples or a smaller --input-size, or give trained --weights"),
+    (False, "conversion", "use a smaller --input-size or fewer --calib-samples"),
+])
+def test_a_stage_that_cannot_fit_is_refused_before_it_runs(tmp_path, monkeypatch, batchnorm, stage, advice):
+    fake_machine(tmp_path, monkeypatch, mem_available_kb=10_000)
+    ran = []
+    monkeypatch.setattr(pipeline, "convert", lambda *args, **kwargs: ran.append("conversion"))
+    out = tmp_path / "out"
+    out.mkdir()
+    options = ExportOptions(output=str(out / "tiny.tflite"), calib_samples=4, validation_samples=2, gpu_images=0,
+                            recalibrate_batchnorm=batchnorm)
+    with pytest.raises(EdgevitError) as raised:
+        export(tiny_convnet(batchnorm=True), SPEC, options)
+    message = str(raised.value)
+    assert message.startswith(f"Not enough memory for the {stage} stage: it needs about ") and "\n" not in message
+    assert message.endswith(f" GB and 0.0 GB is available: {advice}.")
+    assert ran == [] and list(out.iterdir()) == []
+

@@ -29,6 +29,7 @@ from edgevit.export.audit import Audit, audit
 from edgevit.export.convert import (FLOAT_PRECISIONS, check_io_dtype, check_qat_precision, convert,
                                     default_io_dtype, input_takes, needs_calibration)
 from edgevit.export.diagnose import layerwise_comparison
+from edgevit.export.memory import memory_of
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.export.run_model import run_in_child
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
@@ -183,36 +184,10 @@ def prepare(model, spec: ModelSpec, opts: ExportOptions, progress: Progress) -> 
         from edgevit.models.batchnorm import recalibrate_batchnorm  # imports every model family: only when asked
 
         progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
-        with memory_of("BatchNorm estimation"):
+        with memory_of("BatchNorm estimation", model):
             recalibrate_batchnorm(model, calib if calib is not None else
                                   sample_photos.sample_images(spec.preprocessing_at(input_size), opts.calib_samples))
     return Prepared(files, io_dtype, input_size, calib, val, images, ranges)
-
-
-# What to do when a stage does not fit in this machine's memory.
-OUT_OF_MEMORY_ADVICE = {
-    "BatchNorm estimation": "use fewer --calib-samples or a smaller --input-size, or give trained --weights",
-    "conversion": "use a smaller --input-size or fewer --calib-samples",
-    "validation": "use a smaller --input-size",
-    "top-5 on the sample photos": "use a smaller --input-size",
-    "layer-by-layer diagnosis": "skip it with --no-diagnosis, or use a smaller --input-size",
-}
-
-
-@contextmanager
-def memory_of(stage: str):
-    """A stage that runs out of memory ends the export with one error naming
-    it and what to do (the converter reports a failed allocation as a failed
-    conversion, caused by it)."""
-    import tensorflow as tf
-
-    out_of_memory = (MemoryError, tf.errors.ResourceExhaustedError)
-    try:
-        yield
-    except out_of_memory + (EdgevitError,) as err:
-        if isinstance(err, EdgevitError) and not isinstance(err.__cause__, out_of_memory):
-            raise
-        raise EdgevitError(f"Out of memory in the {stage} stage: {OUT_OF_MEMORY_ADVICE[stage]}.") from None
 
 
 def check_output_paths(files: ExportFiles) -> None:
@@ -438,14 +413,14 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
     """Convert ``model`` and write NAME.tflite with its sidecars."""
     progress = progress or Progress(enabled=False)
     job = prepare(model, spec, opts, progress)
-    with memory_of("conversion"):
+    with memory_of("conversion", model):
         content, convert_seconds = convert_model(model, spec, opts, job, progress)
     checked = audit(content, opts.precision, job.io_dtype, spec.mixed_float_layers)
     packaged = package(content, model, spec, opts, job, checked)
     with staged(job.files.all()) as staging:
         staging.write_bytes(job.files.model, packaged.content)
         staged_model = staging.path_of(job.files.model)
-        with memory_of("validation"):
+        with memory_of("validation", model):
             agreement_stats, probabilities, validate_seconds = validate(
                 model, packaged, staged_model, job.validation, opts.validation_threads, progress,
                 fake_quant=job.ranges != REMOVED)
@@ -461,7 +436,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         if opts.weights_label == RANDOM_INIT:
             result.weights_hint = random_init_hint(spec, opts.precision)
         if opts.show_top5_photos:
-            with memory_of("top-5 on the sample photos"):
+            with memory_of("top-5 on the sample photos", model):
                 result.top5_photos = top5_on_photos(model, packaged, staged_model,
                                                     spec.preprocessing_at(job.input_size), opts.validation_threads,
                                                     progress)
@@ -488,7 +463,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         if (threshold is not None and needs_calibration(opts.precision)
                 and result.agreement["cosine_mean"] < threshold):
             result.diagnosed = True
-            with memory_of("layer-by-layer diagnosis"):
+            with memory_of("layer-by-layer diagnosis", model):
                 result.first_breaking_layer = diagnose(model, packaged, job.validation, threshold, opts.precision,
                                                        progress)
         write(staging, packaged, result)
