@@ -35,7 +35,7 @@ from edgevit.export.run_model import run_in_child
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
 from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
-from edgevit.litert.inputs import file_inputs
+from edgevit.litert.inputs import file_input_values, file_inputs
 from edgevit.litert.logits_view import logits_file
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
@@ -282,7 +282,7 @@ def validate(model, packaged: Package, staged_model: Path, images: ImageSet, thr
     progress.step(f"Validating on {len(images)} held-out images with LiteRT (XNNPACK)")
     start = time.perf_counter()
     expected = keras_outputs(model, images, fake_quant)
-    inputs = images.map(lambda batch: file_inputs(packaged.content, batch, packaged.metadata))
+    inputs = images.map(file_input_values(packaged.content, packaged.metadata))
     with logits_file(staged_model) as logits_path:
         logits = agreement(expected, run_in_child(logits_path, inputs, num_threads=threads))
     probabilities = None
