@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.data import sample_photos
-from edgevit.data.images import ImageSet, image_set, list_images
+from edgevit.data.images import ImageSet, batches, image_set, list_images
 from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
 from edgevit.export.agreement import agreement, probability_agreement
@@ -305,7 +305,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 TRACED_BATCH, EAGER_BATCH = 2, 8
 
 
-def keras_outputs(model, images: np.ndarray, fake_quant: bool = True) -> np.ndarray:
+def keras_outputs(model, images: np.ndarray | ImageSet, fake_quant: bool = True) -> np.ndarray:
     """The Keras model's outputs, a batch at a time; a QAT model's without
     its fake quantization (in float, as its float files compute) unless
     ``fake_quant``. A float model runs as one traced graph (``predict`` would
@@ -325,8 +325,7 @@ def keras_outputs(model, images: np.ndarray, fake_quant: bool = True) -> np.ndar
         forward = tf.function(forward, reduce_retracing=True, autograph=False)
     batch_size = EAGER_BATCH if qat else TRACED_BATCH
     with exporting(fake_quant=False) if qat and not fake_quant else contextlib.nullcontext():
-        return np.concatenate([np.asarray(forward(tf.constant(images[i:i + batch_size])))
-                               for i in range(0, len(images), batch_size)])
+        return np.concatenate([np.asarray(forward(tf.constant(batch))) for batch in batches(images, batch_size)])
 
 
 def top5_on_photos(model, packaged: Package, staged_model: Path, pre, threads: int,
