@@ -76,6 +76,10 @@ def tree_rss(root: int) -> tuple[int, int]:
     return total, own
 
 
+class RunFailed(Exception):
+    """One side of one model's comparison ended with an error (said in the row, the others still run)."""
+
+
 def measure(what: str, cmd: list[str], env: dict | None = None) -> dict:
     """Run ``cmd``; peak tree memory per stage (from its progress lines on
     stderr), in total, and its wall seconds; stdout as text."""
@@ -110,8 +114,7 @@ def measure(what: str, cmd: list[str], env: dict | None = None) -> dict:
     for t in threads:
         t.join()
     if proc.returncode != 0:
-        sys.exit(f"error: {what} failed (exit {proc.returncode}): "
-                 + "".join(stderr_lines[-5:]).strip())
+        raise RunFailed(f"{what} failed (exit {proc.returncode}): " + "".join(stderr_lines[-5:]).strip())
     per_stage = {}
     for (name, begin, peak, own), following in zip(stages, stages[1:] + [[None, end]]):
         if not peak:
@@ -231,12 +234,19 @@ def main() -> None:
     models = args.models + (family_ends(args.each_family) if args.each_family else [])
     models = models or [HEADLINE]
     rows = []
+    failed = 0
     for model in models:
-        row = compare(model, args.calib_samples, args.input_size, args.edgevit_args)
-        print_table(row)
+        try:
+            row = compare(model, args.calib_samples, args.input_size, args.edgevit_args)
+            print_table(row)
+        except RunFailed as err:
+            print(f"error: {err}", file=sys.stderr)
+            row, failed = {"model": model, "error": str(err)}, failed + 1
         rows.append(row)
         if args.json is not None:
             args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if failed:
+        sys.exit(f"error: {failed} of {len(models)} model(s) failed (see above)")
 
 
 if __name__ == "__main__":
