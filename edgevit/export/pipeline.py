@@ -423,6 +423,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             agreement_stats, probabilities, validate_seconds = validate(
                 model, packaged, staged_model, job.validation, opts.validation_threads, progress,
                 fake_quant=job.ranges != REMOVED)
+        file_values = file_input_values(packaged.content, packaged.metadata)
         summary = checked.summary
         result = ExportResult(
             model=spec.name, precision=opts.precision, input_size=job.input_size, weights=opts.weights_label,
@@ -440,8 +441,8 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                                                     spec.preprocessing_at(job.input_size), opts.validation_threads,
                                                     progress)
         if opts.gpu_images:
-            result.gpu_run = gpu_run(staged_model, file_inputs(packaged.content, job.validation[:opts.gpu_images],
-                                                               packaged.metadata), opts.precision, progress)
+            result.gpu_run = gpu_run(staged_model, file_values(job.validation[:opts.gpu_images]), opts.precision,
+                                     progress)
             run = result.gpu_run
             if run.ran and opts.precision in GPU_PRECISIONS:
                 result.checks.append(Check(
@@ -450,9 +451,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                     f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
                     f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})"))
         if opts.arm_images:
-            result.arm_run = run = arm_run(staged_model, file_inputs(packaged.content,
-                                                                     job.validation[:opts.arm_images],
-                                                                     packaged.metadata), progress)
+            result.arm_run = run = arm_run(staged_model, file_values(job.validation[:opts.arm_images]), progress)
             if run.ran:
                 result.checks.append(Check(
                     "Arm64 kernels (emulated): same answer as x86 XNNPACK", bool(run.agrees),
