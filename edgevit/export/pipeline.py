@@ -214,7 +214,7 @@ def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
     files = [files[i] for i in order]
     calib = image_set(files, pre, limit=opts.calib_samples) if need_calibration else None
     used = calib.items if calib is not None else []
-    rest = files[len(used):]
+    rest = files[files.index(used[-1]) + 1:] if used else files  # unreadable files were passed over too
     held_out = "held-out " if need_calibration else ""
     if len(rest) >= 8:
         val = image_set(rest, pre, limit=opts.validation_samples)
