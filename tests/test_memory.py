@@ -219,6 +219,34 @@ def test_available_memory_is_the_kernels_or_less_under_a_cgroup_limit(tmp_path, 
     assert memory.available_memory() == available
 
 
+# (stage, model, its float32 weights, one image's activations, what the stage took in GB) from
+# benchmarks/memory.py on 2026-11-27 (docs/profiling.md, Memory): the models whose stages needed least
+# for their size, and the headline.
+MEASURED = [
+    ("conversion", "mobilevit_v2_050", 6e6, 96e6, 0.18),
+    ("conversion", "mobilevit_v3_xxs_l2", 5e6, 59e6, 0.16),
+    ("conversion", "resmlp_12", 61e6, 67e6, 1.06),
+    ("conversion", "mobilevit_v3_xs", 10e6, 159e6, 0.24),
+    ("layer-by-layer diagnosis", "mobilevit_v2_050", 6e6, 96e6, 0.20),
+    ("layer-by-layer diagnosis", "vit_tiny16", 23e6, 34e6, 0.36),
+    ("BatchNorm estimation", "mobilevit_v3_xxs_l2", 5e6, 59e6, 0.05),
+]
+
+
+@pytest.mark.parametrize("stage, model, weights, activations, took_gb", MEASURED)
+def test_a_stages_estimate_is_below_what_it_took(stage, model, weights, activations, took_gb):
+    assert memory.need_for(stage, weights, activations) < took_gb * 1e9
+
+
+def test_a_models_weights_and_activations_are_counted():
+    import keras
+
+    inputs = keras.Input((32, 32, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same")(inputs)  # 32 x 32 x 8 outputs, 3 x 3 x 3 x 8 + 8 weights
+    model = keras.Model(inputs, keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(x)))
+    assert memory.weight_and_activation_bytes(model) == (4 * (224 + 36), 4 * (32 * 32 * 3 + 32 * 32 * 8 + 8 + 4))
+
+
 @pytest.mark.parametrize("batchnorm, stage, advice", [
     (True, "BatchNorm estimation",
      "use fewer --calib-samples or a smaller --input-size, or give trained --weights"),

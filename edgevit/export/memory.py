@@ -32,24 +32,24 @@ OUT_OF_MEMORY_ADVICE = {
 
 # What a stage takes beyond what the process holds before it: (bytes per
 # byte of float32 weights, bytes per byte of one image's activations, bytes).
-# Low ends, so that a stage is refused only when it clearly cannot fit:
-# mobilevit_v3_xs at 256 px (10 MB of weights, 159 MB of activations) took
-# 0.08 GB to estimate BatchNorm statistics, 0.27 GB to convert, 0.3 GB to
-# validate (its LiteRT child included) and 0.4 GB to diagnose
-# (benchmarks/memory.py; docs/profiling.md, Memory), estimated here at
-# 0.05, 0.19, 0.08 and 0.24 GB; the conversion holds at least one more copy
-# of the weights (the traced graph's constants), the diagnosis an fp32 file.
+# Low ends, so that a stage is refused only when it clearly cannot fit: on
+# the smallest variant of eleven families and mobilevit_v3_xs
+# (benchmarks/memory.py; docs/profiling.md, Memory) conversion took 5-16
+# bytes per byte of weights over what the activations explain (resmlp_12,
+# 61 MB of weights: 1.06 GB; mobilevit_v2_050, 6 MB of weights and 96 MB of
+# activations: 0.18 GB, estimated 0.16 GB), the diagnosis (an fp32
+# conversion, then both files run keeping every tensor) 0.2-0.5 GB,
+# BatchNorm estimation 0.05-0.15 GB.
 STAGE_NEEDS = {
     # the model traced in training mode on 2 images a pass
     "BatchNorm estimation": (0.0, 0.2, 0.02e9),
     # the traced graph, the converter's copies of the weights, the
     # calibration interpreter keeping every tensor of an image
-    "conversion": (1.0, 0.5, 0.1e9),
+    "conversion": (4.0, 0.4, 0.1e9),
     # the model traced on 2 images a pass, the file run by a LiteRT child
     "validation": (0.25, 0.2, 0.05e9),
     "top-5 on the sample photos": (0.25, 0.2, 0.05e9),
-    # an fp32 conversion, then both files run keeping every tensor
-    "layer-by-layer diagnosis": (1.0, 0.8, 0.1e9),
+    "layer-by-layer diagnosis": (4.0, 0.6, 0.1e9),
 }
 
 MEMINFO = Path("/proc/meminfo")
@@ -72,9 +72,12 @@ def weight_and_activation_bytes(model) -> tuple[int, int]:
 
 def stage_need(stage: str, model) -> float:
     """The bytes ``stage`` is estimated to take on ``model`` (see STAGE_NEEDS)."""
+    return need_for(stage, *weight_and_activation_bytes(model))
+
+
+def need_for(stage: str, weight_bytes: float, activation_bytes: float) -> float:
     per_weight, per_activation, fixed = STAGE_NEEDS[stage]
-    weights, activations = weight_and_activation_bytes(model)
-    return per_weight * weights + per_activation * activations + fixed
+    return per_weight * weight_bytes + per_activation * activation_bytes + fixed
 
 
 def available_memory() -> int | None:
