@@ -229,6 +229,19 @@ def test_calibration_folder_is_used_and_bad_files_are_skipped(tmp_path):
     assert result.images.validation.startswith("4 held-out images")
 
 
+def test_held_out_images_start_after_the_last_calibration_image(tmp_path):
+    calib = tmp_path / "calib"
+    _write_images(calib, 20)
+    for i in range(5):
+        (calib / f"broken{i}.jpg").write_bytes(b"not a jpeg")
+    options = ExportOptions(calib_dir=str(calib), calib_samples=8, validation_samples=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the broken files are counted
+        calibration, validation, _ = pipeline._image_sets(SPEC, SIZE, options, need_calibration=True)
+    assert not set(calibration.items) & set(validation.items)
+    assert len(calibration) + len(validation) == 20
+
+
 @pytest.mark.parametrize("setup, message", [
     (lambda p: None, "does not exist"),
     (lambda p: p.mkdir(), "contains no images"),

@@ -13,7 +13,6 @@ import contextlib
 import json
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.data import sample_photos
-from edgevit.data.images import list_images, load_images
+from edgevit.data.images import ImageSet, batches, image_set, list_images
 from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
 from edgevit.export.agreement import agreement, probability_agreement
@@ -29,13 +28,14 @@ from edgevit.export.audit import Audit, audit
 from edgevit.export.convert import (FLOAT_PRECISIONS, check_io_dtype, check_qat_precision, convert,
                                     default_io_dtype, input_takes, needs_calibration)
 from edgevit.export.diagnose import layerwise_comparison
+from edgevit.export.memory import memory_of
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.export.run_model import run_in_child
 from edgevit.export.verdict import GPU_PRECISIONS, verdict
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
 from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
-from edgevit.litert.inputs import file_inputs
+from edgevit.litert.inputs import file_input_values, file_inputs
 from edgevit.litert.logits_view import logits_file
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
@@ -90,8 +90,8 @@ class Prepared:
     files: ExportFiles
     io_dtype: str
     input_size: int
-    calibration: np.ndarray | None      # None: no calibration (a float precision, or a QAT model)
-    validation: np.ndarray
+    calibration: ImageSet | None        # None: no calibration (a float precision, or a QAT model)
+    validation: ImageSet
     images: ImageSources
     ranges: str | None                  # see quantization_ranges
 
@@ -152,38 +152,12 @@ def prepare(model, spec: ModelSpec, opts: ExportOptions, progress: Progress) -> 
         from edgevit.models.batchnorm import recalibrate_batchnorm  # imports every model family: only when asked
 
         progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
-        statistics_of = calib if calib is not None else sample_photos.sample_batch(spec.preprocessing_at(input_size),
-                                                                                    opts.calib_samples)
-        with (memory_of("BatchNorm estimation"),
+        statistics_of = calib if calib is not None else sample_photos.sample_images(spec.preprocessing_at(input_size),
+                                                                                     opts.calib_samples)
+        with (memory_of("BatchNorm estimation", model),
               progress.bar("BatchNorm statistics", len(statistics_of), "images") as advance):
             recalibrate_batchnorm(model, statistics_of, on_batch=advance)
     return Prepared(files, io_dtype, input_size, calib, val, images, ranges)
-
-
-# What to do when a stage does not fit in this machine's memory.
-OUT_OF_MEMORY_ADVICE = {
-    "BatchNorm estimation": "use fewer --calib-samples or a smaller --input-size, or give trained --weights",
-    "conversion": "use a smaller --input-size or fewer --calib-samples",
-    "validation": "use a smaller --input-size",
-    "top-5 on the sample photos": "use a smaller --input-size",
-    "layer-by-layer diagnosis": "skip it with --no-diagnosis, or use a smaller --input-size",
-}
-
-
-@contextmanager
-def memory_of(stage: str):
-    """A stage that runs out of memory ends the export with one error naming
-    it and what to do (the converter reports a failed allocation as a failed
-    conversion, caused by it)."""
-    import tensorflow as tf
-
-    out_of_memory = (MemoryError, tf.errors.ResourceExhaustedError)
-    try:
-        yield
-    except out_of_memory + (EdgevitError,) as err:
-        if isinstance(err, EdgevitError) and not isinstance(err.__cause__, out_of_memory):
-            raise
-        raise EdgevitError(f"Out of memory in the {stage} stage: {OUT_OF_MEMORY_ADVICE[stage]}.") from None
 
 
 def check_output_paths(files: ExportFiles) -> None:
@@ -195,12 +169,12 @@ def check_output_paths(files: ExportFiles) -> None:
 
 
 def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
-                need_calibration: bool) -> tuple[np.ndarray | None, np.ndarray, ImageSources]:
-    """(calibration batch or None, validation batch, description of both)."""
+                need_calibration: bool) -> tuple[ImageSet | None, ImageSet, ImageSources]:
+    """(calibration images or None, validation images, description of both)."""
     pre = spec.preprocessing_at(input_size)
     if opts.calib_dir is None:
-        calib = sample_photos.sample_batch(pre, opts.calib_samples) if need_calibration else None
-        val = sample_photos.sample_batch(pre, opts.validation_samples, held_out=True)
+        calib = sample_photos.sample_images(pre, opts.calib_samples) if need_calibration else None
+        val = sample_photos.sample_images(pre, opts.validation_samples, held_out=True)
         calib_note = f"; {sample_photos.FEW_PHOTOS_NOTE}" if opts.show_top5_photos else ""
         source = ImageSources(f"default: {sample_photos.SOURCE_NOTE}{calib_note}" if need_calibration else None,
                               f"default: held-out {sample_photos.SOURCE_NOTE}")
@@ -208,14 +182,15 @@ def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
     files = list_images(opts.calib_dir)
     order = np.random.default_rng(0).permutation(len(files))
     files = [files[i] for i in order]
-    calib, used = load_images(files, pre, limit=opts.calib_samples) if need_calibration else (None, [])
-    rest = files[len(used):]
+    calib = image_set(files, pre, limit=opts.calib_samples) if need_calibration else None
+    used = calib.items if calib is not None else []
+    rest = files[files.index(used[-1]) + 1:] if used else files  # unreadable files were passed over too
     held_out = "held-out " if need_calibration else ""
     if len(rest) >= 8:
-        val, val_used = load_images(rest, pre, limit=opts.validation_samples)
-        val_source = f"{len(val_used)} {held_out}images of {opts.calib_dir}"
+        val = image_set(rest, pre, limit=opts.validation_samples)
+        val_source = f"{len(val)} {held_out}images of {opts.calib_dir}"
     else:
-        val = sample_photos.sample_batch(pre, opts.validation_samples, held_out=True)
+        val = sample_photos.sample_images(pre, opts.validation_samples, held_out=True)
         val_source = (f"default: held-out {sample_photos.SOURCE_NOTE} ({opts.calib_dir} has too few images"
                       + (" beyond the calibration set)" if need_calibration else ": fewer than 8)"))
     source = ImageSources(f"{len(used)} images of {opts.calib_dir}" if need_calibration else None, val_source)
@@ -267,7 +242,7 @@ def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Pr
     return Package(embed(content, metadata, labels), metadata, labels)
 
 
-def validate(model, packaged: Package, staged_model: Path, images: np.ndarray, threads: int, progress: Progress,
+def validate(model, packaged: Package, staged_model: Path, images: ImageSet, threads: int, progress: Progress,
              fake_quant: bool = True) -> tuple[dict, dict | None, float]:
     """Agreement of the staged file, run by LiteRT in a child process, with the
     Keras model on held-out images (a QAT model without its fake quantization
@@ -278,7 +253,7 @@ def validate(model, packaged: Package, staged_model: Path, images: np.ndarray, t
     start = time.perf_counter()
     with progress.bar("Keras model", len(images), "images") as advance:
         expected = keras_outputs(model, images, fake_quant, on_batch=advance)
-    inputs = file_inputs(packaged.content, images, packaged.metadata)
+    inputs = images.map(file_input_values(packaged.content, packaged.metadata))
     with logits_file(staged_model) as logits_path:
         logits = agreement(expected, run_in_child(logits_path, inputs, num_threads=threads))
     probabilities = None
@@ -301,7 +276,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 TRACED_BATCH, EAGER_BATCH = 2, 8
 
 
-def keras_outputs(model, images: np.ndarray, fake_quant: bool = True,
+def keras_outputs(model, images: np.ndarray | ImageSet, fake_quant: bool = True,
                   on_batch: Callable[[int], None] = lambda count: None) -> np.ndarray:
     """The Keras model's outputs, a batch at a time (``on_batch(images in
     it)`` after each); a QAT model's without its fake quantization (in
@@ -323,8 +298,7 @@ def keras_outputs(model, images: np.ndarray, fake_quant: bool = True,
     batch_size = EAGER_BATCH if qat else TRACED_BATCH
     outputs = []
     with exporting(fake_quant=False) if qat and not fake_quant else contextlib.nullcontext():
-        for start in range(0, len(images), batch_size):
-            batch = images[start:start + batch_size]
+        for batch in batches(images, batch_size):
             outputs.append(np.asarray(forward(tf.constant(batch))))
             on_batch(len(batch))
     return np.concatenate(outputs)
@@ -386,7 +360,7 @@ DEFAULT_BREAKING_LAYER_HINT = ("try --int16x8, or --int8-mixed on the CPU; "
                                "trained weights quantize better than random ones")
 
 
-def diagnose(model, packaged: Package, images: np.ndarray, threshold: float, precision: str,
+def diagnose(model, packaged: Package, images: ImageSet, threshold: float, precision: str,
              progress: Progress) -> dict | None:
     """The first layer where the packaged file departs from an fp32
     conversion of ``model`` (None when no layer falls below ``threshold``)."""
@@ -418,18 +392,18 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
     """Convert ``model`` and write NAME.tflite with its sidecars."""
     progress = progress or Progress(enabled=False)
     job = prepare(model, spec, opts, progress)
-    with memory_of("conversion"):
+    with memory_of("conversion", model):
         content, convert_seconds = convert_model(model, spec, opts, job, progress)
     checked = audit(content, opts.precision, job.io_dtype, spec.mixed_float_layers)
     packaged = package(content, model, spec, opts, job, checked)
     with staged(job.files.all()) as staging:
         staging.write_bytes(job.files.model, packaged.content)
         staged_model = staging.path_of(job.files.model)
-        with memory_of("validation"):
+        with memory_of("validation", model):
             agreement_stats, probabilities, validate_seconds = validate(
                 model, packaged, staged_model, job.validation, opts.validation_threads, progress,
                 fake_quant=job.ranges != REMOVED)
-        file_validation = file_inputs(packaged.content, job.validation, packaged.metadata)
+        file_values = file_input_values(packaged.content, packaged.metadata)
         summary = checked.summary
         result = ExportResult(
             model=spec.name, precision=opts.precision, input_size=job.input_size, weights=opts.weights_label,
@@ -442,12 +416,13 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         if opts.weights_label == RANDOM_INIT:
             result.weights_hint = random_init_hint(spec, opts.precision)
         if opts.show_top5_photos:
-            with memory_of("top-5 on the sample photos"):
+            with memory_of("top-5 on the sample photos", model):
                 result.top5_photos = top5_on_photos(model, packaged, staged_model,
                                                     spec.preprocessing_at(job.input_size), opts.validation_threads,
                                                     progress)
         if opts.gpu_images:
-            result.gpu_run = gpu_run(staged_model, file_validation[:opts.gpu_images], opts.precision, progress)
+            result.gpu_run = gpu_run(staged_model, file_values(job.validation[:opts.gpu_images]), opts.precision,
+                                     progress)
             run = result.gpu_run
             if run.ran and opts.precision in GPU_PRECISIONS:
                 result.checks.append(Check(
@@ -456,7 +431,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                     f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
                     f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})"))
         if opts.arm_images:
-            result.arm_run = run = arm_run(staged_model, file_validation[:opts.arm_images], progress)
+            result.arm_run = run = arm_run(staged_model, file_values(job.validation[:opts.arm_images]), progress)
             if run.ran:
                 result.checks.append(Check(
                     "Arm64 kernels (emulated): same answer as x86 XNNPACK", bool(run.agrees),
@@ -466,7 +441,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         if (threshold is not None and needs_calibration(opts.precision)
                 and result.agreement["cosine_mean"] < threshold):
             result.diagnosed = True
-            with memory_of("layer-by-layer diagnosis"):
+            with memory_of("layer-by-layer diagnosis", model):
                 result.first_breaking_layer = diagnose(model, packaged, job.validation, threshold, opts.precision,
                                                        progress)
         result.verdict = verdict(result)
