@@ -89,7 +89,7 @@ def test_int8_graph_is_all_integer_and_carries_metadata(tmp_path):
     assert list(report) == ["model", "precision", "quantization_ranges", "input_size", "weights", "file", "size_bytes",
                             "io", "ops", "macs", "op_histogram", "max_rank", "checks", "delegates", "images",
                             "outputs", "agreement", "probability_agreement", "seconds", "files", "gpu_accelerator",
-                            "weights_hint"]
+                            "weights_hint", "verdict"]
     assert report["probability_agreement"]["top1_agreement"] >= 0.75
     assert report["quantization_ranges"] == sidecar["quantization_ranges"] == "calibrated"
     assert report == result.to_dict() and report["ops"] == len(summary.ops)
