@@ -227,6 +227,7 @@ MEASURED = [
     ("conversion", "mobilevit_v3_xxs_l2", 5e6, 59e6, 0.16),
     ("conversion", "resmlp_12", 61e6, 67e6, 1.06),
     ("conversion", "mobilevit_v3_xs", 10e6, 159e6, 0.24),
+    ("conversion", "vit_large16", 1.22e9, 351e6, 19.65),
     ("layer-by-layer diagnosis", "mobilevit_v2_050", 6e6, 96e6, 0.20),
     ("layer-by-layer diagnosis", "vit_tiny16", 23e6, 34e6, 0.36),
     ("BatchNorm estimation", "mobilevit_v3_xxs_l2", 5e6, 59e6, 0.05),

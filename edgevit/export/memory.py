@@ -33,11 +33,12 @@ OUT_OF_MEMORY_ADVICE = {
 # What a stage takes beyond what the process holds before it: (bytes per
 # byte of float32 weights, bytes per byte of one image's activations, bytes).
 # Low ends, so that a stage is refused only when it clearly cannot fit: on
-# the smallest variant of eleven families and mobilevit_v3_xs
+# the smallest variant of every family, mobilevit_v3_xs and vit_large16
 # (benchmarks/memory.py; docs/profiling.md, Memory) conversion took 5-16
 # bytes per byte of weights over what the activations explain (resmlp_12,
-# 61 MB of weights: 1.06 GB; mobilevit_v2_050, 6 MB of weights and 96 MB of
-# activations: 0.18 GB, estimated 0.16 GB), the diagnosis (an fp32
+# 61 MB of weights: 1.06 GB; vit_large16, 1.22 GB: 19.7 GB, as the plain
+# converter; mobilevit_v2_050, 6 MB of weights and 96 MB of activations:
+# 0.18 GB, estimated 0.16 GB), the diagnosis (an fp32
 # conversion, then both files run keeping every tensor) 0.2-0.5 GB,
 # BatchNorm estimation 0.05-0.15 GB.
 STAGE_NEEDS = {
