@@ -13,6 +13,7 @@ the same calibration images, TFLITE_BUILTINS_INT8 and int8 in and out.
     python benchmarks/memory.py                                  # the headline model
     python benchmarks/memory.py mobilevit_v3_xxs vit_tiny16 --json memory.json
     python benchmarks/memory.py --edgevit-args --input-size 128  # extra convert options
+    python benchmarks/memory.py --each-family smallest --calib-samples 16
 """
 from __future__ import annotations
 
@@ -75,6 +76,10 @@ def tree_rss(root: int) -> tuple[int, int]:
     return total, own
 
 
+class RunFailed(Exception):
+    """One side of one model's comparison ended with an error (said in the row, the others still run)."""
+
+
 def measure(what: str, cmd: list[str], env: dict | None = None) -> dict:
     """Run ``cmd``; peak tree memory per stage (from its progress lines on
     stderr), in total, and its wall seconds; stdout as text."""
@@ -109,8 +114,7 @@ def measure(what: str, cmd: list[str], env: dict | None = None) -> dict:
     for t in threads:
         t.join()
     if proc.returncode != 0:
-        sys.exit(f"error: {what} failed (exit {proc.returncode}): "
-                 + "".join(stderr_lines[-5:]).strip())
+        raise RunFailed(f"{what} failed (exit {proc.returncode}): " + "".join(stderr_lines[-5:]).strip())
     per_stage = {}
     for (name, begin, peak, own), following in zip(stages, stages[1:] + [[None, end]]):
         if not peak:
@@ -159,12 +163,15 @@ def plain_route(model: str, samples: int, input_size: str) -> dict:
 
 
 def edgevit_route(model: str, samples: int, input_size: str, extra: list[str], out_dir: Path) -> dict:
+    # without --json: its progress lines mark the stages, and the report sidecar holds what --json prints
+    out = out_dir / f"{model}_int8.tflite"
     cmd = [sys.executable, "-m", "edgevit", "convert", model, "--int8", "--calib-samples", str(samples),
-           "-o", str(out_dir / f"{model}_int8.tflite"), "--json", *extra]
+           "-o", str(out), *extra]
     if input_size != "default":
         cmd += ["--input-size", input_size]
     run = measure(f"edgevit convert {model}", cmd)
-    report = json.loads(run.pop("stdout"))
+    run.pop("stdout")
+    report = json.loads(out.with_suffix(".report.json").read_text())
     run.update(convert_seconds=report["seconds"]["convert"], validate_seconds=report["seconds"]["validate"],
                size_bytes=report["size_bytes"], cosine_mean=report["agreement"]["cosine_mean"],
                diagnosed="first_breaking_layer" in report,
@@ -201,9 +208,24 @@ def print_table(row: dict) -> None:
         print(f"  {name:<14} {stage['peak_gb']:>8.2f} {stage['main_process_peak_gb']:>8.2f} {stage['seconds']:>8.1f}")
 
 
+def family_ends(end: str) -> list[str]:
+    """The variant of every family with the fewest (``smallest``) or the most
+    (``largest``) parameters in the catalog."""
+    from edgevit.registry import get_spec, list_models
+
+    by_family: dict[str, list] = {}
+    for name in list_models():
+        spec = get_spec(name)
+        by_family.setdefault(spec.family, []).append((spec.parameters or 0, name))
+    pick = min if end == "smallest" else max
+    return [pick(variants)[1] for _, variants in sorted(by_family.items())]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("models", nargs="*", default=[HEADLINE])
+    parser.add_argument("models", nargs="*", help=f"Default: {HEADLINE} (unless --each-family).")
+    parser.add_argument("--each-family", choices=["smallest", "largest"],
+                        help="Measure the smallest (largest) variant of every family, by parameters, after MODELS.")
     parser.add_argument("--calib-samples", type=int, default=64)
     parser.add_argument("--input-size", default="default")
     parser.add_argument("--json", type=Path, help="Also write the rows here.")
@@ -212,13 +234,22 @@ def main() -> None:
     args = parser.parse_args()
     if args.json is not None and not args.json.parent.is_dir():
         sys.exit(f"error: {args.json.parent} is not a folder")
+    models = args.models + (family_ends(args.each_family) if args.each_family else [])
+    models = models or [HEADLINE]
     rows = []
-    for model in args.models:
-        row = compare(model, args.calib_samples, args.input_size, args.edgevit_args)
-        print_table(row)
+    failed = 0
+    for model in models:
+        try:
+            row = compare(model, args.calib_samples, args.input_size, args.edgevit_args)
+            print_table(row)
+        except RunFailed as err:
+            print(f"error: {err}", file=sys.stderr)
+            row, failed = {"model": model, "error": str(err)}, failed + 1
         rows.append(row)
         if args.json is not None:
             args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if failed:
+        sys.exit(f"error: {failed} of {len(models)} model(s) failed (see above)")
 
 
 if __name__ == "__main__":

@@ -208,15 +208,23 @@ def writing(path: str | Path) -> Iterator[None]:
         raise write_error(path, err) from None
 
 
-def save_array(path: Path, array) -> None:
-    """``np.save`` that fails as any other write: numpy's own file writes
-    report a short write ("N requested and M written") without its cause."""
+def save_array(path: Path, array, dtype=None) -> None:
+    """``np.save`` (as ``dtype`` where given) that fails as any other write
+    (numpy's own file writes report a short write, "N requested and M
+    written", without its cause). ``array``: an array, or anything whose
+    slices are arrays (an :class:`~edgevit.data.images.ImageSet`), written a
+    slice at a time."""
     import numpy as np
 
-    buffer = io.BytesIO()
-    np.save(buffer, array)
-    with writing(path):
-        path.write_bytes(buffer.getvalue())
+    from edgevit.data.images import READ_BATCH
+
+    first = np.ascontiguousarray(array[:READ_BATCH], dtype)
+    header = {**np.lib.format.header_data_from_array_1_0(first), "shape": (len(array), *first.shape[1:])}
+    with writing(path), open(path, "wb") as file:
+        np.lib.format.write_array_header_1_0(file, header)
+        file.write(first.tobytes())
+        for start in range(READ_BATCH, len(array), READ_BATCH):
+            file.write(np.ascontiguousarray(array[start:start + READ_BATCH], dtype).tobytes())
 
 
 class _NamedBuffer(io.BytesIO):

@@ -122,11 +122,15 @@ def test_convert_int8_end_to_end_json(tmp_path):
     assert broken["layer"] and "--int16x8" in broken["hint"]
     for path in report["files"].values():
         assert (tmp_path / path.split("/")[-1]).exists()
-    assert "Validating" in proc.stderr
+    assert "Validating" not in proc.stderr  # standard error keeps to warnings and errors under --json
     # random weights: the report says how to get real ones
     assert report["weights"] == "random-init"
     assert "`edgevit convert --int8 mobilevit_v3_xxs --weights imagenet` (mobilevitv3_XXS_e300_7098" \
         in report["weights_hint"]
+    # the verdict: where the file deploys, and that random weights explain its low agreement
+    verdict = report["verdict"]
+    assert "CPU (XNNPACK)" in verdict["deployable_on"] and verdict["agreement"] != "good"
+    assert "as expected with random weights" in verdict["text"]
     # the phone's Arm64 CPU kernels (emulated) where installed; else how to install them
     arm64 = report["arm64"]
     assert (arm64["ran"] and arm64["agrees"]) or (not arm64["ran"] and "install-arm-emulator.sh" in arm64["reason"])

@@ -89,7 +89,7 @@ def test_int8_graph_is_all_integer_and_carries_metadata(tmp_path):
     assert list(report) == ["model", "precision", "quantization_ranges", "input_size", "weights", "file", "size_bytes",
                             "io", "ops", "macs", "op_histogram", "max_rank", "checks", "delegates", "images",
                             "outputs", "agreement", "probability_agreement", "seconds", "files", "gpu_accelerator",
-                            "weights_hint"]
+                            "weights_hint", "verdict"]
     assert report["probability_agreement"]["top1_agreement"] >= 0.75
     assert report["quantization_ranges"] == sidecar["quantization_ranges"] == "calibrated"
     assert report == result.to_dict() and report["ops"] == len(summary.ops)
@@ -229,6 +229,19 @@ def test_calibration_folder_is_used_and_bad_files_are_skipped(tmp_path):
     assert result.images.validation.startswith("4 held-out images")
 
 
+def test_held_out_images_start_after_the_last_calibration_image(tmp_path):
+    calib = tmp_path / "calib"
+    _write_images(calib, 20)
+    for i in range(5):
+        (calib / f"broken{i}.jpg").write_bytes(b"not a jpeg")
+    options = ExportOptions(calib_dir=str(calib), calib_samples=8, validation_samples=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the broken files are counted
+        calibration, validation, _ = pipeline._image_sets(SPEC, SIZE, options, need_calibration=True)
+    assert not set(calibration.items) & set(validation.items)
+    assert len(calibration) + len(validation) == 20
+
+
 @pytest.mark.parametrize("setup, message", [
     (lambda p: None, "does not exist"),
     (lambda p: p.mkdir(), "contains no images"),
@@ -295,3 +308,39 @@ def test_full_int8_of_attention_is_all_integer(tmp_path):
                              recalibrate_batchnorm=False)
     assert describe(out.read_bytes()).float_ops() == []
     assert result.op_histogram["BATCH_MATMUL"] == 2
+
+
+def test_verdict_of_a_file_that_agrees_says_where_it_deploys_and_what_next(tmp_path):
+    result, out = run_export(tmp_path, precision="fp32", weights_label="trained.keras", gpu_images=0)
+    verdict = result.verdict
+    assert verdict.agreement == "good"
+    assert verdict.deployable_on[0] == "CPU (XNNPACK)" and "GPU delegate (by its rules; not run here)" in \
+        verdict.deployable_on and "NNAPI (Android API 33 rules)" in verdict.deployable_on
+    assert verdict.text.startswith("verdict: deployable on CPU (XNNPACK), GPU delegate")
+    assert f"`edgevit eval {out} --data DIR`" in verdict.text and "random" not in verdict.text
+    assert "\n" not in verdict.text
+    assert json.loads(result.files.report.read_text())["verdict"] == verdict.to_dict()
+
+
+def test_verdict_on_random_weights_says_low_agreement_is_expected_there(tmp_path):
+    import dataclasses
+
+    from edgevit.export.verdict import verdict
+
+    result, _ = run_export(tmp_path, precision="int8", gpu_images=0)
+    assert result.weights == "random-init" and "random weights" in result.verdict.text
+    poor = {**result.agreement, "top1_agreement": 0.344, "cosine_mean": 0.90}
+    random_init = verdict(dataclasses.replace(result, agreement=poor))
+    assert random_init.agreement == "poor" and random_init.deployable_on[0] == "CPU (XNNPACK)"
+    assert "agreement poor (top-1 34.4%, logit cosine 0.9000 on 4 images), as expected with random weights" in \
+        random_init.text and "--weights imagenet" in random_init.text
+    # the same numbers from trained weights point at what to change instead
+    breaking = {"layer": "blocks.3.attn", "threshold": 0.98, "hint": "try --int16x8"}
+    trained = verdict(dataclasses.replace(result, agreement=poor, weights="model.keras",
+                                          first_breaking_layer=breaking))
+    assert "expected" not in trained.text and "first below cosine 0.98 at blocks.3.attn); next: try --int16x8." \
+        in trained.text
+    failed = verdict(dataclasses.replace(result, checks=[*result.checks, pipeline.Check("max tensor rank <= 4",
+                                                                                         False, "max rank 6")]))
+    assert failed.deployable_on == [] and failed.text.startswith("verdict: not deployable as it is: 1 check(s) "
+                                                                 "failed (max tensor rank <= 4: max rank 6)")

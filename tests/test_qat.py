@@ -247,14 +247,15 @@ def test_trained_ranges_are_the_ranges_in_the_file(trained):
 
 def test_a_training_step_computes_the_same_eagerly_and_in_a_graph(trained):
     """Eagerly, ranges are computed in numpy; `edgevit qat` trains in a
-    graph, where they are ops on the variables: same outputs, same ranges."""
+    graph, where they are ops on the variables (traced without AutoGraph, as
+    the Trainer traces it): same outputs, same ranges."""
     import tensorflow as tf
 
     _, qat, _ = trained
     x, _ = synthetic(16, 5)
     before = {id(v): np.asarray(v) for v in qat.variables}
     results = []
-    for forward in (qat, tf.function(qat)):
+    for forward in (qat, tf.function(qat, autograph=False)):
         trained_outputs = np.asarray(forward(x, training=True))
         results.append((trained_outputs, [np.asarray(v) for v in qat.non_trainable_variables]))
         for variable in qat.variables:
@@ -590,3 +591,21 @@ def test_int8_mixed_conversion_of_a_qat_model_keeps_attention_and_rsqrt_in_float
     # only post-training --int8-mixed can dequantize around, stays on the builtin kernels
     builtin = xnnpack_plan(content).builtin_ops
     assert not {"BATCH_MATMUL", "RSQRT", "RELU"} & set(builtin) and builtin["SOFTMAX"] == 1, builtin
+
+
+def test_eval_runs_a_qat_model_eagerly_where_tracing_it_would_cost_more():
+    from edgevit.evaluate import QAT_TRACE_IN_EAGER_BATCHES, keras_forward
+    from edgevit.train.metrics import BATCH_SIZE
+
+    inputs = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(8, 3, use_bias=False)(inputs)
+    x = keras.layers.Activation("relu")(keras.layers.BatchNormalization()(x))
+    model = keras.Model(inputs, keras.layers.Dense(CLASSES)(keras.layers.GlobalAveragePooling2D()(x)))
+    qat = quantize_model(model)
+    few = QAT_TRACE_IN_EAGER_BATCHES * BATCH_SIZE
+
+    def traced(forward):
+        return hasattr(forward, "get_concrete_function")
+
+    assert not traced(keras_forward(qat, few)) and traced(keras_forward(qat, few + 1))
+    assert traced(keras_forward(model, 1))

@@ -165,8 +165,9 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     decompression bomb; Keras stores members uncompressed), is refused, and
     so is one holding Python code (a Lambda layer), which edgevit never runs.
     """
-    from edgevit.export.pipeline import ExportOptions, Progress, check_options, default_output_path, export
+    from edgevit.export.pipeline import ExportOptions, check_options, default_output_path, export
     from edgevit.export.result import ExportFiles
+    from edgevit.progress import Progress
 
     from edgevit.pretrained import IMAGENET_CLASSES, RANDOM_INIT, is_imagenet
 
@@ -199,7 +200,7 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     from edgevit.pretrained import weights_label as weights_label_of
     from edgevit.saving import resolve_model
 
-    progress = Progress(enabled=True)
+    progress = Progress(enabled=not as_json)
     progress.step(f"Building {model}")
     keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
     if imagenet:

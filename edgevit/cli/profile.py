@@ -234,7 +234,9 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, arm, arm_pr
     from edgevit.litert.metadata_check import metadata_summary
     from edgevit.profile import report
     from edgevit.profile.bench import parse_list as bench_parse_list
+    from edgevit.progress import Progress
 
+    progress = Progress(enabled=not as_json)
     path = Path(model)
     if not path.is_file():
         raise EdgevitError(f"Model file {model!r} does not exist." if not path.exists()
@@ -252,13 +254,16 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, arm, arm_pr
         profiles = arm_mod.parse_profiles(arm_profiles)
         kernels = tuple(bench_parse_list(arm_kernels, "arm-kernels", arm_mod.KERNEL_SETS))
         arm_mod.find_emulator()  # not installed: one error line, before any work
-        console = stderr_console()
-        arm_check = arm_mod.check_on_arm(path, profiles, kernels, images=images or DEFAULT_ARM_IMAGES,
-                                         step=lambda m: console.print(f"[bold]>[/bold] {m}"))
+        with progress.bar("Arm64 check", None):
+            arm_check = arm_mod.check_on_arm(path, profiles, kernels, images=images or DEFAULT_ARM_IMAGES,
+                                             step=progress.step)
     with about(path):
         reports = check(content, gpu=gpu, nnapi=nnapi, android_api=android_api,
                         nnapi_accelerator_specified=nnapi_accelerator) if gpu or nnapi else {}
-        run = run_file_on_gpu(path, images or DEFAULT_GPU_IMAGES) if gpu and not no_gpu_run else None
+        run = None
+        if gpu and not no_gpu_run:
+            with progress.bar("GPU accelerator and XNNPACK (one child process)", None):
+                run = run_file_on_gpu(path, images or DEFAULT_GPU_IMAGES)
     if as_json:
         print_json({"model": str(path), "metadata": metadata, **{k: r.to_dict() for k, r in reports.items()},
                     **({"gpu_accelerator": run.to_dict()} if run else {}),

@@ -132,10 +132,12 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
     refuse_existing([out], overwrite)
     dataset = _check_inputs(data_dir, val_split, weights)
     import_tensorflow_quietly()
+    from edgevit.progress import Progress
     from edgevit.registry import create_model
     from edgevit.train.loop import TrainConfig, Trainer, checkpoint_lock, checkpoint_state
     from edgevit.train.prepare import build_model, load_data, val_metrics
 
+    progress = Progress(enabled=not as_json)
     sizes = multiscale or []
     keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log,
                                     sizes=sizes)
@@ -147,13 +149,17 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
         if weights is None and not (model.endswith(".keras") or Path(model).is_file()):
             from edgevit.models.batchnorm import recalibrate_batchnorm
 
-            recalibrate_batchnorm(keras_model, train.eval_batch(np.arange(min(len(train), 64)), size))
+            images = train.eval_batch(np.arange(min(len(train), 64)), size)
+            progress.step("No weights given: estimating BatchNorm statistics on the training images")
+            with progress.bar("BatchNorm statistics", len(images), "images") as advance:
+                recalibrate_batchnorm(keras_model, images, on_batch=advance)
         classes = len(dataset.classes)
         cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, sizes=sizes,
                           warmup_epochs=min(1.0, epochs / 10), checkpoint_dir=checkpoint, run=run)
         trainer = Trainer(keras_model, lambda s: create_model(spec.name, num_classes=classes, input_size=s),
-                          size, cfg, log=log)
-        history = trainer.fit(train, val_metrics(val, size))
+                          size, cfg, log=progress.step, progress=progress)
+        history = trainer.fit(train, val_metrics(val, size, progress))
+        progress.step(f"Saving {out}")
         _save_trained(keras_model, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "multiscale": sizes, "unreadable_skipped": len(skipped), "history": history,
@@ -187,47 +193,54 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
     refuse_existing(outputs, overwrite)
     dataset = _check_inputs(data_dir, val_split, weights)
     import_tensorflow_quietly()
+    from edgevit.progress import Progress
     from edgevit.quantize.qat import calibrate, quantize_model
     from edgevit.saving import set_class_names
     from edgevit.train.loop import TrainConfig, Trainer, checkpoint_lock, checkpoint_state
     from edgevit.train.prepare import build_model, load_data, val_metrics
 
+    progress = Progress(enabled=not as_json)
     keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log)
     size = int(keras_model.inputs[0].shape[1])
     run = _run("qat", spec, dataset.classes, size, [])
     with checkpoint_lock(checkpoint):
         checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
         train, val, skipped = load_data(dataset, spec, size, [], log)
-        float_top1 = val_metrics(val, size)(keras_model)["val_top1"]
-        log(f"Float model: val top-1 {float_top1}")
+        evaluate = val_metrics(val, size, progress)
+        float_top1 = evaluate(keras_model)["val_top1"]
+        progress.step(f"Float model: val top-1 {float_top1}")
         rng = np.random.default_rng(0)
         order = rng.permutation(len(train))
         calib = [train.eval_batch(order[i:i + batch_size], size)
                  for i in range(0, min(len(train), calib_batches * batch_size), batch_size)]
+        progress.step(f"Rewriting {spec.name} with fake quantization at every int8 tensor")
         qat = quantize_model(keras_model, input_range=spec.preprocessing_at(size).value_range)
         set_class_names(qat, dataset.classes)
-        calibrate(qat, calib)
-        before = val_metrics(val, size)(qat)["val_top1"]
-        log(f"QAT model after range calibration: val top-1 {before}")
+        progress.step(f"Calibrating the activation ranges of the QAT model on {len(calib)} batches")
+        with progress.bar("calibrating", len(calib), "batches") as advance:
+            calibrate(qat, calib, on_batch=advance)
+        before = evaluate(qat)["val_top1"]
+        progress.step(f"QAT model after range calibration: val top-1 {before}")
         cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, warmup_epochs=0.0,
                           checkpoint_dir=checkpoint, run=run)
-        trainer = Trainer(qat, None, size, cfg, log=log)
-        history = trainer.fit(train, val_metrics(val, size))
+        trainer = Trainer(qat, None, size, cfg, log=progress.step, progress=progress)
+        history = trainer.fit(train, evaluate)
+        progress.step(f"Saving {out}")
         _save_trained(qat, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "float_val_top1": float_top1, "qat_val_top1_calibrated": before, "history": history,
               "val_top1": history[-1].get("val_top1") if history else before,
               "unreadable_skipped": len(skipped)}
     if export_int8:
-        from edgevit.export.pipeline import ExportOptions, Progress, export
+        from edgevit.export.pipeline import ExportOptions, export
 
         # The trained ranges quantize the file; the images validate it.
         opts = ExportOptions(precision="int8", output=str(export_files.model), weights_label=str(out),
                              calib_dir=str(Path(data_dir) / "val") if (Path(data_dir) / "val").is_dir() else data_dir)
-        exported = export(qat, spec, opts, Progress(enabled=True))
+        exported = export(qat, spec, opts, progress)
         result["export"] = {"file": str(exported.files.model), "agreement": exported.agreement,
                             "probability_agreement": exported.probability_agreement,
-                            "checks": [c.to_dict() for c in exported.checks]}
+                            "checks": [c.to_dict() for c in exported.checks], "verdict": exported.verdict.to_dict()}
     _print_result(result, as_json)
 
 
@@ -243,8 +256,9 @@ def eval_command(model_file, data_dir, threads, as_json):
     on every image of an image folder (class folders matched to the model's
     classes by name)."""
     from edgevit.evaluate import evaluate
+    from edgevit.progress import Progress
 
-    report = evaluate(model_file, data_dir, threads=threads)
+    report = evaluate(model_file, data_dir, threads=threads, progress=Progress(enabled=not as_json))
     if as_json:
         print_json(report)
         return
@@ -272,3 +286,5 @@ def _print_result(result: dict, as_json: bool) -> None:
         rows += [["int8 file", result["export"]["file"]],
                  ["int8 top-1 agreement", a["top1_agreement"]], ["int8 cosine mean", round(a["cosine_mean"], 5)]]
     print_table(None, ["field", "value"], rows)
+    if "export" in result:
+        click.echo(result["export"]["verdict"]["text"])

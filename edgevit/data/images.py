@@ -10,6 +10,7 @@ reason (:class:`SkippedImages`), never a traceback.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -195,23 +196,83 @@ def read_crops(paths, resize_size: int, crop_size: int, interpolation: str):
         yield np.asarray(center_crop(img, resize_size, crop_size, interpolation), np.uint8)
 
 
-def load_images(paths, pre: Preprocessing, limit: int | None = None) -> tuple[np.ndarray, list[Path]]:
-    """Load up to ``limit`` readable images as a [N, H, W, 3] batch; unreadable
-    files are skipped with one warning that counts them by reason."""
+class ImageSet:
+    """Model inputs made when they are read: ``images[i:j]`` opens and
+    preprocesses those images then, as a float32 [j - i, H, W, 3] array, and
+    nothing keeps them, so a stage that reads a batch at a time holds one
+    batch whatever the set's size. ``items`` say which images (file paths,
+    views of photos), ``read`` makes the inputs of a list of them."""
+
+    def __init__(self, items: list, read: Callable[[list], np.ndarray]):
+        self.items, self._read = list(items), read
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int | slice) -> np.ndarray:
+        if isinstance(index, slice):
+            return self._read(self.items[index])
+        return self._read([self.items[index]])[0]
+
+    def __iter__(self):
+        for batch in batches(self, READ_BATCH):
+            yield from batch
+
+    def map(self, function: Callable[[np.ndarray], np.ndarray]) -> ImageSet:
+        """These images, each batch passed through ``function`` when read."""
+        return ImageSet(self.items, lambda items: function(self._read(items)))
+
+
+# Images an ImageSet opens together when iterated one by one.
+READ_BATCH = 8
+
+
+def batches(images, size: int):
+    """``images`` (an array or an :class:`ImageSet`), ``size`` at a time."""
+    for start in range(0, len(images), size):
+        yield images[start:start + size]
+
+
+def readable_images(paths, limit: int | None = None) -> list[Path]:
+    """The first ``limit`` of ``paths`` that open as images; unreadable files
+    are skipped with one warning that counts them by reason."""
     paths = [Path(p) for p in paths]
-    arrays, used, skipped = [], [], SkippedImages()
-    if limit is None or limit > 0:
-        for path, pixels in zip(paths, read_crops(paths, pre.resize_size, pre.input_size, pre.interpolation)):
-            if isinstance(pixels, UnreadableImage):
-                skipped.add(pixels)
-                continue
-            arrays.append(normalise(pixels, pre))
-            used.append(path)
-            if limit is not None and len(arrays) >= limit:
-                break  # files beyond the limit are neither read nor counted as unreadable
-    if not arrays:
+    used, skipped = [], SkippedImages()
+    for path in paths if limit is None or limit > 0 else []:
+        try:
+            open_rgb(path)
+        except UnreadableImage as err:
+            skipped.add(err)
+            continue
+        used.append(path)
+        if limit is not None and len(used) >= limit:
+            break  # files beyond the limit are neither read nor counted as unreadable
+    if not used:
         raise EdgevitError(f"None of the {len(paths)} images could be read"
                            + (f": {skipped.summary()}." if skipped else "."))
     if skipped:
         warnings.warn(skipped.summary(), stacklevel=2)
-    return np.stack(arrays), used
+    return used
+
+
+def image_set(paths, pre: Preprocessing, limit: int | None = None) -> ImageSet:
+    """The first ``limit`` readable images of ``paths`` (see
+    :func:`readable_images`), each read with ``pre`` when a batch of them is."""
+    def read(batch_paths: list[Path]) -> np.ndarray:
+        inputs = np.empty((len(batch_paths), pre.input_size, pre.input_size, 3), np.float32)
+        for row, (path, pixels) in enumerate(zip(batch_paths, read_crops(batch_paths, pre.resize_size,
+                                                                         pre.input_size, pre.interpolation))):
+            if isinstance(pixels, UnreadableImage):
+                raise EdgevitError(f"{path} could be read before and not now ({pixels.reason}): "
+                                   "was it changed or removed during the run?")
+            inputs[row] = normalise(pixels, pre)
+        return inputs
+
+    return ImageSet(readable_images(paths, limit), read)
+
+
+def load_images(paths, pre: Preprocessing, limit: int | None = None) -> tuple[np.ndarray, list[Path]]:
+    """Up to ``limit`` readable images as one [N, H, W, 3] array (see
+    :func:`image_set`), and their paths."""
+    images = image_set(paths, pre, limit)
+    return images[:], images.items

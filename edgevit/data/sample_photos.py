@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from edgevit.data.images import load_images, open_rgb, to_model_input
+from edgevit.data.images import ImageSet, load_images, open_rgb, to_model_input
 from edgevit.registry import Preprocessing
 
 # file name in skimage/data -> licence stated by scikit-image
@@ -47,30 +47,40 @@ def photo_dir() -> Path:
     return Path(skimage.__file__).parent / "data"
 
 
-def _views(img: Image.Image, count: int, rng: np.random.Generator, pre: Preprocessing):
-    """``count`` square crops covering 35-100% of the shorter side, some mirrored."""
-    w, h = img.size
-    for _ in range(count):
-        side = int(min(w, h) * rng.uniform(0.35, 1.0))
-        left, top = rng.integers(0, w - side + 1), rng.integers(0, h - side + 1)
-        view = img.crop((left, top, left + side, top + side))
-        if rng.random() < 0.5:
-            view = view.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        view = view.resize((pre.input_size, pre.input_size), Image.Resampling.BILINEAR)
-        yield to_model_input(view, pre)
-
-
-def sample_batch(pre: Preprocessing, count: int, held_out: bool = False, seed: int = 0) -> np.ndarray:
-    """``count`` preprocessed [H, W, 3] views of the default photos, as one
-    batch; ``held_out`` draws from photos never used for calibration."""
+def sample_images(pre: Preprocessing, count: int, held_out: bool = False, seed: int = 0) -> ImageSet:
+    """``count`` views of the default photos: square crops covering 35-100%
+    of the shorter side, some mirrored, resized to the input size;
+    ``held_out`` draws from photos never used for calibration. The views are
+    drawn here and made when read (the set keeps the few photos decoded)."""
     names = list(HELD_OUT_PHOTOS if held_out else CALIBRATION_PHOTOS)
     rng = np.random.default_rng(seed + (1 if held_out else 0))
     per_photo = -(-count // len(names))
+    photos = {name: open_rgb(photo_dir() / name) for name in names}
     views = []
-    for name in names:
-        views.extend(_views(open_rgb(photo_dir() / name), per_photo, rng, pre))
+    for name, photo in photos.items():
+        w, h = photo.size
+        for _ in range(per_photo):
+            side = int(min(w, h) * rng.uniform(0.35, 1.0))
+            left, top = rng.integers(0, w - side + 1), rng.integers(0, h - side + 1)
+            views.append((name, (left, top, left + side, top + side), rng.random() < 0.5))
     order = rng.permutation(len(views))[:count]
-    return np.stack([views[i] for i in order]).astype(np.float32)
+
+    def read(batch_views: list) -> np.ndarray:
+        inputs = np.empty((len(batch_views), pre.input_size, pre.input_size, 3), np.float32)
+        for row, (name, box, mirrored) in enumerate(batch_views):
+            view = photos[name].crop(box)
+            if mirrored:
+                view = view.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+            inputs[row] = to_model_input(view.resize((pre.input_size, pre.input_size), Image.Resampling.BILINEAR),
+                                         pre)
+        return inputs
+
+    return ImageSet([views[i] for i in order], read)
+
+
+def sample_batch(pre: Preprocessing, count: int, held_out: bool = False, seed: int = 0) -> np.ndarray:
+    """:func:`sample_images` as one [count, H, W, 3] array."""
+    return sample_images(pre, count, held_out, seed)[:]
 
 
 def held_out_photos(pre: Preprocessing) -> tuple[list[str], np.ndarray]:

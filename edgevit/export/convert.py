@@ -40,6 +40,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from edgevit.data.images import READ_BATCH, batches
 from edgevit.errors import EdgevitError, first_line
 from edgevit.litert.camera_input import take_rgb_bytes
 from edgevit.litert.flatbuffer import Graph, Op, read
@@ -145,8 +146,9 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
             on_calibration_step: Callable[[], None] | None = None,
             float_layers: tuple[str, ...] = (), outputs: str = "logits",
             normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None) -> bytes:
-    """Convert ``model``. Full-integer precisions need ``calibration``: a
-    [N, H, W, 3] batch of preprocessed inputs, unless the model carries
+    """Convert ``model``. Full-integer precisions need ``calibration``:
+    preprocessed [H, W, 3] inputs (an [N, H, W, 3] array or an
+    :class:`~edgevit.data.images.ImageSet`, read a batch at a time), unless the model carries
     trained fake-quant ranges (QAT), which quantize it instead (a float
     precision converts a QAT model without its fake quantization).
     ``float_layers``: names of layers whose ops int8_mixed keeps in float
@@ -175,8 +177,7 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
     float_ops = CPU_FLOAT_OPS if precision == "int8_mixed" else ()
     unit_input = input_takes(precision, io_dtype, normalization) == TAKES_RGB_UNIT
     if unit_input and calibration is not None:
-        mean, std = (np.asarray(v, np.float32) for v in normalization)
-        calibration = calibration * std + mean
+        calibration = _as_unit_pixels(calibration, normalization)
     function = batch1_function(model, float_ops, fake_quant=not (qat and precision in FLOAT_PRECISIONS),
                                probabilities=outputs == "probabilities",
                                normalization=normalization if unit_input else None)
@@ -337,11 +338,20 @@ def _last_error_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _representative(calibration: np.ndarray, on_step):
+def _as_unit_pixels(calibration, normalization):
+    """The [0, 1] pixels normalised inputs came from, a batch at a time."""
+    mean, std = (np.asarray(v, np.float32) for v in normalization)
+    if isinstance(calibration, np.ndarray):
+        return calibration * std + mean
+    return calibration.map(lambda batch: batch * std + mean)
+
+
+def _representative(calibration, on_step):
     def generator():
-        for sample in calibration:
-            yield [sample[None].astype(np.float32)]
-            if on_step is not None:
-                on_step()
+        for batch in batches(calibration, READ_BATCH):
+            for sample in batch:
+                yield [sample[None].astype(np.float32)]
+                if on_step is not None:
+                    on_step()
 
     return generator

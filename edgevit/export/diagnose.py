@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,7 +22,8 @@ def _layer_of(tensor_name: str) -> str:
 
 
 def layerwise_comparison(float_content: bytes, quant_content: bytes, inputs: np.ndarray,
-                         threshold: float = 0.98, quant_inputs: np.ndarray | None = None) -> dict:
+                         threshold: float = 0.98, quant_inputs: np.ndarray | None = None,
+                         on_image: Callable[[], None] = lambda: None) -> dict:
     """Run a float and a quantized file of the same model with
     ``experimental_preserve_all_tensors`` and compare every tensor both
     graphs share (same name and shape), in execution order of the quantized
@@ -29,7 +31,8 @@ def layerwise_comparison(float_content: bytes, quant_content: bytes, inputs: np.
     ``threshold`` (where int8 breaks first). ``quant_inputs``: the same
     images in the values the quantized file's input takes, where they differ
     (a file that takes the camera's bytes). The tensors are read from the
-    two interpreters one pair at a time, never all of them at once."""
+    two interpreters one pair at a time, never all of them at once.
+    ``on_image()`` after each image."""
     def cosine(a, b):
         a, b = a.ravel(), b.ravel()
         norm = np.linalg.norm(a) * np.linalg.norm(b)
@@ -55,6 +58,7 @@ def layerwise_comparison(float_content: bytes, quant_content: bytes, inputs: np.
             entry[1].append(cosine(a, value))
             entry[2].append(per_token)
         del ref, got  # each keeps every tensor of its graph
+        on_image()
     rows = sorted((index, name, float(np.mean(c)), float(np.min(t))) for name, (index, c, t) in totals.items())
     layers = [{"tensor": name, "layer": _layer_of(name), "cosine": cos, "worst_token_cosine": tok}
               for _, name, cos, tok in rows

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from edgevit.data import sample_photos
-from edgevit.data.images import list_images, load_images
+from edgevit.data.images import ImageSet, batches, image_set, list_images
 from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
 from edgevit.export.agreement import agreement, probability_agreement
@@ -29,25 +28,25 @@ from edgevit.export.audit import Audit, audit
 from edgevit.export.convert import (FLOAT_PRECISIONS, check_io_dtype, check_qat_precision, convert,
                                     default_io_dtype, input_takes, needs_calibration)
 from edgevit.export.diagnose import layerwise_comparison
+from edgevit.export.memory import memory_of
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.export.run_model import run_in_child
+from edgevit.export.verdict import GPU_PRECISIONS, verdict
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
 from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
-from edgevit.litert.inputs import file_inputs
+from edgevit.litert.inputs import file_input_values, file_inputs
 from edgevit.litert.logits_view import logits_file
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
 from edgevit.pretrained import RANDOM_INIT, random_init_hint
+from edgevit.progress import Progress
 from edgevit.registry import ModelSpec
 from edgevit.saving import class_names_of
 from edgevit.writing import Staging, check_writable, staged
 
 DEFAULT_VALIDATION_SAMPLES = 32
 DEFAULT_GPU_IMAGES = 8
-# Precisions whose files GPU delegates run entirely (dynamic-range and int16
-# kernels stay on the CPU): the export holds only these to the GPU run.
-GPU_PRECISIONS = ("fp32", "fp16", "int8", "int8_mixed")
 
 
 @dataclass
@@ -81,36 +80,6 @@ class ExportOptions:
     arm_images: int = 0
 
 
-class Progress:
-    """Progress on stderr; silent when ``enabled`` is False (library use)."""
-
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
-        self._console = None
-        if enabled:
-            from rich.console import Console
-
-            # A private handle on stderr: the converter's native output is
-            # captured through file descriptors 1/2 while progress still shows.
-            self._console = Console(file=os.fdopen(os.dup(2), "w", buffering=1))
-
-    def step(self, message: str) -> None:
-        if self._console:
-            self._console.print(f"[bold]>[/bold] {message}")
-
-    @contextmanager
-    def bar(self, description: str, total: int):
-        if not self._console:
-            yield lambda: None
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TimeElapsedColumn
-
-        with Bar(f"  {description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                 console=self._console, transient=True) as bar:
-            task = bar.add_task(description, total=total)
-            yield lambda: bar.advance(task)
-
-
 def default_output_path(model_name: str, precision: str) -> Path:
     return Path(f"{model_name}_{precision}.tflite")
 
@@ -121,8 +90,8 @@ class Prepared:
     files: ExportFiles
     io_dtype: str
     input_size: int
-    calibration: np.ndarray | None      # None: no calibration (a float precision, or a QAT model)
-    validation: np.ndarray
+    calibration: ImageSet | None        # None: no calibration (a float precision, or a QAT model)
+    validation: ImageSet
     images: ImageSources
     ranges: str | None                  # see quantization_ranges
 
@@ -183,36 +152,12 @@ def prepare(model, spec: ModelSpec, opts: ExportOptions, progress: Progress) -> 
         from edgevit.models.batchnorm import recalibrate_batchnorm  # imports every model family: only when asked
 
         progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
-        with memory_of("BatchNorm estimation"):
-            recalibrate_batchnorm(model, calib if calib is not None else
-                                  sample_photos.sample_batch(spec.preprocessing_at(input_size), opts.calib_samples))
+        statistics_of = calib if calib is not None else sample_photos.sample_images(spec.preprocessing_at(input_size),
+                                                                                     opts.calib_samples)
+        with (memory_of("BatchNorm estimation", model),
+              progress.bar("BatchNorm statistics", len(statistics_of), "images") as advance):
+            recalibrate_batchnorm(model, statistics_of, on_batch=advance)
     return Prepared(files, io_dtype, input_size, calib, val, images, ranges)
-
-
-# What to do when a stage does not fit in this machine's memory.
-OUT_OF_MEMORY_ADVICE = {
-    "BatchNorm estimation": "use fewer --calib-samples or a smaller --input-size, or give trained --weights",
-    "conversion": "use a smaller --input-size or fewer --calib-samples",
-    "validation": "use a smaller --input-size",
-    "top-5 on the sample photos": "use a smaller --input-size",
-    "layer-by-layer diagnosis": "skip it with --no-diagnosis, or use a smaller --input-size",
-}
-
-
-@contextmanager
-def memory_of(stage: str):
-    """A stage that runs out of memory ends the export with one error naming
-    it and what to do (the converter reports a failed allocation as a failed
-    conversion, caused by it)."""
-    import tensorflow as tf
-
-    out_of_memory = (MemoryError, tf.errors.ResourceExhaustedError)
-    try:
-        yield
-    except out_of_memory + (EdgevitError,) as err:
-        if isinstance(err, EdgevitError) and not isinstance(err.__cause__, out_of_memory):
-            raise
-        raise EdgevitError(f"Out of memory in the {stage} stage: {OUT_OF_MEMORY_ADVICE[stage]}.") from None
 
 
 def check_output_paths(files: ExportFiles) -> None:
@@ -224,12 +169,12 @@ def check_output_paths(files: ExportFiles) -> None:
 
 
 def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
-                need_calibration: bool) -> tuple[np.ndarray | None, np.ndarray, ImageSources]:
-    """(calibration batch or None, validation batch, description of both)."""
+                need_calibration: bool) -> tuple[ImageSet | None, ImageSet, ImageSources]:
+    """(calibration images or None, validation images, description of both)."""
     pre = spec.preprocessing_at(input_size)
     if opts.calib_dir is None:
-        calib = sample_photos.sample_batch(pre, opts.calib_samples) if need_calibration else None
-        val = sample_photos.sample_batch(pre, opts.validation_samples, held_out=True)
+        calib = sample_photos.sample_images(pre, opts.calib_samples) if need_calibration else None
+        val = sample_photos.sample_images(pre, opts.validation_samples, held_out=True)
         calib_note = f"; {sample_photos.FEW_PHOTOS_NOTE}" if opts.show_top5_photos else ""
         source = ImageSources(f"default: {sample_photos.SOURCE_NOTE}{calib_note}" if need_calibration else None,
                               f"default: held-out {sample_photos.SOURCE_NOTE}")
@@ -237,14 +182,15 @@ def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
     files = list_images(opts.calib_dir)
     order = np.random.default_rng(0).permutation(len(files))
     files = [files[i] for i in order]
-    calib, used = load_images(files, pre, limit=opts.calib_samples) if need_calibration else (None, [])
-    rest = files[len(used):]
+    calib = image_set(files, pre, limit=opts.calib_samples) if need_calibration else None
+    used = calib.items if calib is not None else []
+    rest = files[files.index(used[-1]) + 1:] if used else files  # unreadable files were passed over too
     held_out = "held-out " if need_calibration else ""
     if len(rest) >= 8:
-        val, val_used = load_images(rest, pre, limit=opts.validation_samples)
-        val_source = f"{len(val_used)} {held_out}images of {opts.calib_dir}"
+        val = image_set(rest, pre, limit=opts.validation_samples)
+        val_source = f"{len(val)} {held_out}images of {opts.calib_dir}"
     else:
-        val = sample_photos.sample_batch(pre, opts.validation_samples, held_out=True)
+        val = sample_photos.sample_images(pre, opts.validation_samples, held_out=True)
         val_source = (f"default: held-out {sample_photos.SOURCE_NOTE} ({opts.calib_dir} has too few images"
                       + (" beyond the calibration set)" if need_calibration else ": fewer than 8)"))
     source = ImageSources(f"{len(used)} images of {opts.calib_dir}" if need_calibration else None, val_source)
@@ -296,7 +242,7 @@ def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Pr
     return Package(embed(content, metadata, labels), metadata, labels)
 
 
-def validate(model, packaged: Package, staged_model: Path, images: np.ndarray, threads: int, progress: Progress,
+def validate(model, packaged: Package, staged_model: Path, images: ImageSet, threads: int, progress: Progress,
              fake_quant: bool = True) -> tuple[dict, dict | None, float]:
     """Agreement of the staged file, run by LiteRT in a child process, with the
     Keras model on held-out images (a QAT model without its fake quantization
@@ -305,8 +251,9 @@ def validate(model, packaged: Package, staged_model: Path, images: np.ndarray, t
     (None for a file of logits); and the seconds it took."""
     progress.step(f"Validating on {len(images)} held-out images with LiteRT (XNNPACK)")
     start = time.perf_counter()
-    expected = keras_outputs(model, images, fake_quant)
-    inputs = file_inputs(packaged.content, images, packaged.metadata)
+    with progress.bar("Keras model", len(images), "images") as advance:
+        expected = keras_outputs(model, images, fake_quant, on_batch=advance)
+    inputs = images.map(file_input_values(packaged.content, packaged.metadata))
     with logits_file(staged_model) as logits_path:
         logits = agreement(expected, run_in_child(logits_path, inputs, num_threads=threads))
     probabilities = None
@@ -329,10 +276,11 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 TRACED_BATCH, EAGER_BATCH = 2, 8
 
 
-def keras_outputs(model, images: np.ndarray, fake_quant: bool = True) -> np.ndarray:
-    """The Keras model's outputs, a batch at a time; a QAT model's without
-    its fake quantization (in float, as its float files compute) unless
-    ``fake_quant``. A float model runs as one traced graph (``predict`` would
+def keras_outputs(model, images: np.ndarray | ImageSet, fake_quant: bool = True,
+                  on_batch: Callable[[int], None] = lambda count: None) -> np.ndarray:
+    """The Keras model's outputs, a batch at a time (``on_batch(images in
+    it)`` after each); a QAT model's without its fake quantization (in
+    float, as its float files compute) unless ``fake_quant``. A float model runs as one traced graph (``predict`` would
     first copy the whole image set into a dataset); a QAT model eagerly:
     tracing it took 142 s for 32 images of mobilevit_v3_xxs at 32 px, eager
     calls 24 s, with identical outputs."""
@@ -348,9 +296,12 @@ def keras_outputs(model, images: np.ndarray, fake_quant: bool = True) -> np.ndar
     if not qat:
         forward = tf.function(forward, reduce_retracing=True, autograph=False)
     batch_size = EAGER_BATCH if qat else TRACED_BATCH
+    outputs = []
     with exporting(fake_quant=False) if qat and not fake_quant else contextlib.nullcontext():
-        return np.concatenate([np.asarray(forward(tf.constant(images[i:i + batch_size])))
-                               for i in range(0, len(images), batch_size)])
+        for batch in batches(images, batch_size):
+            outputs.append(np.asarray(forward(tf.constant(batch))))
+            on_batch(len(batch))
+    return np.concatenate(outputs)
 
 
 def top5_on_photos(model, packaged: Package, staged_model: Path, pre, threads: int,
@@ -377,7 +328,8 @@ def gpu_run(staged_model: Path, images: np.ndarray, precision: str, progress: Pr
     Vulkan device). ``images``: in the values the file's input takes."""
     if missing_vulkan() is None:
         progress.step(f"Running on {len(images)} held-out images with LiteRT's GPU accelerator")
-    return run_on_gpu(staged_model, images, precision, images=f"{len(images)} held-out validation images")
+    with progress.bar("GPU accelerator and XNNPACK (one child process)", None):
+        return run_on_gpu(staged_model, images, precision, images=f"{len(images)} held-out validation images")
 
 
 # The convert report's Arm64 line: the big-core kernels phones run most, XNNPACK
@@ -393,8 +345,10 @@ def arm_run(staged_model: Path, images: np.ndarray, progress: Progress) -> ArmCh
     if emulator_missing() is None:
         progress.step(f"Running on {len(images)} held-out image(s) with LiteRT's Arm64 kernels (emulated, "
                       f"{ARM_PROFILE})")
-    return check_on_arm(staged_model, [ARM_PROFILES[ARM_PROFILE]], ("xnnpack",), inputs=images,
-                        images_note=f"{len(images)} held-out validation image(s)")
+    with progress.bar("Arm64 run", None) as advance:
+        return check_on_arm(staged_model, [ARM_PROFILES[ARM_PROFILE]], ("xnnpack",), inputs=images,
+                            images_note=f"{len(images)} held-out validation image(s)",
+                            step=lambda message: advance(0, status=message))
 
 
 # What to try when a quantized file departs from the Keras model.
@@ -406,18 +360,19 @@ DEFAULT_BREAKING_LAYER_HINT = ("try --int16x8, or --int8-mixed on the CPU; "
                                "trained weights quantize better than random ones")
 
 
-def diagnose(model, packaged: Package, images: np.ndarray, threshold: float, precision: str,
+def diagnose(model, packaged: Package, images: ImageSet, threshold: float, precision: str,
              progress: Progress) -> dict | None:
     """The first layer where the packaged file departs from an fp32
     conversion of ``model`` (None when no layer falls below ``threshold``)."""
     progress.step(f"Agreement below cosine {threshold}: comparing every layer with an fp32 conversion")
-    fp32 = convert(model, "fp32")
+    with progress.bar("fp32 conversion", None):
+        fp32 = convert(model, "fp32")
     release_memory()
     images = images[:2]
-    with native_output_captured():  # LiteRT's own INFO lines
-        found = layerwise_comparison(fp32, packaged.content, images, threshold=threshold,
-                                     quant_inputs=file_inputs(packaged.content, images, packaged.metadata)
-                                     )["first_below"]
+    with native_output_captured(), progress.bar("comparing layers", len(images), "images") as advance:
+        found = layerwise_comparison(fp32, packaged.content, images, threshold=threshold,  # LiteRT's INFO lines
+                                     quant_inputs=file_inputs(packaged.content, images, packaged.metadata),
+                                     on_image=advance)["first_below"]
     if found is None:
         return None
     return {**found, "threshold": threshold,
@@ -437,18 +392,18 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
     """Convert ``model`` and write NAME.tflite with its sidecars."""
     progress = progress or Progress(enabled=False)
     job = prepare(model, spec, opts, progress)
-    with memory_of("conversion"):
+    with memory_of("conversion", model):
         content, convert_seconds = convert_model(model, spec, opts, job, progress)
     checked = audit(content, opts.precision, job.io_dtype, spec.mixed_float_layers)
     packaged = package(content, model, spec, opts, job, checked)
     with staged(job.files.all()) as staging:
         staging.write_bytes(job.files.model, packaged.content)
         staged_model = staging.path_of(job.files.model)
-        with memory_of("validation"):
+        with memory_of("validation", model):
             agreement_stats, probabilities, validate_seconds = validate(
                 model, packaged, staged_model, job.validation, opts.validation_threads, progress,
                 fake_quant=job.ranges != REMOVED)
-        file_validation = file_inputs(packaged.content, job.validation, packaged.metadata)
+        file_values = file_input_values(packaged.content, packaged.metadata)
         summary = checked.summary
         result = ExportResult(
             model=spec.name, precision=opts.precision, input_size=job.input_size, weights=opts.weights_label,
@@ -461,12 +416,13 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         if opts.weights_label == RANDOM_INIT:
             result.weights_hint = random_init_hint(spec, opts.precision)
         if opts.show_top5_photos:
-            with memory_of("top-5 on the sample photos"):
+            with memory_of("top-5 on the sample photos", model):
                 result.top5_photos = top5_on_photos(model, packaged, staged_model,
                                                     spec.preprocessing_at(job.input_size), opts.validation_threads,
                                                     progress)
         if opts.gpu_images:
-            result.gpu_run = gpu_run(staged_model, file_validation[:opts.gpu_images], opts.precision, progress)
+            result.gpu_run = gpu_run(staged_model, file_values(job.validation[:opts.gpu_images]), opts.precision,
+                                     progress)
             run = result.gpu_run
             if run.ran and opts.precision in GPU_PRECISIONS:
                 result.checks.append(Check(
@@ -475,7 +431,7 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                     f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
                     f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})"))
         if opts.arm_images:
-            result.arm_run = run = arm_run(staged_model, file_validation[:opts.arm_images], progress)
+            result.arm_run = run = arm_run(staged_model, file_values(job.validation[:opts.arm_images]), progress)
             if run.ran:
                 result.checks.append(Check(
                     "Arm64 kernels (emulated): same answer as x86 XNNPACK", bool(run.agrees),
@@ -485,9 +441,10 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         if (threshold is not None and needs_calibration(opts.precision)
                 and result.agreement["cosine_mean"] < threshold):
             result.diagnosed = True
-            with memory_of("layer-by-layer diagnosis"):
+            with memory_of("layer-by-layer diagnosis", model):
                 result.first_breaking_layer = diagnose(model, packaged, job.validation, threshold, opts.precision,
                                                        progress)
+        result.verdict = verdict(result)
         write(staging, packaged, result)
     return result
 

@@ -43,6 +43,7 @@ def _fmt_delegate(d: dict, falling_back: str) -> str:
 def print_report(result: ExportResult, stream=None) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console(file=stream or sys.stdout, width=110)
     a = result.agreement
@@ -106,6 +107,8 @@ def print_report(result: ExportResult, stream=None) -> None:
     console.print("files: " + ", ".join(str(path) for path in result.files.all()))
     if result.weights_hint:
         console.print(result.weights_hint)
+    if result.verdict is not None:
+        console.print(Text(result.verdict.text, style="bold"))
 
 
 def _probability_rows(p: dict | None) -> list[tuple[str, str]]:

@@ -4,10 +4,14 @@ sidecar)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from edgevit.litert.accelerator import GpuRun
 from edgevit.litert.arm import ArmCheck
+
+if TYPE_CHECKING:
+    from edgevit.export.verdict import Verdict
 
 
 @dataclass
@@ -89,6 +93,7 @@ class ExportResult:
     quantization_ranges: str | None = None
     # a file of probabilities against the Keras model's softmax (agreement.probability_agreement)
     probability_agreement: dict | None = None
+    verdict: Verdict | None = None  # set last, from everything above (edgevit.export.verdict)
 
     @property
     def ops(self) -> int:
@@ -127,4 +132,6 @@ class ExportResult:
             report["weights_hint"] = self.weights_hint
         if self.arm_run is not None:
             report["arm64"] = self.arm_run.to_dict()
+        if self.verdict is not None:
+            report["verdict"] = self.verdict.to_dict()
         return report

@@ -51,11 +51,13 @@ def run_in_process(model_content: bytes, inputs: np.ndarray, num_threads: int = 
     return np.stack(results)
 
 
-def run_in_child(model_path: str | Path, inputs: np.ndarray, num_threads: int = 1,
+def run_in_child(model_path: str | Path, inputs, num_threads: int = 1,
                  kernels: str = "xnnpack", timeout: float = 900) -> np.ndarray:
+    """``inputs``: an array, or an :class:`~edgevit.data.images.ImageSet`
+    (handed to the child a batch at a time, which reads them one by one)."""
     with temporary_folder("edgevit-run-") as tmp:
         in_path, out_path = tmp / "inputs.npy", tmp / "outputs.npy"
-        save_array(in_path, inputs.astype(np.float32))
+        save_array(in_path, inputs, np.float32)
         cmd = [sys.executable, "-m", "edgevit.export.run_model", str(model_path), str(in_path),
                str(out_path), str(num_threads), kernels]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
@@ -72,9 +74,21 @@ def run_in_child(model_path: str | Path, inputs: np.ndarray, num_threads: int = 
 
 def _child_main(argv: list[str]) -> None:
     model_path, in_path, out_path, threads, kernels = argv
-    outputs = run_in_process(Path(model_path).read_bytes(), np.load(in_path), num_threads=int(threads),
+    outputs = run_in_process(Path(model_path).read_bytes(), saved_rows(Path(in_path)), num_threads=int(threads),
                              kernels=kernels)
     np.save(out_path, outputs)
+
+
+def saved_rows(path: Path):
+    """The rows of a .npy array (C order, as ``save_array`` writes it), read
+    from the file one at a time."""
+    with open(path, "rb") as file:
+        version = np.lib.format.read_magic(file)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(file)
+        row_bytes = int(np.prod(shape[1:])) * dtype.itemsize
+        for _ in range(shape[0]):
+            yield np.frombuffer(file.read(row_bytes), dtype).reshape(shape[1:])
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ file that takes the camera's bytes (``edgevit.litert.camera_input``), the
 pixels they came from."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from edgevit.litert.flatbuffer import read
@@ -15,23 +17,34 @@ from edgevit.litert.metadata import TAKES_NORMALISED, TAKES_RGB_BYTES, read_embe
 
 def file_inputs(content: bytes, inputs: np.ndarray, metadata: dict | None = None) -> np.ndarray:
     """The real values ``content``'s input takes for the normalised model
-    ``inputs`` (float [N, H, W, C]): the inputs themselves; the pixels in
-    [0, 1] they came from; or for a file that takes the camera's bytes, each
-    pixel's byte in the input's quantization (so that quantizing them gives
-    back the bytes). ``metadata``: the file's embedded edgevit metadata, read
-    from ``content`` when not given."""
+    ``inputs`` (float [N, H, W, C]): see :func:`file_input_values`."""
+    return file_input_values(content, metadata)(inputs)
+
+
+def file_input_values(content: bytes, metadata: dict | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """The function from normalised model inputs (float [N, H, W, C]) to the
+    real values ``content``'s input takes: the inputs themselves; the pixels
+    in [0, 1] they came from; or for a file that takes the camera's bytes,
+    each pixel's byte in the input's quantization (so that quantizing them
+    gives back the bytes). ``metadata``: the file's embedded edgevit
+    metadata, read from ``content`` when not given. The file is read once,
+    here, for every batch the function is applied to."""
     metadata = read_embedded(content) if metadata is None else metadata
     takes = takes_of(metadata)
     if takes == TAKES_NORMALISED:
-        return inputs
+        return lambda inputs: inputs
     pre = metadata["preprocessing"]
-    unit = (inputs * np.asarray(pre["std"], np.float32) + np.asarray(pre["mean"], np.float32)).astype(np.float32)
+    mean, std = np.asarray(pre["mean"], np.float32), np.asarray(pre["std"], np.float32)
     if takes != TAKES_RGB_BYTES:
-        return unit
-    pixels = np.clip(np.round(unit * 255.0), 0, 255)
+        return lambda inputs: (inputs * std + mean).astype(np.float32)
     graph = read(content)
     image = graph.tensors[graph.inputs[0]]
-    return ((pixels - image.zero_point) * image.scale).astype(np.float32)
+
+    def byte_values(inputs: np.ndarray) -> np.ndarray:
+        pixels = np.clip(np.round((inputs * std + mean).astype(np.float32) * 255.0), 0, 255)
+        return ((pixels - image.zero_point) * image.scale).astype(np.float32)
+
+    return byte_values
 
 
 def inputs_for_file(content: bytes, count: int) -> tuple[np.ndarray, str]:

@@ -7,7 +7,11 @@ statistics on real images gives realistic activation ranges without training.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+
+from edgevit.data.images import batches
 
 
 # Images per forward pass. Statistics are pooled over all batches, so the
@@ -17,9 +21,13 @@ import numpy as np
 BATCH_SIZE = 2
 
 
-def recalibrate_batchnorm(model, images: np.ndarray, batch_size: int = BATCH_SIZE) -> int:
+def recalibrate_batchnorm(model, images, batch_size: int = BATCH_SIZE,
+                          on_batch: Callable[[int], None] = lambda count: None) -> int:
     """Set every BatchNormalization layer's moving mean/variance to the
-    statistics of its inputs over ``images``; returns how many layers changed.
+    statistics of its inputs over ``images`` (an array, or an
+    :class:`~edgevit.data.images.ImageSet` read ``batch_size`` at a time);
+    returns how many layers changed. ``on_batch(images in it)`` after each
+    forward pass.
 
     Runs in training mode with momentum 0 so each layer takes the statistics
     of the batch, with dropout switched off so later layers see inference-like
@@ -45,13 +53,13 @@ def recalibrate_batchnorm(model, images: np.ndarray, batch_size: int = BATCH_SIZ
             layer.rate = 0.0
         for layer in norms:
             layer.momentum = 0.0
-        for start in range(0, len(images), batch_size):
-            batch = images[start:start + batch_size]
+        for batch in batches(images, batch_size):
             forward(tf.constant(batch))
             for mean, square, layer in zip(means, squares, norms):
                 batch_mean = np.asarray(layer.moving_mean, np.float64)
                 mean += batch_mean * len(batch)
                 square += (np.asarray(layer.moving_variance, np.float64) + batch_mean ** 2) * len(batch)
+            on_batch(len(batch))
     finally:
         for layer, rate in zip(dropouts, saved_rates):
             layer.rate = rate

@@ -25,7 +25,7 @@ variant, and saves/loads as ``.keras``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -343,10 +343,12 @@ def _output_fixed_range(layer, rule):
     return rule.fixed_range if activation is None else FIXED_OUTPUT_RANGES.get(activation)
 
 
-def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, max_batches: int | None = None) -> int:
+def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, max_batches: int | None = None,
+              on_batch: Callable[[], None] = lambda: None) -> int:
     """Initialise activation ranges: run ``images`` (an array or an iterable
     of batches) through the model with every quantizer observing (inputs pass
-    unquantized), in inference mode. Returns the number of batches."""
+    unquantized), in inference mode, calling ``on_batch()`` after each.
+    Returns the number of batches."""
     from edgevit.quantize.quantizers import ActivationQuantizer
 
     quantizers = [layer for layer in _all_layers(qat_model) if isinstance(layer, ActivationQuantizer)]
@@ -363,6 +365,7 @@ def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, ma
                 batch = batch[0]
             qat_model(batch, training=False)
             count += 1
+            on_batch()
             if max_batches is not None and count >= max_batches:
                 break
     finally:

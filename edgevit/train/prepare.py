@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.errors import EdgevitError
-from edgevit.train.metrics import accuracy_report
+from edgevit.progress import Progress
+from edgevit.train.metrics import accuracy_report, logits_of, traced_forward
 
 
 def build_model(model_arg: str, classes: list[str], *, weights, input_size, log, sizes=()):
@@ -94,10 +95,19 @@ def classes_in(weights: str, head_name: str) -> int | None:
     return found[0] if found else None
 
 
-def val_metrics(val, size: int):
+def val_metrics(val, size: int, progress: Progress | None = None):
+    """``evaluate(model)``: {"val_top1": ...} on the center crops of ``val``.
+    Each model is traced once and stays traced for the next call (a run
+    evaluates the same model after every epoch)."""
+    images = val.eval_batch(np.arange(len(val)), size)
+    progress = progress or Progress(enabled=False)
+    forwards: dict[int, tuple] = {}  # id(model) -> (model, its traced forward pass)
+
     def evaluate(model):
-        x = val.eval_batch(np.arange(len(val)), size)
-        logits = np.asarray(model.predict(x, batch_size=32, verbose=0))
+        if id(model) not in forwards:
+            forwards[id(model)] = (model, traced_forward(model))
+        with progress.bar("validating", len(images), "images") as advance:
+            logits = logits_of(forwards[id(model)][1], images, on_batch=advance)
         report = accuracy_report(logits, val.labels, [str(i) for i in range(logits.shape[1])])
         return {"val_top1": report["top1"]}
 

@@ -1,0 +1,119 @@
+"""The line a conversion report ends with: where the file can be deployed,
+whether it computes what the Keras model computes, and what to do next.
+
+Made from the facts of an :class:`edgevit.export.result.ExportResult`, so
+the table (`edgevit convert`) and the JSON (``verdict``) say the same.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgevit.pretrained import RANDOM_INIT
+
+# Precisions whose files GPU delegates run entirely (dynamic-range and int16
+# kernels stay on the CPU).
+GPU_PRECISIONS = ("fp32", "fp16", "int8", "int8_mixed")
+
+# Agreement with the Keras model on the held-out images (logits): "good" keeps
+# the model's answers, "fair" changes a few, "poor" changes many.
+GOOD = {"top1_agreement": 0.95, "cosine_mean": 0.99}
+FAIR = {"top1_agreement": 0.85, "cosine_mean": 0.97}
+
+
+@dataclass
+class Verdict:
+    deployable_on: list[str]    # "CPU (XNNPACK)", "GPU delegate", "NNAPI", "Arm64": what nothing argues against
+    agreement: str              # "good", "fair" or "poor"
+    text: str                   # the one line the report ends with
+
+    def to_dict(self) -> dict:
+        return {"deployable_on": self.deployable_on, "agreement": self.agreement, "text": self.text}
+
+
+def agreement_level(agreement: dict) -> str:
+    for level, floor in (("good", GOOD), ("fair", FAIR)):
+        if all(agreement[key] >= value for key, value in floor.items()):
+            return level
+    return "poor"
+
+
+def verdict(result) -> Verdict:
+    """The verdict on ``result`` (an ExportResult)."""
+    failed = [c for c in result.checks if not c.passed]
+    places, doubts = _places(result)
+    a = result.agreement
+    level = agreement_level(a)
+    measured = f"top-1 {a['top1_agreement'] * 100:.1f}%, logit cosine {a['cosine_mean']:.4f} on {a['samples']} images"
+    random_weights = result.weights == RANDOM_INIT
+    if failed:
+        where = f"not deployable as it is: {len(failed)} check(s) failed ({failed[0].name}: {failed[0].detail})"
+        places = []
+    else:
+        where = "deployable on " + _joined(places) + "".join(f"; {d}" for d in doubts)
+    if level == "good":
+        why = f"agreement with the Keras model good ({measured})"
+        if random_weights:
+            why += " (random weights: convert pretrained or fine-tuned ones to judge the real model)"
+        nxt = (f"next: `edgevit eval {result.files.model} --data DIR` for its accuracy on your images, then "
+               f"`edgevit bundle {result.files.model} --android-demo android_demo` to try it on a phone")
+    elif random_weights:
+        why = (f"agreement {level} ({measured}), as expected with random weights: their logits lie close "
+               "together, so int8's rounding reorders them; this says nothing about trained weights")
+        nxt = ("next: convert pretrained weights (--weights imagenet, where the model has them) or a fine-tuned "
+               "model (`edgevit finetune`) and judge that file")
+    else:
+        broken = result.first_breaking_layer
+        where_it_breaks = f", first below cosine {broken['threshold']} at {broken['layer']}" if broken else ""
+        why = f"agreement {level} ({measured}{where_it_breaks})"
+        nxt = "next: " + (broken["hint"] if broken else _lossless_advice(result))
+        if level == "fair":
+            nxt += f"; or check that the accuracy it keeps is enough: `edgevit eval {result.files.model} --data DIR`"
+    if failed:
+        nxt = "next: fix the failed check(s) above"
+    return Verdict(places, level, f"verdict: {where}; {why}; {nxt}.")
+
+
+def _places(result) -> tuple[list[str], list[str]]:
+    """Where the file runs as it should, and what argues against a place."""
+    places, doubts = ["CPU (XNNPACK)"], []
+    gpu, nnapi = result.delegates.get("gpu"), result.delegates.get("nnapi")
+    run = result.gpu_run
+    if result.precision in GPU_PRECISIONS and gpu is not None:
+        if run is not None and run.ran and not run.agrees:
+            doubts.append("the GPU accelerator gave another answer than XNNPACK: not the GPU delegate")
+        elif gpu["fallback_ops"]:
+            doubts.append(f"GPU delegate with {gpu['fallback_ops']} of {gpu['ops']} ops on the CPU")
+        else:
+            places.append("GPU delegate" + (" (run here: same answer)" if run is not None and run.ran
+                                            else " (by its rules; not run here)"))
+    if nnapi is not None:
+        if nnapi["fallback_ops"]:
+            doubts.append(f"NNAPI with {nnapi['fallback_ops']} of {nnapi['ops']} ops on the CPU")
+        else:
+            places.append(f"NNAPI (Android API {nnapi.get('android_api')} rules)")
+    arm = result.arm_run
+    if arm is not None and arm.ran:
+        if arm.agrees:
+            places.append("Arm64 (its kernels, emulated: same answer)")
+        else:
+            doubts.append("Arm64's kernels gave another answer than x86 (emulated): check it on a phone")
+    return places, doubts
+
+
+def _lossless_advice(result) -> str:
+    """What to try when a file of trained weights agrees poorly and no layer
+    was named (the diagnosis covers calibrated files only, and may find none)."""
+    if result.quantization_ranges == "trained":
+        return "train the QAT model longer, or on more images"
+    return {"int8": "calibrate on images like the ones it will see (--calib-dir), keep the worst layers in float "
+                    "(--int8-mixed), or train the ranges (`edgevit qat`)",
+            "int8_mixed": "calibrate on images like the ones it will see (--calib-dir), or train the ranges "
+                          "(`edgevit qat`)",
+            "int16x8": "try --int8-mixed or --fp16",
+            "dynamic": "try --fp16",
+            "fp16": "try --fp32 (half precision loses what this model needs)"}.get(
+        result.precision, "a float file should agree: report it with the model and the command")
+
+
+def _joined(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
