@@ -13,8 +13,9 @@ import contextlib
 import json
 import time
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ from edgevit.export.verdict import GPU_PRECISIONS, verdict
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
 from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
-from edgevit.litert.inputs import file_input_values, file_inputs
+from edgevit.litert.inputs import file_input_values
 from edgevit.litert.logits_view import logits_file
 from edgevit.litert.metadata import build_metadata, embed
 from edgevit.native_output import native_output_captured
@@ -114,6 +115,12 @@ class Package:
     content: bytes
     metadata: dict
     labels: list[str]
+
+    @cached_property
+    def input_values(self) -> Callable[[np.ndarray], np.ndarray]:
+        """Normalised images -> the values the file's input takes (the file
+        read once for every stage that feeds it)."""
+        return file_input_values(self.content, self.metadata)
 
 
 def check_options(opts: ExportOptions) -> None:
@@ -253,7 +260,7 @@ def validate(model, packaged: Package, staged_model: Path, images: ImageSet, thr
     start = time.perf_counter()
     with progress.bar("Keras model", len(images), "images") as advance:
         expected = keras_outputs(model, images, fake_quant, on_batch=advance)
-    inputs = images.map(file_input_values(packaged.content, packaged.metadata))
+    inputs = images.map(packaged.input_values)
     with logits_file(staged_model) as logits_path:
         logits = agreement(expected, run_in_child(logits_path, inputs, num_threads=threads))
     probabilities = None
@@ -311,8 +318,7 @@ def top5_on_photos(model, packaged: Package, staged_model: Path, pre, threads: i
     names, photos = sample_photos.held_out_photos(pre)
     progress.step(f"Classifying {len(names)} sample photos with the Keras model and the file")
     keras_probs = softmax(keras_outputs(model, photos))
-    file_outputs = run_in_child(staged_model, file_inputs(packaged.content, photos, packaged.metadata),
-                                num_threads=threads)
+    file_outputs = run_in_child(staged_model, packaged.input_values(photos), num_threads=threads)
     file_probs = file_outputs if packaged.metadata["output"]["kind"] == "probabilities" else softmax(file_outputs)
     return [{"photo": name, "keras": _top5(k, packaged.labels), "file": _top5(f, packaged.labels)}
             for name, k, f in zip(names, keras_probs, file_probs)]
@@ -371,7 +377,7 @@ def diagnose(model, packaged: Package, images: ImageSet, threshold: float, preci
     images = images[:2]
     with native_output_captured(), progress.bar("comparing layers", len(images), "images") as advance:
         found = layerwise_comparison(fp32, packaged.content, images, threshold=threshold,  # LiteRT's INFO lines
-                                     quant_inputs=file_inputs(packaged.content, images, packaged.metadata),
+                                     quant_inputs=packaged.input_values(images),
                                      on_image=advance)["first_below"]
     if found is None:
         return None
@@ -403,7 +409,6 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
             agreement_stats, probabilities, validate_seconds = validate(
                 model, packaged, staged_model, job.validation, opts.validation_threads, progress,
                 fake_quant=job.ranges != REMOVED)
-        file_values = file_input_values(packaged.content, packaged.metadata)
         summary = checked.summary
         result = ExportResult(
             model=spec.name, precision=opts.precision, input_size=job.input_size, weights=opts.weights_label,
@@ -421,8 +426,8 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                                                     spec.preprocessing_at(job.input_size), opts.validation_threads,
                                                     progress)
         if opts.gpu_images:
-            result.gpu_run = gpu_run(staged_model, file_values(job.validation[:opts.gpu_images]), opts.precision,
-                                     progress)
+            result.gpu_run = gpu_run(staged_model, packaged.input_values(job.validation[:opts.gpu_images]),
+                                     opts.precision, progress)
             run = result.gpu_run
             if run.ran and opts.precision in GPU_PRECISIONS:
                 result.checks.append(Check(
@@ -431,7 +436,8 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                     f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
                     f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})"))
         if opts.arm_images:
-            result.arm_run = run = arm_run(staged_model, file_values(job.validation[:opts.arm_images]), progress)
+            result.arm_run = run = arm_run(staged_model, packaged.input_values(job.validation[:opts.arm_images]),
+                                           progress)
             if run.ran:
                 result.checks.append(Check(
                     "Arm64 kernels (emulated): same answer as x86 XNNPACK", bool(run.agrees),
