@@ -15,8 +15,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from edgevit.quantize.export_trace import is_exporting
-from edgevit.quantize.int8_ranges import weight_scales
+from edgevit.quantize.export_trace import kernel_arithmetic_applies
+from edgevit.quantize.int8_ranges import part, weight_scales
 from edgevit.quantize.kernel_arithmetic import bias_levels, on_levels
 from edgevit.quantize.quantizers import PACKAGE, fake_quant_kernel, kernel_bound, round_kernel_to_grid
 
@@ -39,24 +39,28 @@ class IntegerAccumulation:
 
     input_params_source = None
 
-    def accumulate(self, op, inputs, kernel, bound, input_params, bias=None, with_kernel_scales: bool = False):
+    def accumulate(self, op, inputs, kernel, bound, input_params, bias=None, with_kernel_scales: bool = False,
+                   training=None):
         """``op(inputs, kernel)`` plus ``bias`` (the layer's own by
-        default), as the int8 kernel computes it. ``kernel``: on its
+        default), as the int8 kernel computes it, except while ``training``
+        (see :mod:`edgevit.quantize.quantizers`). ``kernel``: on its
         per-channel int8 grid, output channels on its last axis, which
         span [-bound, bound]. ``with_kernel_scales``: also return the
         channels' scales, for the quantizer of the output (see
         :func:`accumulator_requantized`)."""
-        if input_params is None and self.input_params_source is not None:
+        exact = kernel_arithmetic_applies(training)
+        if input_params is None and self.input_params_source is not None and exact:
             input_params = self.input_params_source()
         if bias is None and self.use_bias:
             bias = self.bias
         kernel_scales = weight_scales(bound)
-        if input_params is None or is_exporting():
+        if input_params is None or not exact:
             outputs = op(inputs, kernel)
             outputs = outputs if bias is None else ops.add(outputs, bias)
         else:
-            step = input_params[0] * kernel_scales
-            outputs = op(on_levels(inputs, input_params[0]), on_levels(kernel, kernel_scales)) * step
+            input_scale = part(input_params, 0)
+            step = input_scale * kernel_scales
+            outputs = op(on_levels(inputs, input_scale), on_levels(kernel, kernel_scales)) * step
             if bias is not None:
                 outputs = outputs + bias_levels(bias, input_params, bound) * step
         return (outputs, kernel_scales) if with_kernel_scales else outputs
@@ -72,11 +76,12 @@ class QuantConv2D(IntegerAccumulation, keras.layers.Conv2D):
     """Conv2D with a per-output-channel fake-quantized kernel (BatchNorm
     already folded into kernel and bias)."""
 
-    def call(self, inputs, input_params=None, with_kernel_scales: bool = False):
+    def call(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
         return self.accumulate(self.convolution_op, inputs, fake_quant_kernel(self.kernel, -1),
-                               kernel_bound(self.kernel, -1), input_params, with_kernel_scales=with_kernel_scales)
+                               kernel_bound(self.kernel, -1), input_params, with_kernel_scales=with_kernel_scales,
+                               training=training)
 
-    def compute_output_spec(self, inputs, input_params=None, with_kernel_scales: bool = False):
+    def compute_output_spec(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
         return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
 
 
@@ -86,7 +91,7 @@ class QuantDepthwiseConv2D(IntegerAccumulation, keras.layers.DepthwiseConv2D):
     a depthwise kernel as [1, kh, kw, C * multiplier], quantized along the
     last axis: here the kernel's last two axes, flattened."""
 
-    def call(self, inputs, input_params=None, with_kernel_scales: bool = False):
+    def call(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
         shape = self.kernel.shape
         flat = ops.reshape(self.kernel, (shape[0], shape[1], 1, shape[2] * shape[3]))
 
@@ -95,9 +100,9 @@ class QuantDepthwiseConv2D(IntegerAccumulation, keras.layers.DepthwiseConv2D):
                                       dilation_rate=self.dilation_rate, data_format=self.data_format)
 
         return self.accumulate(depthwise, inputs, fake_quant_kernel(flat, -1), kernel_bound(flat, -1), input_params,
-                               with_kernel_scales=with_kernel_scales)
+                               with_kernel_scales=with_kernel_scales, training=training)
 
-    def compute_output_spec(self, inputs, input_params=None, with_kernel_scales: bool = False):
+    def compute_output_spec(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
         return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
 
 
@@ -108,18 +113,18 @@ class QuantDense(IntegerAccumulation, keras.layers.Dense):
     def call(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
         kernel = round_kernel_to_grid(self.kernel)
         return self.accumulate(ops.matmul, inputs, kernel, kernel_bound(kernel, -1), input_params,
-                               with_kernel_scales=with_kernel_scales)
+                               with_kernel_scales=with_kernel_scales, training=training)
 
     def compute_output_spec(self, inputs, training=None, input_params=None, with_kernel_scales: bool = False):
         return with_channel_scales(super().compute_output_spec(inputs), with_kernel_scales)
 
-    def channels(self, inputs, start: int, stop: int):
+    def channels(self, inputs, start: int, stop: int, training=None):
         """Output channels [start, stop) alone, as a FULLY_CONNECTED of
         their own computes them (per-channel grids are the same; the slice
         of the constant grid, see :func:`round_kernel_to_grid`)."""
         kernel = round_kernel_to_grid(self.kernel)[:, start:stop]
         return self.accumulate(ops.matmul, inputs, kernel, kernel_bound(kernel, -1), None,
-                               self.bias[start:stop] if self.use_bias else None)
+                               self.bias[start:stop] if self.use_bias else None, training=training)
 
 
 def fold_batchnorm(kernel: np.ndarray, bias: np.ndarray | None, bn) -> tuple[np.ndarray, np.ndarray]:

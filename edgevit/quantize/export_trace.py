@@ -1,4 +1,4 @@
-"""The trace of a QAT model for the TFLite converter.
+"""The traces of a QAT model: for the TFLite converter, and for training.
 
 While the converter traces the model (:func:`exporting`), the quantizers
 emit only the fake-quant ops whose ranges the converter turns into each
@@ -6,16 +6,28 @@ int8 tensor's scale and zero point, with those ranges as constants, and
 none of the emulation of LiteRT's kernel arithmetic: the converter would
 turn that emulation into ops of the file. Everything else in this package
 asks this module whether such a trace is running.
+
+In any other trace (a training step, an evaluation), a value that several
+layers read (a quantizer's scale and zero point, a kernel's grid) is
+computed once per graph and shared (:func:`traced_constant`): tracing
+costs about half a millisecond of Python a graph node, and the copies were
+most of a QAT graph's nodes.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
+import weakref
 
 import keras
 import numpy as np
 
 _EXPORTING = contextvars.ContextVar("edgevit_qat_exporting", default=None)
+_OBSERVING = contextvars.ContextVar("edgevit_qat_observing", default=False)
+# graph -> {(thread, id(owner), what): (owner, value)}: the values computed once per graph (see
+# traced_constant); the thread keeps the replicas of a distributed step, each traced in its own, apart
+_GRAPH_VALUES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class _Export:
@@ -56,6 +68,27 @@ def exporting(float_ops: tuple[str, ...] = (), fake_quant: bool = True):
         _EXPORTING.reset(token)
 
 
+@contextlib.contextmanager
+def observing_ranges():
+    """While calibration observes the activation ranges: the quantizers
+    pass their inputs through, and the layers compute in float, without
+    LiteRT's kernel arithmetic (see :func:`kernel_arithmetic_applies`)."""
+    token = _OBSERVING.set(True)
+    try:
+        yield
+    finally:
+        _OBSERVING.reset(token)
+
+
+def kernel_arithmetic_applies(training) -> bool:
+    """Whether the layers compute LiteRT's int8 kernel arithmetic now (see
+    :mod:`edgevit.quantize.kernel_arithmetic`): at inference, where the QAT
+    model and the int8 file agree value for value; not in a training step
+    (it moves about one value in 10^4 by a step and has no gradient), while
+    ranges are observed, or while the converter traces the model."""
+    return not (training or is_exporting() or _OBSERVING.get())
+
+
 def is_exporting() -> bool:
     return _EXPORTING.get() is not None
 
@@ -69,12 +102,29 @@ def without_fake_quant() -> bool:
 
 
 def traced_constant(owner, what: str, compute):
-    """``compute()``, as a constant while exporting (see :class:`_Export`)."""
+    """``compute()``: a constant while exporting (see :class:`_Export`);
+    in any other graph, computed on the first call for ``owner`` and
+    ``what`` and shared by the later ones (``what`` must name everything
+    the value depends on besides the graph's variables as they are when it
+    is first read); eagerly, computed on every call."""
     export = _EXPORTING.get()
-    return compute() if export is None else export.constant(owner, what, compute)
+    if export is not None:
+        return export.constant(owner, what, compute)
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return compute()
+    values = _GRAPH_VALUES.setdefault(tf.compat.v1.get_default_graph(), {})
+    key = (threading.get_ident(), id(owner), what)
+    if key not in values:
+        values[key] = (owner, compute())  # the owner held: its id names no other object while the graph lives
+    return values[key][1]
 
 
 def traced_weight_constant(value, what: str, compute):
-    """``compute()``, as a constant while exporting when ``value`` is a
-    weight variable (not a tensor computed in the traced graph)."""
-    return traced_constant(value, what, compute) if isinstance(value, keras.Variable) else compute()
+    """``compute()`` from ``value``, a weight variable or a tensor: see
+    :func:`traced_constant` (a tensor computed in the traced graph is no
+    constant while exporting, but is shared in any other graph)."""
+    if isinstance(value, keras.Variable) or not is_exporting():
+        return traced_constant(value, what, compute)
+    return compute()

@@ -57,6 +57,17 @@ def quantization_params(lo, hi):
     return stored, ops.cast(zero_point, "float32"), ops.cast(scale - ops.cast(stored, "float64"), "float32")
 
 
+def part(params, index: int):
+    """Element ``index`` of [scale, zero point, scale residual] ``params``
+    (one split of a traced tensor per graph, see
+    :func:`edgevit.quantize.export_trace.traced_constant`)."""
+    if not ops.is_tensor(params):
+        return params[index]
+    from edgevit.quantize.export_trace import traced_weight_constant
+
+    return traced_weight_constant(params, "parts", lambda: ops.unstack(params, PARAMS_SIZE))[index]
+
+
 def weight_scales(bound):
     """The per-channel scales the converter gives a kernel whose channels
     span [-bound, bound] on the narrow int8 grid (float64, stored float32)."""

@@ -22,28 +22,29 @@ from __future__ import annotations
 import numpy as np
 from keras import ops
 
-from edgevit.quantize.int8_ranges import scale_and_zero_point, weight_scales
+from edgevit.quantize.int8_ranges import part, weight_scales
 
 
-def accumulator_requantized(x, input_params, kernel_scales, lo, hi):
+def accumulator_requantized(x, input_params, kernel_scales, grid):
     """What XNNPACK writes for ``x``, the output of an int8 convolution or
     dense layer whose input has [scale, zero point] ``input_params`` and
     whose output channels have ``kernel_scales``, into a tensor with range
     [lo, hi]: the int32 accumulator (bias included) times the float32
     requantization scale ``input_scale * kernel_scale / output_scale``,
     rounded half to even (XNNPACK's fp32 requantization, measured to match
-    every element of a trained MobileViT's convolutions). A float32 fake
+    every element of a trained MobileViT's convolutions). ``grid``: the
+    output's (scale, zero point). A float32 fake
     quant of the float output lands a few ulps off that product and rounds
     the other way near midpoints, about one output in 10^4, and each such
     step spreads through the layers after it."""
-    scale, zero_point = scale_and_zero_point(lo, hi)
-    step = input_params[0] * kernel_scales
+    scale, zero_point = grid
+    step = part(input_params, 0) * kernel_scales
     accumulator = ops.round(x / step)
     levels = ops.round(accumulator * (step / scale))
     return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
 
 
-def product_requantized(x, factor_params, lo, hi, square: bool = False):
+def product_requantized(x, factor_params, grid, square: bool = False):
     """What XNNPACK writes for ``x``, the int8 MUL of two operands on the
     grids ``factor_params`` ([scale, zero point] each), into a tensor with
     range [lo, hi]: the integer product times the float32 multiplier
@@ -53,8 +54,8 @@ def product_requantized(x, factor_params, lo, hi, square: bool = False):
     (measured on every element of the MULs of MobileViT v1/v2/v3 files,
     near-ties included: each rule turns about one near-tie in a thousand the
     other way in the other case)."""
-    scale, zero_point = scale_and_zero_point(lo, hi)
-    step = factor_params[0][0] * factor_params[1][0]
+    scale, zero_point = grid
+    step = part(factor_params[0], 0) * part(factor_params[1], 0)
     multiplier = step / scale
     product = ops.round(ops.cast(x, "float64") / ops.cast(step, "float64"))
     if square:
@@ -73,7 +74,7 @@ def floor_log2(value):
         - ops.cast(ops.power(2.0, exponent) > value, "float64")
 
 
-def batch_matmul_requantized(x, lhs, rhs, lo, hi):
+def batch_matmul_requantized(x, lhs, rhs, grid):
     """What LiteRT writes for ``x``, the float product of int8 operands with
     quantization ``lhs`` and ``rhs`` ([scale, zero point] each), into a
     tensor with range [lo, hi].
@@ -90,15 +91,15 @@ def batch_matmul_requantized(x, lhs, rhs, lo, hi):
     thus rounds up where a fake-quant rounds down (about 0.4% of an
     attention layer's scores). The arithmetic runs in float64: accumulator
     times 2^shift exceeds float32's integers."""
-    return ops.cond(ops.equal(rhs[1], 0.0), lambda: accumulator_requantized(x, lhs, rhs[0], lo, hi),
-                    lambda: _builtin_batch_matmul(x, lhs[0] * rhs[0], lo, hi))
+    return ops.cond(ops.equal(part(rhs, 1), 0.0), lambda: accumulator_requantized(x, lhs, part(rhs, 0), grid),
+                    lambda: _builtin_batch_matmul(x, part(lhs, 0) * part(rhs, 0), grid))
 
 
-def _builtin_batch_matmul(x, product_scale, lo, hi):
+def _builtin_batch_matmul(x, product_scale, grid):
     """LiteRT's builtin int8 BATCH_MATMUL requantization of the float
     product ``x`` of operands whose scales multiply to ``product_scale``
     (see :func:`batch_matmul_requantized`)."""
-    scale, zero_point = scale_and_zero_point(lo, hi)
+    scale, zero_point = grid
     multiplier = ops.cast(product_scale / scale, "float64")
     steps = ops.power(2.0, -floor_log2(multiplier) - 1.0)  # 2^shift
     accumulator = ops.round(ops.cast(x, "float64") / ops.cast(product_scale, "float64"))
@@ -109,18 +110,18 @@ def _builtin_batch_matmul(x, product_scale, lo, hi):
                     x.dtype)
 
 
-def input_quantized(x, lo, hi):
+def input_quantized(x, grid):
     """The model's float input as an app quantizes it for an int8 input
     tensor: ``x / scale`` in float32, rounded half to even, plus the zero
     point (edgevit's runners and the Android demo; a fake-quant rounds half
     up, and every pixel of a model normalised with mean 0.5 and std 0.5 lies
     within float32 error of a midpoint)."""
-    scale, zero_point = scale_and_zero_point(lo, hi)
+    scale, zero_point = grid
     levels = ops.round(x / scale)
     return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
 
 
-def mean_requantized(summands, summand_params, axes, lo, hi):
+def mean_requantized(summands, summand_params, axes, grid):
     """What XNNPACK writes for the int8 MEAN of ``summands`` (on the grid
     ``summand_params``) over ``axes`` into a tensor with range [lo, hi]:
     the int32 sum of the int8 values (input zero point included) times the
@@ -132,9 +133,9 @@ def mean_requantized(summands, summand_params, axes, lo, hi):
     The float mean's fake-quant lands a few ulps off now and then; in a
     GroupNorm, whose variance is one MEAN over the whole map, such a step
     moves every element of the map."""
-    scale, zero_point = scale_and_zero_point(lo, hi)
+    scale, zero_point = grid
     count = np.float32(np.prod([summands.shape[a] for a in axes]))
-    input_scale, input_zero_point = (ops.cast(p, "float32") for p in (summand_params[0], summand_params[1]))
+    input_scale, input_zero_point = (ops.cast(part(summand_params, i), "float32") for i in (0, 1))
     multiplier = (input_scale / ops.cast(scale, "float32")) * (np.float32(1.0) / count)
     levels = ops.round(summands / input_scale) + input_zero_point  # whole numbers: their float32 sum is exact
     values = ops.sum(levels, axis=axes, keepdims=True)
@@ -142,7 +143,7 @@ def mean_requantized(summands, summand_params, axes, lo, hi):
     return (ops.clip(quantized, -128.0, 127.0) - zero_point) * scale
 
 
-def sum_requantized(addends, addend_params, lo, hi):
+def sum_requantized(addends, addend_params, grid):
     """What LiteRT writes for the int8 ADD of ``addends`` (two tensors on
     the grids ``addend_params``) into a tensor with range [lo, hi].
 
@@ -152,13 +153,13 @@ def sum_requantized(addends, addend_params, lo, hi):
     (:func:`_builtin_sum`): each measured to match every element of the
     ADDs and SUBs of MobileViT files that ran on it, where rounding the real
     sum misses about 27 in 10^6."""
-    scale, zero_point = scale_and_zero_point(lo, hi)
-    levels = [ops.round(ops.cast(addend, "float64") / ops.cast(params[0], "float64"))
-              for addend, params in zip(addends, addend_params)]
-    ratios = [params[0] / scale for params in addend_params]
+    scale, zero_point = grid
+    scales = [part(params, 0) for params in addend_params]
+    levels = [ops.round(ops.cast(addend, "float64") / ops.cast(s, "float64")) for addend, s in zip(addends, scales)]
+    ratios = [s / scale for s in scales]
     in_range = [ops.logical_and(ops.abs(r) >= 2.0 ** -10, ops.abs(r) < 256.0) for r in ratios]
     quantized = ops.cond(ops.logical_and(*in_range), lambda: _xnnpack_sum(levels, ratios),
-                         lambda: _builtin_sum(levels, [p[0] for p in addend_params], scale))
+                         lambda: _builtin_sum(levels, scales, scale))
     zero_point = ops.cast(zero_point, "float64")
     quantized = ops.clip(quantized + zero_point, -128.0, 127.0)
     return ops.cast((quantized - zero_point) * ops.cast(scale, "float64"), addends[0].dtype)
@@ -222,8 +223,9 @@ def bias_levels(bias, input_params, bound):
     def f64(value):
         return ops.cast(value, "float64")
 
-    scaled = bias / (input_params[0] * weight_scales(bound))
-    quotient = f64(bias) / ((f64(input_params[0]) + f64(input_params[2])) * (f64(bound) * 2.0 / 254.0))
+    input_scale = part(input_params, 0)
+    scaled = bias / (input_scale * weight_scales(bound))
+    quotient = f64(bias) / ((f64(input_scale) + f64(part(input_params, 2))) * (f64(bound) * 2.0 / 254.0))
     levels = ops.sign(quotient) * ops.floor(ops.abs(quotient) + 0.5)
     return scaled + ops.stop_gradient(ops.cast(levels, scaled.dtype) - scaled)
 

@@ -145,7 +145,7 @@ class QuantSeparableSelfAttention(QuantizedPoints, SeparableSelfAttention):
     OUTPUT_DENSE = "proj"
 
     def project(self, x, start, stop):
-        return self.qkv.channels(x, start, stop)
+        return self.qkv.channels(x, start, stop, training=self.training_call)
 
     def dense_output(self, tag):
         # query | keys, then the values: two FULLY_CONNECTED ops from one kernel
@@ -278,7 +278,7 @@ class QuantCosineWindowAttention(QuantWindowAttention, CosineWindowAttention):
     def project(self, x):
         kernel = round_kernel_to_grid(self.qkv.kernel)
         return self.qkv.accumulate(ops.matmul, x, kernel, kernel_bound(kernel, -1), None,
-                                   self.projection_bias() if self.qkv_bias else None)
+                                   self.projection_bias() if self.qkv_bias else None, training=self.training_call)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from edgevit.errors import EdgevitError, first_line
+from edgevit.quantize.export_trace import observing_ranges
 from edgevit.quantize.registry import rule_for, rule_of_quantized
 
 CONV_TYPES = ("Conv2D", "DepthwiseConv2D")
@@ -347,7 +348,8 @@ def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, ma
               on_batch: Callable[[], None] = lambda: None) -> int:
     """Initialise activation ranges: run ``images`` (an array or an iterable
     of batches) through the model with every quantizer observing (inputs pass
-    unquantized), in inference mode, calling ``on_batch()`` after each.
+    unquantized, the layers in float), in inference mode, calling
+    ``on_batch()`` after each.
     Returns the number of batches."""
     from edgevit.quantize.quantizers import ActivationQuantizer
 
@@ -360,14 +362,15 @@ def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, ma
     try:
         for quantizer in quantizers:
             quantizer.observing = True
-        for batch in batches:
-            if isinstance(batch, (tuple, list)):
-                batch = batch[0]
-            qat_model(batch, training=False)
-            count += 1
-            on_batch()
-            if max_batches is not None and count >= max_batches:
-                break
+        with observing_ranges():
+            for batch in batches:
+                if isinstance(batch, (tuple, list)):
+                    batch = batch[0]
+                qat_model(batch, training=False)
+                count += 1
+                on_batch()
+                if max_batches is not None and count >= max_batches:
+                    break
     finally:
         for quantizer in quantizers:
             quantizer.observing = False

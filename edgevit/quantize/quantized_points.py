@@ -17,8 +17,8 @@ import keras
 from keras import ops
 
 from edgevit.errors import EdgevitError
-from edgevit.quantize.export_trace import float_while_exporting, is_exporting
-from edgevit.quantize.int8_ranges import PARAMS_SIZE, constant_params, weight_scales
+from edgevit.quantize.export_trace import float_while_exporting, is_exporting, kernel_arithmetic_applies
+from edgevit.quantize.int8_ranges import PARAMS_SIZE, constant_params, part, weight_scales
 from edgevit.quantize.kernel_arithmetic import on_levels
 from edgevit.quantize.quantizers import (DEFAULT_MOMENTUM, ActivationQuantizer, fake_quant_constant, kernel_bound,
                                          round_kernel_to_grid)
@@ -93,7 +93,7 @@ class QuantizedPoints:
     def __init__(self, *args, momentum: float = DEFAULT_MOMENTUM, sites: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
         self.momentum, self.sites = momentum, int(sites)
-        self.site, self.input_params, self.constant = 0, None, False
+        self.site, self.input_params, self.constant, self.training_call = 0, None, False, False
         # this call's inputs and quantized op outputs by tag (the operands of
         # SUMS and MEANS), and its constants' [scale, zero point]
         self.operands: dict[str | int, object] = {}
@@ -151,7 +151,7 @@ class QuantizedPoints:
         ``with_accumulator``: also return the arguments for the quantizer of
         the layer's output, which an internal Dense or MUL writes
         (:meth:`output_accumulator`)."""
-        self.site, self.input_params = site, input_params
+        self.site, self.input_params, self.training_call = site, input_params, bool(training)
         self.operands = dict(enumerate(keras.tree.flatten(inputs)))
         self.constant = bool(input_params) and all(p is None for p in input_params)
         outputs = self.float_call(inputs, training)
@@ -263,9 +263,6 @@ class QuantizedPoints:
             return fake_quant_constant(x)
         if tag in self.KERNELS:
             return round_kernel_to_grid(x, self.KERNELS[tag])
-        operands = self.MATMULS.get(tag)
-        if operands is not None:
-            return self.quantizer(tag)(x, lhs=self.params_of(operands[0]), rhs=self.params_of(operands[1]))
         tail_tags = [t for t, _, _ in self.IDENTITY_TAIL]
         if tag in tail_tags:
             return self.unless_identity_follows(self.IDENTITY_TAIL[tail_tags.index(tag):], x)
@@ -277,16 +274,23 @@ class QuantizedPoints:
         float32 product of the dequantized operands of an attention layer
         misses it by a step now and then)."""
         operands = self.OUTPUT_MATMUL if tag is None else self.MATMULS.get(tag)
-        params = None if operands is None or self.constant or is_exporting() else [self.params_of(s) for s in operands]
+        params = None if operands is None or self.constant or not kernel_arithmetic_applies(self.training_call) \
+            else [self.params_of(s) for s in operands]
         if params is None or any(p is None for p in params):
             return super().matmul(tag, a, b)
-        lhs_scale, rhs_scale = params[0][0], params[1][0]
+        lhs_scale, rhs_scale = part(params[0], 0), part(params[1], 0)
         return super().matmul(tag, on_levels(a, lhs_scale), on_levels(b, rhs_scale)) * (lhs_scale * rhs_scale)
 
     def kernel_arithmetic(self, tag: str) -> dict | None:
         """The quantizer arguments with which op output ``tag`` is rounded
         as LiteRT's kernel computes it; None where the op has no such rule
-        or an operand is not an int8 tensor."""
+        or an operand is not an int8 tensor, and where the arithmetic does
+        not apply (see :func:`kernel_arithmetic_applies`)."""
+        if not kernel_arithmetic_applies(self.training_call):
+            return None
+        operands = self.MATMULS.get(tag)
+        if operands is not None:
+            return {"lhs": self.params_of(operands[0]), "rhs": self.params_of(operands[1])}
         if tag in self.SUMS:
             return self.sum_of(*self.SUMS[tag])
         if tag in self.MEANS:

@@ -6,6 +6,14 @@ it calls where the range is already known, see :func:`fake_quant`), whose
 range the converter takes as the tensor's scale and zero point. So the Keras
 model computes in training what the int8 file computes on the phone.
 
+At inference the quantizers also round as LiteRT's int8 kernels do (see
+:mod:`edgevit.quantize.kernel_arithmetic`): the QAT model and the int8 file
+agree value for value. A training step leaves that out, as calibration does
+(:func:`~edgevit.quantize.export_trace.kernel_arithmetic_applies`): it has no
+gradient, and it was most of the graph a training step traced (the step of
+mobilevit_v3_xxs at 128 px: 83 k graph nodes and 108 s of tracing with it,
+40 s without).
+
 - Activations: :class:`ActivationQuantizer`, one per-tensor range tracked by
   a moving average of batch min/max (a running mean over the first batches,
   non-finite values ignored), or a fixed range where TFLite fixes it
@@ -29,8 +37,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from edgevit.quantize.export_trace import (is_exporting, traced_constant, traced_weight_constant,
-                                           without_fake_quant)
+from edgevit.quantize.export_trace import (is_exporting, kernel_arithmetic_applies, traced_constant,
+                                           traced_weight_constant, without_fake_quant)
 from edgevit.quantize.int8_ranges import (PARAMS_SIZE, array_module, constant_range, quantization_params,
                                           value_now, value_range)
 from edgevit.quantize.kernel_arithmetic import (accumulator_requantized, batch_matmul_requantized,
@@ -49,15 +57,18 @@ def fake_quant(x, lo, hi, **kwargs):
     while a float file of a QAT model is traced."""
     if without_fake_quant():
         return x
-    if not kwargs and np.ndim(lo) == 0 and array_module(lo, hi) is np:  # a range known now
+    if not kwargs and len(np.shape(lo)) == 0 and keras.backend.standardize_dtype(x.dtype) == "float32":  # per tensor
         import tensorflow as tf
 
-        if is_exporting():  # the converter reads the range from the op's attributes: one graph node
-            return tf.quantization.fake_quant_with_min_max_args(x, min=float(lo), max=float(hi), num_bits=8)
-        # The op keras calls, without its reshapes and casts. (The attribute
-        # op rounds about 3 values in 10^6 the other way: training in a
-        # graph, which reads the range from variables, would then differ.)
-        return tf.quantization.fake_quant_with_min_max_vars(x, np.float32(lo), np.float32(hi), num_bits=8)
+        if array_module(lo, hi) is np:  # a range known now
+            if is_exporting():  # the converter reads the range from the op's attributes: one graph node
+                return tf.quantization.fake_quant_with_min_max_args(x, min=float(lo), max=float(hi), num_bits=8)
+            # (The attribute op rounds about 3 values in 10^6 the other way:
+            # training in a graph, which reads the range from variables,
+            # would then differ.)
+            lo, hi = np.float32(lo), np.float32(hi)
+        # the op keras calls, without its reshapes and casts
+        return tf.quantization.fake_quant_with_min_max_vars(x, lo, hi, num_bits=8)
     return keras.quantizers.fake_quant_with_min_max_vars(x, lo, hi, num_bits=8, **kwargs)
 
 
@@ -86,6 +97,7 @@ class ActivationQuantizer(keras.layers.Layer):
     """
 
     observing = False  # set on instances by edgevit.quantize.qat.calibrate
+    _assignments = 0  # range updates traced so far (see traced_constant)
 
     def __init__(self, momentum: float = DEFAULT_MOMENTUM, fixed_range=None, slots: int = 1,
                  symmetric: bool = False, model_input: bool = False, **kwargs):
@@ -133,38 +145,56 @@ class ActivationQuantizer(keras.layers.Layer):
         else:
             lo, hi = self.quantization_range()
             quantized = fake_quant(x, lo, hi)
-            exact = None
-            if lhs is not None and not is_exporting():
-                exact = batch_matmul_requantized(x, lhs, rhs, lo, hi)
-            elif input_params is not None and not is_exporting():
-                exact = accumulator_requantized(x, input_params, kernel_scales, lo, hi)
-            elif factor_params is not None and not is_exporting():
-                exact = product_requantized(x, factor_params, lo, hi)
-            elif square_params is not None and not is_exporting():
-                exact = product_requantized(x, [square_params, square_params], lo, hi, square=True)
-            elif addends is not None and not is_exporting():
-                exact = sum_requantized(addends, addend_params, lo, hi)
-            elif summands is not None and not is_exporting():
-                exact = mean_requantized(summands, summand_params, axes, lo, hi)
-            elif self.model_input and not is_exporting():
-                exact = input_quantized(x, lo, hi)
+            exact = None if not kernel_arithmetic_applies(training) else self._as_kernel_writes(
+                x, lhs=lhs, rhs=rhs, input_params=input_params, kernel_scales=kernel_scales,
+                factor_params=factor_params, square_params=square_params, addends=addends,
+                addend_params=addend_params, summands=summands, summand_params=summand_params, axes=axes)
             if exact is not None:
                 quantized = quantized + ops.stop_gradient(exact - quantized)
         return (quantized, self.params()) if with_params else quantized
 
+    def _as_kernel_writes(self, x, lhs, rhs, input_params, kernel_scales, factor_params, square_params, addends,
+                          addend_params, summands, summand_params, axes):
+        """What LiteRT's kernel that writes ``x`` writes (see :meth:`call`), or None without one."""
+        grid = self.grid()
+        if lhs is not None:
+            return batch_matmul_requantized(x, lhs, rhs, grid)
+        if input_params is not None:
+            return accumulator_requantized(x, input_params, kernel_scales, grid)
+        if factor_params is not None:
+            return product_requantized(x, factor_params, grid)
+        if square_params is not None:
+            return product_requantized(x, [square_params, square_params], grid, square=True)
+        if addends is not None:
+            return sum_requantized(addends, addend_params, grid)
+        if summands is not None:
+            return mean_requantized(summands, summand_params, axes, grid)
+        if self.model_input:
+            return input_quantized(x, grid)
+        return None
+
     def quantization_range(self):
         if self.fixed_range is not None:
             return self.fixed_range
-        return traced_constant(self, "range", self._tracked_range)
+        return traced_constant(self, f"range{self._assignments}", self._tracked_range)
 
     def _tracked_range(self):
         return value_range(value_now(self.range_min), value_now(self.range_max), self.symmetric)
 
     def params(self):
         """[scale, zero point, scale residual] of the int8 tensor (see :func:`quantization_params`)."""
-        return traced_constant(self, "params", lambda: ops.stack(quantization_params(*self.quantization_range())))
+        return traced_constant(self, f"params{self._assignments}", lambda: ops.stack(self._quantization_params()))
+
+    def grid(self):
+        """(scale, zero point) of the int8 tensor."""
+        return self._quantization_params()[:2]
+
+    def _quantization_params(self):
+        return traced_constant(self, f"quantization{self._assignments}",
+                               lambda: quantization_params(*self.quantization_range()))
 
     def _track(self, x, slot: int):
+        self._assignments += 1  # the range read after this is another value of the graph
         # eagerly in numpy: the same float32 arithmetic at a fraction of the eager ops' cost
         x = value_now(ops.stop_gradient(ops.cast(x, "float32")))
         xp, f32 = array_module(x), np.float32
