@@ -42,8 +42,9 @@ class IntegerAccumulation:
     def accumulate(self, op, inputs, kernel, bound, input_params, bias=None, with_kernel_scales: bool = False,
                    training=None):
         """``op(inputs, kernel)`` plus ``bias`` (the layer's own by
-        default), as the int8 kernel computes it, except while ``training``
-        (see :mod:`edgevit.quantize.quantizers`). ``kernel``: on its
+        default), as the int8 kernel computes it where that arithmetic
+        applies (see :func:`kernel_arithmetic_applies`: not in a training
+        step, calibration or the converter's trace). ``kernel``: on its
         per-channel int8 grid, output channels on its last axis, which
         span [-bound, bound]. ``with_kernel_scales``: also return the
         channels' scales, for the quantizer of the output (see

@@ -84,7 +84,7 @@ def kernel_arithmetic_applies(training) -> bool:
     """Whether the layers compute LiteRT's int8 kernel arithmetic now (see
     :mod:`edgevit.quantize.kernel_arithmetic`): at inference, where the QAT
     model and the int8 file agree value for value; not in a training step
-    (it moves about one value in 10^4 by a step and has no gradient), while
+    (it has no gradient, and tracing it was most of a step's cost), while
     ranges are observed, or while the converter traces the model."""
     return not (training or is_exporting() or _OBSERVING.get())
 

@@ -13,6 +13,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from edgevit.quantize.export_trace import traced_weight_constant
+
 # TFLite fixes the int8 output of LOGISTIC and SOFTMAX to scale 1/256,
 # zero point -128: the range [0, 255/256].
 UNIT_RANGE = (0.0, 255.0 / 256.0)
@@ -63,8 +65,6 @@ def part(params, index: int):
     :func:`edgevit.quantize.export_trace.traced_constant`)."""
     if not ops.is_tensor(params):
         return params[index]
-    from edgevit.quantize.export_trace import traced_weight_constant
-
     return traced_weight_constant(params, "parts", lambda: ops.unstack(params, PARAMS_SIZE))[index]
 
 

@@ -145,10 +145,11 @@ class ActivationQuantizer(keras.layers.Layer):
         else:
             lo, hi = self.quantization_range()
             quantized = fake_quant(x, lo, hi)
-            exact = None if not kernel_arithmetic_applies(training) else self._as_kernel_writes(
+            exact = self._as_kernel_writes(
                 x, lhs=lhs, rhs=rhs, input_params=input_params, kernel_scales=kernel_scales,
                 factor_params=factor_params, square_params=square_params, addends=addends,
-                addend_params=addend_params, summands=summands, summand_params=summand_params, axes=axes)
+                addend_params=addend_params, summands=summands, summand_params=summand_params,
+                axes=axes) if kernel_arithmetic_applies(training) else None
             if exact is not None:
                 quantized = quantized + ops.stop_gradient(exact - quantized)
         return (quantized, self.params()) if with_params else quantized
