@@ -76,10 +76,11 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
 
 
 # Tracing a QAT model costs as much as this many of its eager batches (its
-# thousand ranges and scales become 48k graph nodes for mobilevit_v3_xxs):
-# at 128 px on a loaded 2-core host it traced in 151 s, where a batch of 32
-# took 12 s eagerly and 2.7 s traced. A float model traces in seconds.
-QAT_TRACE_IN_EAGER_BATCHES = 16
+# integer arithmetic becomes 30k graph nodes for mobilevit_v3_xxs): at
+# 128 px on a quiet 2-core host its first traced batch of 32 took 33 s
+# (run without Grappler, see edgevit.quantize.graph_rewrites), the next
+# 0.8 s, and an eager one 5.2 s. A float model traces in seconds.
+QAT_TRACE_IN_EAGER_BATCHES = 7
 
 
 def keras_forward(model, images: int):

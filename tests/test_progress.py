@@ -69,8 +69,8 @@ def test_training_shows_its_steps_and_traces_one_graph_for_a_smaller_last_batch(
     from edgevit.train import metrics, prepare
 
     traced = []
-    monkeypatch.setattr(prepare, "traced_forward", lambda model: traced.append(metrics.traced_forward(model))
-                        or traced[-1])
+    monkeypatch.setattr(prepare, "traced_forward",
+                        lambda model, *args: traced.append(metrics.traced_forward(model, *args)) or traced[-1])
     stream = Terminal()
     progress = Progress(stream=stream)
     trainer = Trainer(tiny_classifier(), None, 16, TrainConfig(epochs=1, batch_size=8), log=progress.step,

@@ -140,13 +140,17 @@ def test_batchnorm_folding_keeps_the_function():
                                atol=0.03 * np.abs(expected).max())
 
 
-def test_ranges_start_from_calibration_and_ignore_non_finite_values():
+def test_ranges_start_from_calibration_and_leave_out_batches_with_non_finite_values():
     quantizer = ActivationQuantizer(momentum=0.9)
     quantizer.observing = True
-    quantizer(np.array([[-1.0, 2.0, np.inf, np.nan]], np.float32))
+    quantizer(np.array([[-1.0, 2.0]], np.float32))
+    quantizer(np.array([[-5.0, 9.0, np.inf, np.nan]], np.float32))
     quantizer(np.array([[-3.0, 4.0]], np.float32))
     lo, hi = quantizer.quantization_range()
-    assert float(lo) == pytest.approx(-2.0) and float(hi) == pytest.approx(3.0)  # mean of the first batches
+    assert float(lo) == pytest.approx(-2.0) and float(hi) == pytest.approx(3.0)  # mean of the finite batches
+    assert float(quantizer.batches_seen[0]) == 0.0  # stored once calibration ends
+    quantizer.observing = False
+    assert float(quantizer.batches_seen[0]) == 2.0
     quantizer.observing = False
     out = np.asarray(quantizer(np.array([[10.0, -10.0, 0.0]], np.float32)))
     assert out[0, 0] == pytest.approx(3.0, abs=0.03) and out[0, 1] == pytest.approx(-2.0, abs=0.03)
@@ -605,7 +609,39 @@ def test_eval_runs_a_qat_model_eagerly_where_tracing_it_would_cost_more():
     few = QAT_TRACE_IN_EAGER_BATCHES * BATCH_SIZE
 
     def traced(forward):
-        return hasattr(forward, "get_concrete_function")
+        return hasattr(getattr(forward, "graph_function", forward), "get_concrete_function")
 
     assert not traced(keras_forward(qat, few)) and traced(keras_forward(qat, few + 1))
     assert traced(keras_forward(model, 1))
+
+
+def test_a_training_run_evaluates_the_fake_quant_graph_and_eval_the_exact_one(trained):
+    """`edgevit qat` validates on the fake-quant ops alone (val_metrics with
+    kernel_arithmetic=False); `edgevit eval` and inference compute LiteRT's
+    integer arithmetic."""
+    from edgevit.quantize.export_trace import fake_quant_only
+    from edgevit.train.metrics import traced_forward
+
+    _, qat, _ = trained
+    x, _ = synthetic(16, 7)
+    exact = np.asarray(qat(x, training=False))
+    with fake_quant_only():
+        fake = np.asarray(qat(x, training=False))
+    np.testing.assert_array_equal(np.asarray(traced_forward(qat)(x)), exact)
+    np.testing.assert_array_equal(np.asarray(traced_forward(qat, kernel_arithmetic=False)(x)), fake)
+    assert not np.array_equal(exact, fake)  # the integer arithmetic rounds some near-ties the other way
+
+
+def test_a_qat_models_graphs_run_without_grappler_and_a_float_models_with_it(trained):
+    import tensorflow as tf
+
+    from edgevit.quantize.graph_rewrites import for_model
+
+    model, qat, _ = trained
+
+    def meta_optimizer_off():
+        return tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer", False)
+
+    assert for_model(qat, meta_optimizer_off)() is True
+    assert meta_optimizer_off() is False  # restored after the call
+    assert for_model(model, meta_optimizer_off)() is False

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 
 _EXPORTING = contextvars.ContextVar("edgevit_qat_exporting", default=None)
-_OBSERVING = contextvars.ContextVar("edgevit_qat_observing", default=False)
+_FAKE_QUANT_ONLY = contextvars.ContextVar("edgevit_qat_fake_quant_only", default=False)
 # graph -> {(thread, id(owner), what): (owner, value)}: the values computed once per graph (see
 # traced_constant); the thread keeps the replicas of a distributed step, each traced in its own, apart
 _GRAPH_VALUES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -69,24 +69,25 @@ def exporting(float_ops: tuple[str, ...] = (), fake_quant: bool = True):
 
 
 @contextlib.contextmanager
-def observing_ranges():
-    """While calibration observes the activation ranges: the quantizers
-    pass their inputs through, and the layers compute in float, without
-    LiteRT's kernel arithmetic (see :func:`kernel_arithmetic_applies`)."""
-    token = _OBSERVING.set(True)
+def fake_quant_only():
+    """While a model is called or traced inside, its QAT layers use the
+    fake-quant ops alone, without LiteRT's kernel arithmetic: range
+    calibration (whose quantizers observe float layers) and a training
+    run's evaluations (see :func:`kernel_arithmetic_applies`)."""
+    token = _FAKE_QUANT_ONLY.set(True)
     try:
         yield
     finally:
-        _OBSERVING.reset(token)
+        _FAKE_QUANT_ONLY.reset(token)
 
 
 def kernel_arithmetic_applies(training) -> bool:
     """Whether the layers compute LiteRT's int8 kernel arithmetic now (see
     :mod:`edgevit.quantize.kernel_arithmetic`): at inference, where the QAT
     model and the int8 file agree value for value; not in a training step
-    (it has no gradient, and tracing it was most of a step's cost), while
-    ranges are observed, or while the converter traces the model."""
-    return not (training or is_exporting() or _OBSERVING.get())
+    (it has no gradient, and tracing it was most of a step's cost), inside
+    :func:`fake_quant_only`, or while the converter traces the model."""
+    return not (training or is_exporting() or _FAKE_QUANT_ONLY.get())
 
 
 def is_exporting() -> bool:

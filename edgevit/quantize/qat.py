@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from edgevit.errors import EdgevitError, first_line
-from edgevit.quantize.export_trace import observing_ranges
+from edgevit.quantize.export_trace import fake_quant_only
 from edgevit.quantize.registry import rule_for, rule_of_quantized
 
 CONV_TYPES = ("Conv2D", "DepthwiseConv2D")
@@ -362,7 +362,7 @@ def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, ma
     try:
         for quantizer in quantizers:
             quantizer.observing = True
-        with observing_ranges():
+        with fake_quant_only():
             for batch in batches:
                 if isinstance(batch, (tuple, list)):
                     batch = batch[0]

@@ -15,8 +15,8 @@ mobilevit_v3_xxs at 128 px: 83 k graph nodes and 108 s of tracing with it,
 40 s without).
 
 - Activations: :class:`ActivationQuantizer`, one per-tensor range tracked by
-  a moving average of batch min/max (a running mean over the first batches,
-  non-finite values ignored), or a fixed range where TFLite fixes it
+  a moving average of batch min/max (a running mean over the first batches;
+  a batch with a non-finite value is left out), or a fixed range where TFLite fixes it
   (LOGISTIC and SOFTMAX outputs: scale 1/256, zero point -128).
 - Conv and depthwise-conv kernels: per-output-channel symmetric ranges
   (narrow range, [-127, 127]) through the per-channel fake-quant op
@@ -96,7 +96,8 @@ class ActivationQuantizer(keras.layers.Layer):
     ranges.
     """
 
-    observing = False  # set on instances by edgevit.quantize.qat.calibrate
+    _observing = False
+    _observed = None  # (batches seen, range min, range max) while observing eagerly
     _assignments = 0  # range updates traced so far (see traced_constant)
 
     def __init__(self, momentum: float = DEFAULT_MOMENTUM, fixed_range=None, slots: int = 1,
@@ -180,7 +181,8 @@ class ActivationQuantizer(keras.layers.Layer):
         return traced_constant(self, f"range{self._assignments}", self._tracked_range)
 
     def _tracked_range(self):
-        return value_range(value_now(self.range_min), value_now(self.range_max), self.symmetric)
+        _, range_min, range_max = self._observed or self._state_variables()
+        return value_range(value_now(range_min), value_now(range_max), self.symmetric)
 
     def params(self):
         """[scale, zero point, scale residual] of the int8 tensor (see :func:`quantization_params`)."""
@@ -197,17 +199,39 @@ class ActivationQuantizer(keras.layers.Layer):
     def _track(self, x, slot: int):
         self._assignments += 1  # the range read after this is another value of the graph
         # eagerly in numpy: the same float32 arithmetic at a fraction of the eager ops' cost
-        x = value_now(ops.stop_gradient(ops.cast(x, "float32")))
-        xp, f32 = array_module(x), np.float32
-        finite = xp.isfinite(x)
-        values = xp.where(finite, x, xp.zeros_like(x))
-        batch_min, batch_max = xp.min(values), xp.max(values)
-        this_slot = xp.logical_and(xp.arange(self.slots) == slot, xp.any(finite))
-        seen, range_min, range_max = (value_now(v) for v in (self.batches_seen, self.range_min, self.range_max))
-        rate = xp.minimum(f32(self.momentum), seen / (seen + f32(1.0)))
-        self.range_min.assign(xp.where(this_slot, rate * range_min + (f32(1.0) - rate) * batch_min, range_min))
-        self.range_max.assign(xp.where(this_slot, rate * range_max + (f32(1.0) - rate) * batch_max, range_max))
-        self.batches_seen.assign(seen + xp.where(this_slot, f32(1.0), f32(0.0)))
+        x = value_now(ops.stop_gradient(x if keras.backend.standardize_dtype(x.dtype) == "float32"
+                                        else ops.cast(x, "float32")))
+        xp = array_module(x)
+        batch_min, batch_max = xp.min(x), xp.max(x)
+        # a batch with a non-finite value (NaN spreads to both) leaves the range as it was
+        counted = xp.logical_and(xp.isfinite(batch_min), xp.isfinite(batch_max))
+        if self.slots > 1:
+            counted = xp.logical_and(counted, np.arange(self.slots) == slot)
+        if self.observing and xp is np:  # calibration keeps the state here; unsetting observing stores it
+            state = self._observed or tuple(value_now(v) for v in self._state_variables())
+            self._observed = _moving_range(np, state, batch_min, batch_max, counted, self.momentum)
+            return
+        state = _moving_range(xp, [_read(v) for v in self._state_variables()], batch_min, batch_max, counted,
+                              self.momentum)
+        for variable, value in zip(self._state_variables(), state):
+            variable.assign(value)
+
+    def _state_variables(self):
+        return self.batches_seen, self.range_min, self.range_max
+
+    @property
+    def observing(self) -> bool:
+        """Set by :func:`edgevit.quantize.qat.calibrate` while it observes
+        ranges; unset, the quantizer stores what it observed."""
+        return self._observing
+
+    @observing.setter
+    def observing(self, value: bool):
+        self._observing = bool(value)
+        if not value and self._observed is not None:
+            for variable, state in zip(self._state_variables(), self._observed):
+                variable.assign(state)
+            self._observed = None
 
     def compute_output_spec(self, x, with_params: bool = False, **kwargs):
         spec = keras.KerasTensor(x.shape, x.dtype)
@@ -217,6 +241,26 @@ class ActivationQuantizer(keras.layers.Layer):
         return {**super().get_config(), "momentum": self.momentum, "slots": self.slots,
                 "fixed_range": None if self.fixed_range is None else list(self.fixed_range),
                 "symmetric": self.symmetric, "model_input": self.model_input}
+
+
+def _moving_range(xp, state, batch_min, batch_max, counted, momentum: float):
+    """(batches seen, range min, range max) after a batch with ``batch_min``,
+    ``batch_max``, where ``counted``: a running mean of the batches' ranges,
+    then an exponential moving average at ``momentum``."""
+    f32 = np.float32
+    seen, range_min, range_max = state
+    rate = xp.minimum(f32(momentum), seen / (seen + f32(1.0)))
+    return (seen + (ops.cast(counted, "float32") if xp is ops else counted),
+            xp.where(counted, rate * range_min + (f32(1.0) - rate) * batch_min, range_min),
+            xp.where(counted, rate * range_max + (f32(1.0) - rate) * batch_max, range_max))
+
+
+def _read(variable):
+    """A variable's value, read once: numpy eagerly, else one graph read."""
+    import tensorflow as tf
+
+    value = value_now(variable)
+    return value if isinstance(value, np.ndarray) else tf.convert_to_tensor(variable.value)
 
 
 def kernel_bound(kernel, channel_axis: int):

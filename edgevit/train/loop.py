@@ -259,6 +259,8 @@ class Trainer:
         import keras
         import tensorflow as tf
 
+        from edgevit.quantize import graph_rewrites
+
         model = self.model_at(size)
         base = self.base
         shared = model is not base
@@ -295,9 +297,10 @@ class Trainer:
             # (mobilevit_v3_xxs QAT at 128 px: 134 s a trace, 3 s a step).
             signature = [tf.TensorSpec((None, *model.inputs[0].shape[1:]), tf.float32),
                          tf.TensorSpec((None,), tf.int64)]
-            self._steps[size] = tf.function(step, input_signature=signature, autograph=False)
+            traced = tf.function(step, input_signature=signature, autograph=False)
         else:  # distributed batches are per-replica values, which a signature of tensors does not describe
-            self._steps[size] = tf.function(step, reduce_retracing=True, autograph=False)
+            traced = tf.function(step, reduce_retracing=True, autograph=False)
+        self._steps[size] = graph_rewrites.for_model(model, traced)
         return self._steps[size]
 
     def _distribute(self, x, y):

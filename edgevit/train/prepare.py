@@ -95,17 +95,18 @@ def classes_in(weights: str, head_name: str) -> int | None:
     return found[0] if found else None
 
 
-def val_metrics(val, size: int, progress: Progress | None = None):
+def val_metrics(val, size: int, progress: Progress | None = None, kernel_arithmetic: bool = True):
     """``evaluate(model)``: {"val_top1": ...} on the center crops of ``val``.
     Each model is traced once and stays traced for the next call (a run
-    evaluates the same model after every epoch)."""
+    evaluates the same model after every epoch). ``kernel_arithmetic``: see
+    :func:`edgevit.train.metrics.traced_forward`."""
     images = val.eval_batch(np.arange(len(val)), size)
     progress = progress or Progress(enabled=False)
     forwards: dict[int, tuple] = {}  # id(model) -> (model, its traced forward pass)
 
     def evaluate(model):
         if id(model) not in forwards:
-            forwards[id(model)] = (model, traced_forward(model))
+            forwards[id(model)] = (model, traced_forward(model, kernel_arithmetic))
         with progress.bar("validating", len(images), "images") as advance:
             logits = logits_of(forwards[id(model)][1], images, on_batch=advance)
         report = accuracy_report(logits, val.labels, [str(i) for i in range(logits.shape[1])])
