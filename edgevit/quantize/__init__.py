@@ -25,6 +25,7 @@ What the twin is built from, each module mirroring one part of LiteRT:
 - ``multi_op_layers``: those layers (activations, LayerNorm, attention,
   tokens, ...).
 - ``export_trace``: what changes while the converter traces the model.
+- ``graph_rewrites``: the QAT model's graphs run without TF's graph optimizer.
 
 Saved ``.keras`` files name these layer classes ``edgevit.qat>ClassName``;
 :func:`edgevit.saving.load_model` registers them.

@@ -141,6 +141,7 @@ class ActivationQuantizer(keras.layers.Layer):
         bias, their BATCH_MATMUL)."""
         if self.fixed_range is None and (training or self.observing):
             self._track(x, slot)
+        exact_arithmetic = kernel_arithmetic_applies(training)
         if self.observing:
             quantized = x
         else:
@@ -150,10 +151,13 @@ class ActivationQuantizer(keras.layers.Layer):
                 x, lhs=lhs, rhs=rhs, input_params=input_params, kernel_scales=kernel_scales,
                 factor_params=factor_params, square_params=square_params, addends=addends,
                 addend_params=addend_params, summands=summands, summand_params=summand_params,
-                axes=axes) if kernel_arithmetic_applies(training) else None
+                axes=axes) if exact_arithmetic else None
             if exact is not None:
                 quantized = quantized + ops.stop_gradient(exact - quantized)
-        return (quantized, self.params()) if with_params else quantized
+        if not with_params:
+            return quantized
+        # only the kernel arithmetic reads them: elsewhere a placeholder saves ~20 graph nodes a tensor
+        return quantized, self.params() if exact_arithmetic else ops.zeros((PARAMS_SIZE,))
 
     def _as_kernel_writes(self, x, lhs, rhs, input_params, kernel_scales, factor_params, square_params, addends,
                           addend_params, summands, summand_params, axes):
@@ -199,9 +203,13 @@ class ActivationQuantizer(keras.layers.Layer):
     def _track(self, x, slot: int):
         self._assignments += 1  # the range read after this is another value of the graph
         # eagerly in numpy: the same float32 arithmetic at a fraction of the eager ops' cost
-        x = value_now(ops.stop_gradient(x if keras.backend.standardize_dtype(x.dtype) == "float32"
-                                        else ops.cast(x, "float32")))
+        x = value_now(x)
         xp = array_module(x)
+        if xp is np:
+            x = x.astype(np.float32, copy=False)
+        else:
+            float32 = keras.backend.standardize_dtype(x.dtype) == "float32"
+            x = ops.stop_gradient(x if float32 else ops.cast(x, "float32"))
         batch_min, batch_max = xp.min(x), xp.max(x)
         # a batch with a non-finite value (NaN spreads to both) leaves the range as it was
         counted = xp.logical_and(xp.isfinite(batch_min), xp.isfinite(batch_max))
