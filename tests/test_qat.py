@@ -151,7 +151,6 @@ def test_ranges_start_from_calibration_and_leave_out_batches_with_non_finite_val
     assert float(quantizer.batches_seen[0]) == 0.0  # stored once calibration ends
     quantizer.observing = False
     assert float(quantizer.batches_seen[0]) == 2.0
-    quantizer.observing = False
     out = np.asarray(quantizer(np.array([[10.0, -10.0, 0.0]], np.float32)))
     assert out[0, 0] == pytest.approx(3.0, abs=0.03) and out[0, 1] == pytest.approx(-2.0, abs=0.03)
     assert out[0, 2] == 0.0  # zero exactly representable

@@ -211,7 +211,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
     with checkpoint_lock(checkpoint):
         checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
         train, val, skipped = load_data(dataset, spec, size, [], log)
-        # the fake-quant graph alone: LiteRT's exact kernel arithmetic tripled the fixed cost (issue 40)
+        # the fake-quant graph alone: the exact kernel arithmetic's first call took 35-50 s, this ~12 s (issue 40)
         evaluate = val_metrics(val, size, progress, kernel_arithmetic=False)
         float_top1 = evaluate(keras_model)["val_top1"]
         progress.step(f"Float model: val top-1 {float_top1}")

@@ -10,8 +10,9 @@ Measured on mobilevit_v3_xxs at 128 px, 2-core host, batches of 32:
   without; a step then ran in 0.70 and 0.68 s (the mean of four
   alternating runs of 8 steps each: within their spread).
 
-A float model keeps Grappler: its fusions make a float training step about
-9 % faster, for 4 s at its first call.
+A float model keeps Grappler: its graphs are small (it added 4 s to the
+first call of the float mobilevit_v3_xxs's training step), and its steady
+speed was not measured here.
 
 The option is part of the config a function is instantiated with, so every
 call of one of these functions must run with it (:func:`without_grappler`).

@@ -215,12 +215,11 @@ class ActivationQuantizer(keras.layers.Layer):
         counted = xp.logical_and(xp.isfinite(batch_min), xp.isfinite(batch_max))
         if self.slots > 1:
             counted = xp.logical_and(counted, np.arange(self.slots) == slot)
+        state = _moving_range(xp, self._observed or [_read(v) for v in self._state_variables()], batch_min,
+                              batch_max, counted, self.momentum)
         if self.observing and xp is np:  # calibration keeps the state here; unsetting observing stores it
-            state = self._observed or tuple(value_now(v) for v in self._state_variables())
-            self._observed = _moving_range(np, state, batch_min, batch_max, counted, self.momentum)
+            self._observed = state
             return
-        state = _moving_range(xp, [_read(v) for v in self._state_variables()], batch_min, batch_max, counted,
-                              self.momentum)
         for variable, value in zip(self._state_variables(), state):
             variable.assign(value)
 
