@@ -3,7 +3,9 @@
 # and `edgevit bench --arm`:
 #   - Debian bookworm's qemu-user (7.2): only its dynamic qemu-aarch64 binary, which
 #     loads TCG plugins (the static one does not), and the few libraries it needs
-#     that a Debian host may lack;
+#     that a Debian host may lack; and its qemu-x86_64, which runs this machine's own
+#     Python and LiteRT as an older x86 CPU (AVX2, SSE4) would (edgevit/litert/x86_levels.py:
+#     XNNPACK's x86 int8 kernels differ by CPU);
 #   - an arm64 userland of Debian packages unpacked with dpkg-deb (no chroot, no
 #     root): python3.11 with numpy 1.24 and libc's symbol names (libc6-dbg);
 #   - the ai-edge-litert 1.4.0 aarch64 wheel (the newest Linux aarch64 build of
@@ -28,7 +30,7 @@ SECURITY_MIRROR="http://deb.debian.org/debian-security"
 QEMU_HOST_PACKAGES=(libcapstone4 libnuma1 liburing2)
 ROOTFS_PACKAGES=(python3.11-minimal libpython3.11-minimal libpython3.11-stdlib python3-numpy libc6 libc6-dbg
                  libexpat1 zlib1g libffi8 libblas3 liblapack3 libgfortran5 libgcc-s1 libstdc++6)
-LAYOUT=1   # bump when the folder layout changes
+LAYOUT=2   # bump when the folder layout changes
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PLUGIN_SOURCE="$HERE/arm-emulator/insn_regions.c"
@@ -53,7 +55,8 @@ done
 
 STAMP="layout=$LAYOUT litert=$LITERT_VERSION suite=$SUITE packages=${ROOTFS_PACKAGES[*]} plugin=$(sha256sum "$PLUGIN_SOURCE" | cut -c1-16)"
 if [ -f "$ARM_HOME/manifest.json" ] && [ "$(cat "$ARM_HOME/.stamp" 2>/dev/null)" = "$STAMP" ] \
-        && [ -x "$ARM_HOME/qemu/qemu-aarch64" ] && [ -x "$ARM_HOME/rootfs/usr/bin/python3.11" ] \
+        && [ -x "$ARM_HOME/qemu/qemu-aarch64" ] && [ -x "$ARM_HOME/qemu/qemu-x86_64" ] \
+        && [ -x "$ARM_HOME/rootfs/usr/bin/python3.11" ] \
         && [ -f "$ARM_HOME/plugin/libinsn_regions.so" ]; then
     say "already installed in $ARM_HOME"
     exit 0
@@ -132,17 +135,20 @@ deb_of() { ls "$APT_DIR"/debs/"$1"_*_"$2".deb 2>/dev/null | head -n 1; }
 say "unpacking"
 deb="$(deb_of qemu-user amd64)"
 [ -n "$deb" ] || fail "qemu-user's package was not downloaded"
-quiet "unpack qemu-aarch64 from $(basename "$deb")" \
-    bash -c "dpkg-deb --fsys-tarfile '$deb' | tar -x -C '$STAGE/unpack' ./usr/bin/qemu-aarch64"
-mv "$STAGE/unpack/usr/bin/qemu-aarch64" "$STAGE/qemu/qemu-aarch64"
+QEMUS=(qemu-aarch64 qemu-x86_64)
+quiet "unpack ${QEMUS[*]} from $(basename "$deb")" \
+    bash -c "dpkg-deb --fsys-tarfile '$deb' | tar -x -C '$STAGE/unpack' ${QEMUS[*]/#/./usr/bin/}"
+for q in "${QEMUS[@]}"; do mv "$STAGE/unpack/usr/bin/$q" "$STAGE/qemu/$q"; done
 for p in "${QEMU_HOST_PACKAGES[@]}"; do
     deb="$(deb_of "$p" amd64)"
     [ -n "$deb" ] || fail "$p's package was not downloaded"
     quiet "unpack $(basename "$deb")" dpkg-deb -x "$deb" "$STAGE/unpack"
 done
 cp -a "$STAGE"/unpack/usr/lib/x86_64-linux-gnu/*.so* "$STAGE/qemu/lib/" || fail "no libraries in ${QEMU_HOST_PACKAGES[*]}"
-missing="$(LD_LIBRARY_PATH="$STAGE/qemu/lib" ldd "$STAGE/qemu/qemu-aarch64" 2>&1 | sed -n 's/^\s*\(\S*\) => not found.*/\1/p' | tr '\n' ' ')"
-[ -z "$missing" ] || fail "qemu-aarch64 needs libraries this machine lacks: ${missing% } (Debian: apt-get install libglib2.0-0 libgnutls30)"
+for q in "${QEMUS[@]}"; do
+    missing="$(LD_LIBRARY_PATH="$STAGE/qemu/lib" ldd "$STAGE/qemu/$q" 2>&1 | sed -n 's/^\s*\(\S*\) => not found.*/\1/p' | tr '\n' ' ')"
+    [ -z "$missing" ] || fail "$q needs libraries this machine lacks: ${missing% } (Debian: apt-get install libglib2.0-0 libgnutls30)"
+done
 
 for p in "${ROOTFS_PACKAGES[@]}"; do
     deb="$(deb_of "$p" arm64)"
@@ -180,7 +186,7 @@ rm -rf "$ARM_HOME/qemu" "$ARM_HOME/rootfs" "$ARM_HOME/plugin" "$ARM_HOME/include
 mv "$STAGE/qemu" "$STAGE/rootfs" "$STAGE/plugin" "$STAGE/include" "$ARM_HOME/" || fail "cannot move files into $ARM_HOME"
 rm -rf "$STAGE" "$SRC_DIR"
 
-say "checking: arm64 Python imports numpy and ai_edge_litert, and the plugin counts"
+say "checking: arm64 Python imports numpy and ai_edge_litert, the plugin counts, x86 emulation runs"
 CHECK_OUT="$(mktemp)"
 guest() {
     # the guest writes its bytecode under pycache/ (never into the host's folders)
@@ -199,6 +205,10 @@ call(0xE7E7, 0x65646765, 1); sum(range(1000)); call(0xE7E7, 0x65646765, 2); call
 grep -q '^regions 1$' "$CHECK_OUT" && grep -q '^block ' "$CHECK_OUT" \
     || fail "the plugin loaded but counted no marked region (see $CHECK_OUT)"
 rm -f "$CHECK_OUT"
+HOST_PYTHON="$("$PYTHON" -c 'import sys; print(sys.executable)')"  # the interpreter itself, not a shim script
+quiet "run this machine's Python under qemu-x86_64 as an AVX2 CPU" \
+    env LD_LIBRARY_PATH="$ARM_HOME/qemu/lib" "$ARM_HOME/qemu/qemu-x86_64" -U LD_LIBRARY_PATH -cpu Haswell-noTSX \
+    "$HOST_PYTHON" -c "import numpy"
 
 pkg_version() { dpkg-deb -f "$(deb_of "$1" "$2")" Version; }
 cat > "$ARM_HOME/manifest.json" <<EOF

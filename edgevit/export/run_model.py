@@ -19,6 +19,7 @@ import numpy as np
 
 from edgevit.errors import EdgevitError
 from edgevit.litert.interpreter import describe_child_failure, load_interpreter
+from edgevit.litert.x86_levels import emulated_command
 from edgevit.writing import save_array, temporary_folder
 
 
@@ -52,15 +53,19 @@ def run_in_process(model_content: bytes, inputs: np.ndarray, num_threads: int = 
 
 
 def run_in_child(model_path: str | Path, inputs, num_threads: int = 1,
-                 kernels: str = "xnnpack", timeout: float = 900) -> np.ndarray:
+                 kernels: str = "xnnpack", timeout: float = 900, x86_level: str | None = None) -> np.ndarray:
     """``inputs``: an array, or an :class:`~edgevit.data.images.ImageSet`
-    (handed to the child a batch at a time, which reads them one by one)."""
+    (handed to the child a batch at a time, which reads them one by one).
+    ``x86_level``: run on the kernels of an older x86 CPU, emulated (see
+    :mod:`edgevit.litert.x86_levels`); None: this machine's."""
     with temporary_folder("edgevit-run-") as tmp:
         in_path, out_path = tmp / "inputs.npy", tmp / "outputs.npy"
         save_array(in_path, inputs, np.float32)
         cmd = [sys.executable, "-m", "edgevit.export.run_model", str(model_path), str(in_path),
                str(out_path), str(num_threads), kernels]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        if x86_level is not None:
+            cmd, env = emulated_command(x86_level, cmd, env)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:

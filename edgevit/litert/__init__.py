@@ -16,6 +16,8 @@ Reading and running files:
 - ``arm``: LiteRT's Arm64 CPU kernels run here under emulation;
   ``arm_guest`` is the standalone script that runs inside the emulated
   Python.
+- ``x86_levels``: this machine's LiteRT on the x86 kernels of older CPUs
+  (AVX2, SSE4), under emulation: XNNPACK's int8 arithmetic differs by CPU.
 
 Rewriting converted files (applied by ``edgevit.export.convert``):
 
