@@ -25,3 +25,11 @@ def _seeded():
     import keras
 
     keras.utils.set_random_seed(0)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """A tiny image folder of crops of two sample photos (tests.helpers.photo_folder)."""
+    from tests.helpers import photo_folder
+
+    return photo_folder(tmp_path_factory.mktemp("photos"))

@@ -1,18 +1,23 @@
 """Test helpers shared by the family tests: fast parameter counting, export
 with the validation report (and a run on LiteRT's GPU accelerator where a
 Vulkan device exists, on LiteRT's Arm64 kernels where asked), the deployment
-rules, and the per-layer float-vs-int8 comparison that names the first layer
-where int8 breaks."""
+rules, the per-layer float-vs-int8 comparison that names the first layer
+where int8 breaks, and the QAT tests' models, photos and kernel sets."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import importlib
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import edgevit
+from edgevit.data.sample_photos import photo_dir
 from edgevit.export.pipeline import GPU_PRECISIONS, ExportOptions, export
 from edgevit.litert.arm import emulator_missing
+from edgevit.litert.x86_levels import LEVELS, x86_emulator_missing
 from edgevit.registry import get_spec
 
 # LiteRT's Arm64 kernels under emulation: scripts/install-arm-emulator.sh
@@ -20,6 +25,14 @@ from edgevit.registry import get_spec
 ARM_MISSING = emulator_missing()
 needs_arm = pytest.mark.skipif(ARM_MISSING is not None,
                                reason=f"{ARM_MISSING}: run scripts/install-arm-emulator.sh")
+
+# XNNPACK's int8 kernels of older x86 CPUs (AVX2, SSE4) under emulation: qemu-x86_64, installed with the
+# Arm64 emulator. X86_KERNELS: this host's kernels (None), then each emulated level.
+X86_EMULATOR_MISSING = x86_emulator_missing()
+needs_x86_emulator = pytest.mark.skipif(X86_EMULATOR_MISSING is not None,
+                                        reason=f"{X86_EMULATOR_MISSING}: run scripts/install-arm-emulator.sh")
+X86_KERNELS = [pytest.param(None, id="host"), *(pytest.param(level, id=level, marks=needs_x86_emulator)
+                                                for level in LEVELS)]
 
 FORBIDDEN_OPS = {"SHAPE", "GATHER", "GATHER_ND", "PACK", "REDUCE_PROD", "SQUARED_DIFFERENCE", "NEG", "ERF"}
 # Random-init weights give small, noise-like logits: the worst case for
@@ -129,13 +142,11 @@ def round_trips_and_converts(tmp_path, name, size, precisions=("fp32", "int8")):
     return model, {p: exports_within_floor(tmp_path, name, p, size, model=model) for p in precisions}
 
 
-def int8_and_qat_outputs(tmp_path, model, x, input_range):
-    """Outputs on ``x`` of ``model``'s int8 file (LiteRT's XNNPACK kernels,
-    in a child process) and of the QAT model it was converted from, after
-    moving every weight off its initial value as training does (no all-one
-    scales or zero biases the converter would fold away)."""
+def int8_file_and_qat(tmp_path, model, x, input_range):
+    """The QAT model of ``model``, calibrated on ``x``, and the path of its
+    int8 file, after moving every weight off its initial value as training
+    does (no all-one scales or zero biases the converter would fold away)."""
     from edgevit.export.convert import convert
-    from edgevit.export.run_model import run_in_child
     from edgevit.quantize.qat import quantize_model
 
     rng = np.random.default_rng(1)
@@ -144,6 +155,16 @@ def int8_and_qat_outputs(tmp_path, model, x, input_range):
     qat = quantize_model(model, x, input_range=input_range)
     path = tmp_path / f"{model.name}.tflite"
     path.write_bytes(convert(qat, "int8", None, "int8"))
+    return path, qat
+
+
+def int8_and_qat_outputs(tmp_path, model, x, input_range):
+    """Outputs on ``x`` of ``model``'s int8 file (LiteRT's XNNPACK kernels,
+    in a child process) and of the QAT model it was converted from (see
+    :func:`int8_file_and_qat`)."""
+    from edgevit.export.run_model import run_in_child
+
+    path, qat = int8_file_and_qat(tmp_path, model, x, input_range)
     return run_in_child(path, x), outputs(qat, x)
 
 
@@ -151,3 +172,45 @@ def assert_same_weights(model, other):
     """Every weight of ``other`` equals ``model``'s bit for bit (so do their outputs)."""
     for a, b in zip(model.weights, other.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+
+
+def photo_folder(root, classes=("astronaut", "coffee"), per_class=4):
+    """DIR/train/<class>, DIR/val/<class>: crops of two of the sample photos."""
+    rng = np.random.default_rng(0)
+    photos = {"astronaut": "astronaut.png", "coffee": "coffee.png"}
+    for split in ("train", "val"):
+        for name in classes:
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            image = Image.open(photo_dir() / photos[name]).convert("RGB")
+            for i in range(per_class):
+                side = int(min(image.size) * rng.uniform(0.5, 1.0))
+                left, top = (int(rng.integers(0, d - side + 1)) for d in image.size)
+                image.crop((left, top, left + side, top + side)).resize((48, 48)).save(folder / f"{i}.png")
+    return root
+
+
+# every family's smallest variant at a small input size on its patch grid (the QAT tests)
+SMALLEST = {"mobilevit_v1_xxs": 64, "mobilevit_v2_050": 64, "mobilevit_v3_xxs": 64, "vit_tiny16": 32,
+            "deit_tiny": 32, "deepvit_s": 32, "convit_tiny": 32, "crossvit_tiny": 120, "pit_ti": 32,
+            "cvt_13": 64, "mixer_s16": 32, "resmlp_12": 32, "pvt_v2_b0": 64, "swin_tiny": 32, "swinv2_tiny": 32,
+            "cswin_tiny": 64, "t2t_vit_7": 32}
+# The deep families with one block per stage (or per kind of block), which holds every kind of layer:
+# module, the fields of its config table's entry and the module constants that set the depth.
+FEW_BLOCKS = {"crossvit_tiny": ("crossvit", {"depth": 1}, {"NUM_MULTISCALE_BLOCKS": 1}),
+              "cvt_13": ("cvt", {"depths": (1, 1, 1)}, {}),
+              "pit_ti": ("pit", {"depths": (1, 1, 1)}, {}),
+              "swin_tiny": ("swin", {"depths": (1, 1, 1, 1)}, {}),   # 32 px: one window per stage
+              "swinv2_tiny": ("swin", {"depths": (1, 1, 1, 1)}, {}),
+              "deepvit_s": ("deepvit", {}, {"DEPTH": 2, "RE_ATTENTION_BLOCKS": 1}),
+              # 25 blocks, 21 of them alike in stage 3
+              "cswin_tiny": ("cswin", {"depths": (1, 1, 1, 1)}, {})}
+
+
+def with_few_blocks(name: str, monkeypatch) -> None:
+    module_name, fields, constants = FEW_BLOCKS[name]
+    module = importlib.import_module(f"edgevit.models.{module_name}")
+    if fields:
+        monkeypatch.setitem(module.CONFIGS, name, dataclasses.replace(module.CONFIGS[name], **fields))
+    for constant, value in constants.items():
+        monkeypatch.setattr(module, constant, value)

@@ -2,8 +2,6 @@
 honoured by the converter, Keras-vs-int8 agreement (acceptance, and exact
 op by op on the kernels users ship), .keras round trip, and every family
 through QAT on a small folder of real photos."""
-import dataclasses
-import importlib
 import subprocess
 import sys
 import textwrap
@@ -13,10 +11,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from PIL import Image
 
 import edgevit
-from edgevit.data.sample_photos import photo_dir, sample_batch
 from edgevit.errors import EdgevitError
 from edgevit.export.agreement import agreement
 from edgevit.export.convert import convert
@@ -36,8 +32,7 @@ from edgevit.quantize.registry import QuantizeRule, register
 from edgevit.registry import get_spec
 from edgevit.saving import load_model
 from edgevit.train.data import find_dataset, load_split
-from tests.helpers import int8_and_qat_outputs, needs_arm, outputs
-from tests.test_cswin import shallow_tiny
+from tests.helpers import FEW_BLOCKS, SMALLEST, needs_arm, outputs, with_few_blocks
 
 SIZE = 32
 CLASSES = 3
@@ -441,28 +436,6 @@ def test_int8_file_computes_exactly_what_a_convolutional_qat_model_computes(conv
     np.testing.assert_array_equal(run_in_child(path, x), outputs(qat, x))
 
 
-@pytest.mark.parametrize("name", ["mobilevit_v2_050", "mobilevit_v3_050", "mobilevit_v1_xxs"])
-def test_int8_file_of_a_mobilevit_qat_model_computes_what_it_computes(tmp_path, name):
-    """MobileViT v2's GroupNorm scales a whole map by one RSQRT of one MEAN:
-    one level off there (a MEAN, or the SUB before it, rounded from float
-    values instead of the kernel's integers) moves every element after it.
-    On sample photos, with trained-scale weights, every logit of the int8
-    file of a v2-based model on XNNPACK equals the QAT model's. v1's
-    attention has an int8 SOFTMAX, which LiteRT computes with its own
-    fixed-point arithmetic and QAT in float: one step off now and then,
-    within the acceptance bounds."""
-    size = 96
-    pre = get_spec(name).preprocessing_at(size)
-    model = edgevit.create_model(name, num_classes=CLASSES, input_size=size)
-    x = sample_batch(pre, 16)
-    int8, qat = int8_and_qat_outputs(tmp_path, model, x, pre.value_range)
-    if get_spec(name).family == "mobilevit_v1":
-        result = agreement(qat, int8)
-        assert result["top1_agreement"] == 1.0 and result["cosine_mean"] >= 0.999, result
-    else:
-        np.testing.assert_array_equal(int8, qat)
-
-
 @needs_arm
 def test_on_arm64_kernels_the_int8_files_compute_what_the_qat_models_compute(trained, attention_qat, convnet_qat,
                                                                               tmp_path):
@@ -506,52 +479,6 @@ def test_on_arm64_kernels_the_int8_files_compute_what_the_qat_models_compute(tra
         holds(actual, expected, f"{file.name} on {profile.name}")
 
 
-def photo_folder(root, classes=("astronaut", "coffee"), per_class=4):
-    """DIR/train/<class>, DIR/val/<class>: crops of two of the sample photos."""
-    rng = np.random.default_rng(0)
-    photos = {"astronaut": "astronaut.png", "coffee": "coffee.png"}
-    for split in ("train", "val"):
-        for name in classes:
-            folder = root / split / name
-            folder.mkdir(parents=True)
-            image = Image.open(photo_dir() / photos[name]).convert("RGB")
-            for i in range(per_class):
-                side = int(min(image.size) * rng.uniform(0.5, 1.0))
-                left, top = (int(rng.integers(0, d - side + 1)) for d in image.size)
-                image.crop((left, top, left + side, top + side)).resize((48, 48)).save(folder / f"{i}.png")
-    return root
-
-
-@pytest.fixture(scope="module")
-def photos(tmp_path_factory):
-    return photo_folder(tmp_path_factory.mktemp("photos"))
-
-
-SMALLEST = {"mobilevit_v1_xxs": 64, "mobilevit_v2_050": 64, "mobilevit_v3_xxs": 64, "vit_tiny16": 32,
-            "deit_tiny": 32, "deepvit_s": 32, "convit_tiny": 32, "crossvit_tiny": 120, "pit_ti": 32,
-            "cvt_13": 64, "mixer_s16": 32, "resmlp_12": 32, "pvt_v2_b0": 64, "swin_tiny": 32, "swinv2_tiny": 32,
-            "cswin_tiny": 64, "t2t_vit_7": 32}
-# cswin_tiny's 25 blocks, 21 of them alike in stage 3, as one block per stage (every kind of layer)
-SHALLOW = {"cswin_tiny": shallow_tiny}
-# The deep families with one block per stage (or per kind of block), which holds every kind of layer:
-# module, the fields of its config table's entry and the module constants that set the depth.
-FEW_BLOCKS = {"crossvit_tiny": ("crossvit", {"depth": 1}, {"NUM_MULTISCALE_BLOCKS": 1}),
-              "cvt_13": ("cvt", {"depths": (1, 1, 1)}, {}),
-              "pit_ti": ("pit", {"depths": (1, 1, 1)}, {}),
-              "swin_tiny": ("swin", {"depths": (1, 1, 1, 1)}, {}),   # 32 px: one window per stage
-              "swinv2_tiny": ("swin", {"depths": (1, 1, 1, 1)}, {}),
-              "deepvit_s": ("deepvit", {}, {"DEPTH": 2, "RE_ATTENTION_BLOCKS": 1})}
-
-
-def with_few_blocks(name: str, monkeypatch) -> None:
-    module_name, fields, constants = FEW_BLOCKS[name]
-    module = importlib.import_module(f"edgevit.models.{module_name}")
-    if fields:
-        monkeypatch.setitem(module.CONFIGS, name, dataclasses.replace(module.CONFIGS[name], **fields))
-    for constant, value in constants.items():
-        monkeypatch.setattr(module, constant, value)
-
-
 def test_every_family_has_its_smallest_variant_here():
     families = {get_spec(name).family for name in edgevit.list_models()}
     assert families == {get_spec(name).family for name in SMALLEST}
@@ -566,8 +493,7 @@ def test_every_family_trains_saves_and_converts_with_trained_ranges(name, photos
     dataset = find_dataset(photos)
     train, _ = load_split(dataset.train, pre, size)
     x, y = train.train_batch(np.arange(len(train)), size, np.random.default_rng(0)), train.labels
-    model = SHALLOW[name](size, num_classes=2) if name in SHALLOW else \
-        edgevit.create_model(name, num_classes=2, input_size=size)
+    model = edgevit.create_model(name, num_classes=2, input_size=size)
     qat = quantize_model(model, x, input_range=pre.value_range)
     qat.compile(keras.optimizers.Adam(1e-4), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 run_eagerly=True)

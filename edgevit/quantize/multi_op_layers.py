@@ -109,9 +109,21 @@ class QuantLayerNorm(QuantizedPoints, LayerNorm):
     def output_sum_shape(self):
         return tuple(self.beta.shape)
 
+    @classmethod
+    def from_config(cls, config):
+        # saved before the per-channel means (see LayerNorm.position_axes): its one MEAN, as before
+        return super().from_config({"per_channel_means": False, **config})
+
+    def point_tags(self) -> tuple[str, ...]:
+        return self.TAGS + (("channel_mean", "channel_variance") if self.position_axes else ())
+
     @property
     def MEANS(self):  # noqa: N802  (the class attribute of the other quantized layers)
-        return {"mean": (0, self.axes), "variance": ("square", self.axes)}
+        if not self.position_axes:
+            return {"mean": (0, self.axes), "variance": ("square", self.axes)}
+        last = self.axes[-1:]
+        return {"channel_mean": (0, self.position_axes), "mean": ("channel_mean", last),
+                "channel_variance": ("square", self.position_axes), "variance": ("channel_variance", last)}
     FLOAT_WHEN_MIXED = {"variance_eps": "RSQRT"}  # a range on the RSQRT output quantizes it after the float op
 
     def float_call(self, x, training):

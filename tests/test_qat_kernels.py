@@ -1,0 +1,185 @@
+"""A QAT model and its int8 file compute the same on the kernels users meet:
+this host's x86 XNNPACK, XNNPACK's kernels of older x86 CPUs (AVX2 without
+AVX-512, SSE4 without AVX: emulated, their int8 arithmetic differs), and
+the phone's Arm64 kernels (emulated); after calibration, and after
+`edgevit qat` has trained the model."""
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import edgevit
+from edgevit.cli import main
+from edgevit.data.sample_photos import sample_batch
+from edgevit.export.agreement import agreement
+from edgevit.export.convert import convert
+from edgevit.export.run_model import run_in_child
+from edgevit.litert.x86_levels import LEVELS
+from edgevit.registry import get_spec
+from edgevit.saving import load_model
+from tests.helpers import (FEW_BLOCKS, SMALLEST, X86_EMULATOR_MISSING, X86_KERNELS, int8_file_and_qat, needs_arm,
+                           outputs, with_few_blocks)
+
+# CrossViT's bicubic resize is two FULLY_CONNECTED ops with constant matrices, which the QAT model
+# fake-quantizes as float products instead of requantizing their int32 accumulators: about one element
+# in 10^4 a step off, on every x86 kernel set alike
+X86_ACCEPTANCE = {"crossvit_tiny"}
+# the command's models for the default suite: one v1-based MobileViT (multi-head attention) and one
+# v2-based (GroupNorm, separable attention)
+DEFAULT_SUITE = ("mobilevit_v3_xxs", "mobilevit_v2_050")
+
+
+def within_acceptance(expected, actual, where):
+    """The bounds where an op's int8 arithmetic is LiteRT's own (SOFTMAX, a
+    resize): the same top-1 on every input, mean logit cosine >= 0.999."""
+    result = agreement(expected, actual)
+    assert result["top1_agreement"] == 1.0 and result["cosine_mean"] >= 0.999, (where, result)
+
+
+@pytest.fixture(scope="module", params=["mobilevit_v2_050", "mobilevit_v3_050", "mobilevit_v1_xxs"])
+def mobilevit_qat(request, tmp_path_factory):
+    """A QAT MobileViT at 96 px with trained-scale weights, calibrated on 16
+    sample photos: its name, its int8 file, the photos and its outputs."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    name, size = request.param, 96
+    pre = get_spec(name).preprocessing_at(size)
+    model = edgevit.create_model(name, num_classes=3, input_size=size)
+    x = sample_batch(pre, 16)
+    path, qat = int8_file_and_qat(tmp_path_factory.mktemp("qat"), model, x, pre.value_range)
+    return name, path, x, outputs(qat, x)
+
+
+@pytest.mark.parametrize("x86", X86_KERNELS)
+def test_int8_file_of_a_mobilevit_qat_model_computes_what_it_computes(mobilevit_qat, x86):
+    """MobileViT v2's GroupNorm scales a whole map by one RSQRT of one MEAN:
+    one level off there (a MEAN, or the SUB before it, rounded from float
+    values instead of the kernel's integers) moves every element after it.
+    On sample photos, with trained-scale weights, every logit of the int8
+    file of a v2-based model equals the QAT model's on this host's XNNPACK
+    and on the kernels of x86 CPUs without AVX-512 or AVX, whose int8 MEAN
+    over a whole map overflowed (edgevit/layers/norm.py). v1's attention
+    has an int8 SOFTMAX, which LiteRT computes with its own fixed-point
+    arithmetic and QAT in float: one step off now and then, within the
+    acceptance bounds."""
+    name, path, x, expected = mobilevit_qat
+    actual = run_in_child(path, x, x86_level=x86)
+    if get_spec(name).family == "mobilevit_v1":
+        within_acceptance(expected, actual, name)
+    else:
+        np.testing.assert_array_equal(actual, expected)
+
+
+@needs_arm
+def test_on_arm64_kernels_a_mobilevit_file_computes_what_its_qat_model_computes(mobilevit_qat):
+    """On the phone's kernels (LiteRT's Arm64 build, a Cortex-A76's), the
+    int8 SOFTMAX is a table lookup that the QAT model's rounded float softmax
+    misses now and then, in v2's separable attention too: the acceptance
+    bounds (measured: 4 and 8 of 48 logits of the v2-based files a step or
+    more off, mean cosine 0.99999 and 0.9998)."""
+    from edgevit.litert.arm import PROFILES, find_emulator, run_guest
+
+    name, path, x, expected = mobilevit_qat
+    within_acceptance(expected, run_guest(find_emulator(), path, x, PROFILES["a76"]).outputs["xnnpack"], name)
+
+
+def qat_by_the_command(name, photo_folder, folder):
+    """`edgevit qat NAME` from random weights on ``photo_folder`` (2 x 4
+    training photos) at the smallest input size of SMALLEST: ranges
+    calibrated on one batch, then one epoch of two steps; the saved model."""
+    output = folder / f"{name}_qat.keras"
+    result = CliRunner().invoke(main, ["qat", name, "--data", str(photo_folder), "--input-size",
+                                       str(SMALLEST[name]), "--epochs", "1", "--batch-size", "4",
+                                       "--calib-batches", "1", "-o", str(output)])
+    assert result.exit_code == 0, result.stderr
+    return load_model(output)
+
+
+@pytest.mark.parametrize("name", [name if name in DEFAULT_SUITE else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in SMALLEST])
+def test_a_model_trained_by_edgevit_qat_computes_what_its_int8_file_computes(name, photos, tmp_path,
+                                                                              monkeypatch):
+    """Training moves the weights, the ranges and the kernel grids that the
+    exact arithmetic reads (the training step leaves that arithmetic out):
+    after `edgevit qat`, every logit of the file on 8 sample photos equals
+    the QAT model's on this host's kernels and, emulated, on AVX2 and SSE4
+    kernels; on the phone's Arm64 kernels, the acceptance bounds (their
+    int8 SOFTMAX is a table lookup; int8 BATCH_MATMUL runs on ruy in
+    LiteRT 1.4)."""
+    if name in FEW_BLOCKS:
+        with_few_blocks(name, monkeypatch)
+    qat = qat_by_the_command(name, photos, tmp_path)
+    path = tmp_path / f"{name}_int8.tflite"
+    path.write_bytes(convert(qat, "int8", None, "int8"))
+    x = sample_batch(get_spec(name).preprocessing_at(SMALLEST[name]), 8)
+    expected = outputs(qat, x)
+    levels = [None] if X86_EMULATOR_MISSING else [None, *LEVELS]
+    for level in levels:
+        actual = run_in_child(path, x, x86_level=level)
+        where = f"{name} on {level or 'this host'}'s x86 kernels"
+        if name in X86_ACCEPTANCE:
+            within_acceptance(expected, actual, where)
+        else:
+            np.testing.assert_array_equal(actual, expected, err_msg=where)
+    from edgevit.litert.arm import PROFILES, emulator_missing, find_emulator, run_guest
+
+    if emulator_missing() is None:
+        arm = run_guest(find_emulator(), path, x, PROFILES["a76"]).outputs["xnnpack"]
+        within_acceptance(expected, arm, f"{name} on Arm64 kernels")
+
+
+def groupnorm_model(size: int, **norm_options):
+    """A convolution and a GroupNorm-style LayerNorm over its whole map."""
+    import keras
+
+    from edgevit.layers import LayerNorm
+
+    inputs = keras.Input((size, size, 3), name="image")
+    x = keras.layers.Conv2D(64, 3, padding="same", name="conv")(inputs)
+    x = LayerNorm(axes=(1, 2, 3), name="norm", **norm_options)(x)
+    return keras.Model(inputs, keras.layers.Conv2D(4, 1, name="head")(x), name="groupnorm")
+
+
+def test_a_groupnorms_mean_runs_over_the_positions_first_so_no_x86_kernel_overflows(tmp_path):
+    """Over a 16x16x64 map (16,384 elements) one int8 MEAN overflows the
+    16-bit sums of x86 kernels without AVX-512; the norm takes the mean of
+    the per-channel means instead (a MEAN that keeps the channels, then one
+    over 64 channels), and the QAT model rounds both as XNNPACK does."""
+    from edgevit.litert.flatbuffer import read
+    from edgevit.litert.xnnpack import means_wrong_on_older_x86, xnnpack_plan
+    from edgevit.quantize.qat import quantization_ranges
+
+    x = np.random.default_rng(0).normal(0, 1, (8, 16, 16, 3)).astype(np.float32)
+    path, qat = int8_file_and_qat(tmp_path, groupnorm_model(16), x, (-4.0, 4.0))
+    graph = read(path.read_bytes())
+    means = [op for op in graph.ops if op.name == "MEAN"]
+    assert [tuple(op.outputs[0].shape) for op in means] == [(1, 1, 1, 64), (1, 1, 1, 1)] * 2
+    assert not means_wrong_on_older_x86(graph) and not xnnpack_plan(path.read_bytes()).summary()["warnings"]
+    assert {"norm/q_channel_mean", "norm/q_channel_variance"} <= set(quantization_ranges(qat))
+    np.testing.assert_array_equal(run_in_child(path, x), outputs(qat, x))
+
+
+def test_a_qat_groupnorm_saved_before_the_per_channel_means_keeps_its_one_mean_and_is_flagged(tmp_path):
+    """A QAT model saved by an earlier edgevit holds no ranges for the
+    per-channel means: it loads with the one MEAN it was trained with, and
+    the XNNPACK plan of its file warns which x86 CPUs compute that MEAN
+    wrongly."""
+    import keras
+
+    from edgevit.export.audit import audit
+    from edgevit.quantize.multi_op_layers import QuantLayerNorm
+    from edgevit.quantize.qat import quantize_model
+
+    norm = next(layer for layer in quantize_model(groupnorm_model(16)).layers if isinstance(layer, QuantLayerNorm))
+    saved_before = {key: value for key, value in norm.get_config().items() if key != "per_channel_means"}
+    legacy = QuantLayerNorm.from_config(saved_before)
+    assert norm.per_channel_means and not legacy.per_channel_means
+    assert set(norm.point_tags()) - set(legacy.point_tags()) == {"channel_mean", "channel_variance"}
+
+    x = np.random.default_rng(0).normal(0, 1, (8, 16, 16, 3)).astype(np.float32)
+    path, qat = int8_file_and_qat(tmp_path, groupnorm_model(16, per_channel_means=False), x, (-4.0, 4.0))
+    qat.save(tmp_path / "legacy.keras")
+    reloaded = keras.saving.load_model(tmp_path / "legacy.keras")
+    np.testing.assert_array_equal(outputs(reloaded, x), outputs(qat, x))
+    warnings = audit(path.read_bytes(), "int8", "int8").delegates["xnnpack"]["warnings"]
+    assert [(w["op"], w["count"]) for w in warnings] == [("MEAN", 2)] and "AVX-512" in warnings[0]["reason"]
