@@ -13,7 +13,9 @@ calibrated on the same images, then trained), the QAT model's int8 file
 (its trained ranges, no calibration images). Every file runs on LiteRT's
 XNNPACK kernels, as phones run it. Reported on the val split: top-1 of each,
 and QAT Keras vs its int8 file: images whose top-1 differs, mean logit
-cosine. ``--families`` does this for the smallest variant of every family at
+cosine; on this host's kernels and, where the emulators are installed, on
+the AVX2 kernels of an x86 CPU without AVX-512 and on the phone's Arm64
+kernels (a Cortex-A76's). ``--families`` does this for the smallest variant of every family at
 a small input size (each at least its patch grid) and prints one Markdown
 row per family; without it, one model in detail.
 """
@@ -48,7 +50,6 @@ def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, 
         qat_lr: float) -> dict:
     import keras
 
-    from edgevit.export.agreement import agreement
     from edgevit.export.convert import convert
     from edgevit.export.graph import describe
     from edgevit.export.run_model import run_in_child
@@ -99,20 +100,45 @@ def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, 
     qat_logits = qat.predict(x_val, batch_size=32, verbose=0)
     content = convert(qat, "int8", None, "int8")
     qat_int8_logits = run_file(content, "qat_int8")
-    agree = agreement(qat_logits, qat_int8_logits)
+    on_kernels = {kernels: vs_file(qat_logits, logits)
+                  for kernels, logits in file_on_emulated_kernels(out / "qat_int8.tflite", x_val).items()}
     result = {
         "model": name, "input_size": size, "epochs": epochs, "qat_epochs": qat_epochs, "val_images": len(val),
         "top1": {"float": top1(float_logits), "ptq_int8": top1(ptq_logits), "qat_keras": top1(qat_logits),
                  "qat_int8": top1(qat_int8_logits)},
         "qat_after_calibration_top1": calibrated_top1,
-        "qat_vs_int8": {"images_disagreeing": int((qat_logits.argmax(1) != qat_int8_logits.argmax(1)).sum()),
-                        "top1_agreement": agree["top1_agreement"], "cosine_mean": agree["cosine_mean"],
-                        "cosine_min": agree["cosine_min"], "max_abs_logit_error": agree["max_abs_logit_error"]},
+        "qat_vs_int8": vs_file(qat_logits, qat_int8_logits),
+        "qat_vs_int8_on": on_kernels,
         "qat_int8_float_ops": len(describe(content).float_ops()),
         "minutes": round((time.perf_counter() - started) / 60, 1),
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def vs_file(qat_logits, file_logits) -> dict:
+    """How the QAT model's logits predict its int8 file's."""
+    from edgevit.export.agreement import agreement
+
+    agree = agreement(qat_logits, file_logits)
+    return {"images_disagreeing": int((qat_logits.argmax(1) != file_logits.argmax(1)).sum()),
+            "logits_identical": float(np.mean(qat_logits == file_logits)),
+            **{key: agree[key] for key in ("top1_agreement", "cosine_mean", "cosine_min", "max_abs_logit_error")}}
+
+
+def file_on_emulated_kernels(path: Path, x) -> dict:
+    """The file's logits on an AVX2 CPU's x86 kernels and a Cortex-A76's
+    Arm64 kernels, each where its emulator is installed."""
+    from edgevit.export.run_model import run_in_child
+    from edgevit.litert.arm import PROFILES, emulator_missing, find_emulator, run_guest
+    from edgevit.litert.x86_levels import x86_emulator_missing
+
+    logits = {}
+    if x86_emulator_missing() is None:
+        logits["x86_avx2"] = run_in_child(path, x, x86_level="avx2")
+    if emulator_missing() is None:
+        logits["arm64_a76"] = run_guest(find_emulator(), path, x, PROFILES["a76"]).outputs["xnnpack"]
+    return logits
 
 
 def table_row(r: dict) -> str:
