@@ -59,9 +59,19 @@ STAGE_NEEDS = {
     "layer-by-layer diagnosis": (4.0, 0.6, 0.1e9),
     # per image of a batch; the weights with their gradients and optimizer
     # state. qat of mobilevit_v3_xxs (3 MB of weights) grew its address space
-    # by 0.95 GB at 64 px and batch 8 (3.8 MB of activations an image), 0.91
-    # GB at 128 px and batch 16 (15 MB), 2.0 GB at 256 px and batch 8 (60 MB)
+    # by 0.95 GB at 64 px and batch 8 (5 MB of activations an image in the
+    # QAT model), 0.91 GB at 128 px and batch 16 (20 MB), 2.0 GB at 256 px
+    # and batch 8 (80 MB), its resident memory by about as much
     "training": (4.0, 1.0, 0.55e9),
+}
+
+# What a stage takes of the address space (`ulimit -v`) where it maps more
+# than it touches, measured (as STAGE_NEEDS); other stages: STAGE_NEEDS.
+# Where the limit leaves less, TensorFlow crashes (SIGSEGV) instead of
+# failing an allocation: qat at 64 px, batch 8 died so under 3.9 GB with
+# 0.92 GB left, and trained under 4.2 GB (1.23 GB left); so high ends here.
+ADDRESS_SPACE_NEEDS = {
+    "training": (4.0, 2.0, 1.0e9),
 }
 
 MEMINFO = Path("/proc/meminfo")
@@ -83,15 +93,15 @@ def weight_and_activation_bytes(model) -> tuple[int, int]:
     return 4 * model.count_params(), 4 * activations
 
 
-def stage_need(stage: str, model, images: int = 1) -> float:
-    """The bytes ``stage`` is estimated to take on ``model`` (see STAGE_NEEDS),
-    on ``images`` images at once (a training batch)."""
+def stage_need(stage: str, model, images: int = 1, needs: dict = STAGE_NEEDS) -> float:
+    """The bytes ``stage`` is estimated to take on ``model`` (see STAGE_NEEDS,
+    or ``needs``), on ``images`` images at once (a training batch)."""
     weights, activations = weight_and_activation_bytes(model)
-    return need_for(stage, weights, activations * images)
+    return need_for(stage, weights, activations * images, needs)
 
 
-def need_for(stage: str, weight_bytes: float, activation_bytes: float) -> float:
-    per_weight, per_activation, fixed = STAGE_NEEDS[stage]
+def need_for(stage: str, weight_bytes: float, activation_bytes: float, needs: dict = STAGE_NEEDS) -> float:
+    per_weight, per_activation, fixed = needs.get(stage, STAGE_NEEDS[stage])
     return per_weight * weight_bytes + per_activation * activation_bytes + fixed
 
 
@@ -180,11 +190,12 @@ def memory_of(stage: str, model, images: int = 1):
     if available is not None and need > available:
         raise EdgevitError(f"Not enough memory for the {stage} stage: it needs about {need / GB:.1f} GB and "
                            f"{available / GB:.1f} GB is available: {OUT_OF_MEMORY_ADVICE[stage]}.")
-    if address_space is not None and need > address_space[1]:
+    mapped = stage_need(stage, model, images, ADDRESS_SPACE_NEEDS)
+    if address_space is not None and mapped > address_space[1]:
         limit, left = address_space
         raise EdgevitError(f"Out of memory in the {stage} stage: this shell limits a process to {limit // 1024} "
                            f"KiB of address space (`ulimit -v`), {left / GB:.1f} GB of it is left, and the stage "
-                           f"needs about {need / GB:.1f} GB: raise the limit (`ulimit -v unlimited`), or "
+                           f"needs about {mapped / GB:.1f} GB: raise the limit (`ulimit -v unlimited`), or "
                            f"{OUT_OF_MEMORY_ADVICE[stage]}.")
     out_of_memory = (MemoryError, tf.errors.ResourceExhaustedError)
     try:
