@@ -67,7 +67,7 @@ def not_there(path) -> str:
         os.stat(path)
     except OSError as err:
         if err.errno == errno.ELOOP:
-            return "is a symbolic link that loops (it leads back to itself)"
+            return "is a symbolic link that loops back to itself"
     return f"is a symbolic link to {os.readlink(path)!r}, which does not exist"
 
 
