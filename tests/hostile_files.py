@@ -45,18 +45,20 @@ def labels_member(content: bytes) -> bytes:
         return archive.read(LABELS_FILE)
 
 
+def _shared_vector(b: flatbuffers.Builder, table: int, n: int) -> int:
+    """A vector of ``n`` offsets that all point at one ``table``."""
+    b.StartVector(4, n, 4)
+    for _ in range(n):
+        b.PrependUOffsetTRelative(table)
+    return b.EndVector()
+
+
 def shared_table_metadata(n: int) -> bytes:
     """A ModelMetadata flatbuffer in which each of ``n`` subgraphs is one
     shared table, whose ``n`` input tensors are one shared table, whose
     ``n`` process units are one shared table, whose mean is ``n`` floats:
     a "billion laughs" of about 12 n bytes that reads as n^4 values."""
     b = flatbuffers.Builder(1024)
-
-    def shared_vector(table: int) -> int:
-        b.StartVector(4, n, 4)
-        for _ in range(n):
-            b.PrependUOffsetTRelative(table)
-        return b.EndVector()
 
     b.StartVector(4, n, 4)
     for _ in range(n):
@@ -68,13 +70,13 @@ def shared_table_metadata(n: int) -> bytes:
     b.StartObject(2)  # ProcessUnit: options_type, options
     b.PrependUOffsetTRelativeSlot(1, normalization, 0)
     b.PrependUint8Slot(0, 1, 0)
-    units = shared_vector(b.EndObject())
+    units = _shared_vector(b, b.EndObject(), n)
     b.StartObject(7)  # TensorMetadata: process_units is slot 4
     b.PrependUOffsetTRelativeSlot(4, units, 0)
-    tensors = shared_vector(b.EndObject())
+    tensors = _shared_vector(b, b.EndObject(), n)
     b.StartObject(5)  # SubGraphMetadata: input_tensor_metadata is slot 2
     b.PrependUOffsetTRelativeSlot(2, tensors, 0)
-    subgraphs = shared_vector(b.EndObject())
+    subgraphs = _shared_vector(b, b.EndObject(), n)
     b.StartObject(8)  # ModelMetadata: subgraph_metadata is slot 3
     b.PrependUOffsetTRelativeSlot(3, subgraphs, 0)
     b.Finish(b.EndObject(), file_identifier=FILE_IDENTIFIER)
@@ -87,19 +89,13 @@ def shared_subgraph_model(n: int) -> bytes:
     schema = schema_module()
     b = flatbuffers.Builder(1024)
 
-    def shared_vector(table: int) -> int:
-        b.StartVector(4, n, 4)
-        for _ in range(n):
-            b.PrependUOffsetTRelative(table)
-        return b.EndVector()
-
     name = b.CreateString("t")
     schema.TensorStart(b)
     schema.TensorAddName(b, name)
-    tensors = shared_vector(schema.TensorEnd(b))
+    tensors = _shared_vector(b, schema.TensorEnd(b), n)
     schema.SubGraphStart(b)
     schema.SubGraphAddTensors(b, tensors)
-    subgraphs = shared_vector(schema.SubGraphEnd(b))
+    subgraphs = _shared_vector(b, schema.SubGraphEnd(b), n)
     schema.ModelStart(b)
     schema.ModelAddVersion(b, 3)
     schema.ModelAddSubgraphs(b, subgraphs)
