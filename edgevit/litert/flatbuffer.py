@@ -152,8 +152,9 @@ def read_model(model_content: bytes):
 def _check_references(model_content: bytes) -> None:
     """Refuse a file that references more than MAX_REFERENCED_PER_BYTE times
     its size in what unpacking it makes: a Python object for every table an
-    entry of a vector names, a copy of every tensor's name. Counted on the
-    file as it lies, before anything is unpacked."""
+    entry of a vector names, a copy of every string (vectors of numbers are
+    unpacked as views of the file). Counted on the file as it lies, before
+    anything is unpacked."""
     model = schema_module().Model.GetRootAs(model_content, 0)
     left = MAX_REFERENCED_PER_BYTE * len(model_content)
 
@@ -165,15 +166,25 @@ def _check_references(model_content: bytes) -> None:
                                "hold (tables shared over and over).")
 
     visit(4 * (model.SubgraphsLength() + model.BuffersLength() + model.OperatorCodesLength()
-               + model.MetadataLength() + model.SignatureDefsLength()))
+               + model.MetadataLength() + model.SignatureDefsLength() + model.ExternalBuffersLength()
+               + model.ExternalBufferGroupsLength()))
+    for i in range(model.OperatorCodesLength()):
+        visit(len(model.OperatorCodes(i).CustomCode() or b""))
+    for i in range(model.MetadataLength()):
+        visit(len(model.Metadata(i).Name() or b""))
     for i in range(model.SubgraphsLength()):
         graph = model.Subgraphs(i)
-        visit(4 * (graph.TensorsLength() + graph.OperatorsLength()))
+        visit(4 * (graph.TensorsLength() + graph.OperatorsLength()) + len(graph.Name() or b""))
         for j in range(graph.TensorsLength()):
-            visit(len(graph.Tensors(j).Name() or b""))
+            tensor, sparsity = graph.Tensors(j), graph.Tensors(j).Sparsity()
+            visit(len(tensor.Name() or b"") + 4 * tensor.VariantTensorsLength()
+                  + (4 * sparsity.DimMetadataLength() if sparsity else 0))
     for i in range(model.SignatureDefsLength()):
         signature = model.SignatureDefs(i)
-        visit(4 * (signature.InputsLength() + signature.OutputsLength()))
+        visit(4 * (signature.InputsLength() + signature.OutputsLength()) + len(signature.SignatureKey() or b""))
+        for entry in [*map(signature.Inputs, range(signature.InputsLength())),
+                      *map(signature.Outputs, range(signature.OutputsLength()))]:
+            visit(len(entry.Name() or b""))
 
 
 def metadata_entry(model_content: bytes, name: str) -> bytes | None:
