@@ -19,26 +19,20 @@ from edgevit.train.metrics import BATCH_SIZE, accuracy_report, logits_of, traced
 
 def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None) -> dict:
     """Evaluate a ``.keras`` or ``.tflite`` model on every image of ``data_dir``."""
+    from edgevit.litert.flatbuffer import read_file
+    from edgevit.litert.metadata import preprocessing_of
+    from edgevit.saving import existing_file
     from edgevit.train.data import find_evaluation_images, load_split
 
     progress = progress or Progress(enabled=False)
-    path = Path(model_path)
-    if not path.exists():
-        raise EdgevitError(f"Model file {model_path!r} does not exist.")
-    if not path.is_file():
-        raise EdgevitError(f"Model path {model_path!r} is a folder, not a model file.")
+    path = existing_file(model_path, "Model file")
     if path.suffix not in (".tflite", ".keras"):
         raise EdgevitError(f"{model_path!r} is neither a .keras nor a .tflite model.")
     images = find_evaluation_images(data_dir)
     if path.suffix == ".tflite":
-        meta = _edgevit_metadata(path)
-        with about(path):
-            pre = _preprocessing_from(meta)
-        name = meta.get("model", path.stem)
-        classes_out = int(meta["output"]["shape"][-1])
-        labels = meta.get("labels")
-        if not isinstance(labels, list) or len(labels) != classes_out:
-            labels = default_labels(classes_out)
+        content = read_file(path)
+        meta = _edgevit_metadata(path, content)  # checked against the file: every field is there and fits it
+        pre, name, labels = preprocessing_of(meta), meta["model"], meta["labels"]
     else:
         from edgevit.native_output import import_tensorflow_quietly
         from edgevit.saving import check_model_file, class_names_of, load_model, spec_of
@@ -63,7 +57,7 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
 
         # probabilities or logits: either ranks the classes alike
         with progress.bar("LiteRT (one child process)", None):
-            logits = run_in_child(path, file_inputs(path.read_bytes(), inputs, meta), num_threads=threads)
+            logits = run_in_child(path, file_inputs(content, inputs, meta), num_threads=threads)
     else:
         with progress.bar("scoring", len(inputs), "images") as advance:
             logits = logits_of(keras_forward(model, len(inputs)), inputs, on_batch=advance)
@@ -93,23 +87,17 @@ def keras_forward(model, images: int):
     return traced_forward(model)
 
 
-def _edgevit_metadata(path: Path) -> dict:
+def _edgevit_metadata(path: Path, content: bytes) -> dict:
+    """The file's edgevit metadata, checked against it."""
     from edgevit.litert.metadata import read_embedded
-
     from edgevit.litert.metadata_check import check_metadata
 
     with about(path):
-        content = path.read_bytes()
+        check_metadata(content, str(path))  # a damaged file, or metadata eval cannot trust: one error
         meta = read_embedded(content)
-        if meta:
-            check_metadata(content, path.name)
     if not meta:
         raise EdgevitError(f"{path} is a .tflite file without edgevit metadata (not written by `edgevit convert`): "
                            "eval takes the preprocessing and labels from that metadata.")
-    try:
-        int(meta["output"]["shape"][-1])
-    except (KeyError, TypeError, IndexError, ValueError):
-        raise EdgevitError(f"{path}: the edgevit metadata has no usable output shape.") from None
     return meta
 
 
@@ -129,14 +117,3 @@ def _output_index(folders: list[str], labels: list[str], name: str, data_dir: st
     raise EdgevitError(f"{data_dir} has class folders that are not classes of {name}: "
                        f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''} (its classes: "
                        f"{', '.join(labels[:5])}{' ...' if len(labels) > 5 else ''}).")
-
-
-def _preprocessing_from(meta: dict):
-    from edgevit.registry import Preprocessing
-
-    p = meta.get("preprocessing") or {}
-    try:
-        return Preprocessing(int(p["input_size"]), int(p["resize_size"]), p.get("interpolation", "bilinear"),
-                             tuple(p.get("mean", (0, 0, 0))), tuple(p.get("std", (1, 1, 1))))
-    except (KeyError, TypeError, ValueError):
-        raise EdgevitError("The model's metadata has no usable preprocessing.") from None

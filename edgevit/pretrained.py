@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 
 from edgevit.errors import WRITE_FAILURES, EdgevitError, MissingPackage, cause, first_line
 from edgevit.registry import ModelSpec, Pretrained, Unpublished
+from edgevit.writing import remove_stale_staging, staging_prefix
 
 IMAGENET = "imagenet"
 RANDOM_INIT = "random-init"  # the weights label of a model built without weights
@@ -479,7 +480,8 @@ def archive_member(archive: Path, member: str):
                 raise EdgevitError(f"{archive.name} holds {len(names)} files named {member!r}, not one.")
             info = zf.getinfo(names[0])
             _refuse_bomb(archive, info)
-            with tempfile.TemporaryDirectory(prefix=".edgevit-", dir=archive.parent) as tmp:
+            remove_stale_staging(archive.parent)  # what a killed extraction left
+            with tempfile.TemporaryDirectory(prefix=staging_prefix(), dir=archive.parent) as tmp:
                 target = Path(tmp) / Path(member).name
                 try:
                     with zf.open(info) as src, open(target, "wb") as dst:

@@ -16,7 +16,7 @@ import warnings
 import zipfile
 from pathlib import Path
 
-from edgevit.errors import WRITE_FAILURES, EdgevitError, cause, first_line
+from edgevit.errors import WRITE_FAILURES, EdgevitError, cause, file_problem, first_line, is_control
 from edgevit.registry import ModelSpec, create_model, get_spec
 from edgevit.writing import staged
 
@@ -44,10 +44,9 @@ def inflates_like_a_bomb(info: zipfile.ZipInfo) -> bool:
 
 def existing_file(path: str | Path, what: str) -> Path:
     path = Path(path)
-    if not path.exists():
-        raise EdgevitError(f"{what} {str(path)!r} does not exist.")
-    if not path.is_file():
-        raise EdgevitError(f"{what} {str(path)!r} is not a file.")
+    problem = file_problem(path)
+    if problem:
+        raise EdgevitError(f"{what} {str(path)!r} {problem}.")
     return path
 
 
@@ -73,9 +72,12 @@ def set_class_names(model, names) -> None:
 
 def label_problem(name: str) -> str | None:
     """Why ``name`` cannot be a line of a labels file (None: it can). Labels
-    are UTF-8 text, one non-empty line each, read by the Android app."""
+    are UTF-8 text, one non-empty line each, read by the Android app and
+    shown on terminals (where control characters would act, not print)."""
     if not name.strip() or "\n" in name or "\r" in name:
         return "labels are one non-empty line each"
+    if any(map(is_control, name)):
+        return "it holds control characters"
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:  # a file name's undecodable bytes, kept by Python as lone surrogates

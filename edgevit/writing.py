@@ -9,7 +9,10 @@ at all, and every failure reported as one error naming the file and the cause.
   them and moves them into place together only when all were written
   (:func:`replace_all`); a failure or an interruption removes the folders and
   leaves the files that were there before as they were. A write that fails
-  is one error naming the output, not the staged file.
+  is one error naming the output, not the staged file. A process killed
+  outright (SIGKILL, the kernel's out-of-memory killer) cannot remove its
+  folders: they carry its process id, and the next run that stages in the
+  same folder removes those whose process is gone.
 - :func:`temporary_folder` is the scratch folder for files that are no
   output (inputs of a child process), written inside :func:`writing`, which
   gives the same errors.
@@ -21,15 +24,58 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from edgevit.errors import EdgevitError, cause
+from edgevit.errors import EdgevitError, cause, is_control, not_there
 
 STAGING_PREFIX = ".edgevit-"
+# A staging folder or probe file: STAGING_PREFIX, the process id of the run
+# that made it, a dash.
+STAGED_BY = re.compile(rf"^{re.escape(STAGING_PREFIX)}(\d+)-")
+STARTED = time.time()  # about when this process started (edgevit is imported first thing)
+
+
+def staging_prefix() -> str:
+    """The name prefix of this process's staging folders and probe files."""
+    return f"{STAGING_PREFIX}{os.getpid()}-"
+
+
+def remove_stale_staging(folder: Path) -> None:
+    """Remove the staging folders and probe files in ``folder`` that a run
+    killed outright left: made by a process that is gone, before this one
+    started."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        made_by = STAGED_BY.match(entry.name)
+        try:
+            if made_by is None or _running(int(made_by.group(1))) or entry.stat(follow_symlinks=False).st_mtime \
+                    >= STARTED:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:  # removed meanwhile by another run, or not ours to remove
+            continue
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process; not a process id of this system
+        return True
+    return True
 
 
 def write_error(path: str | Path, err: OSError) -> EdgevitError:
@@ -40,7 +86,7 @@ def _probe(folder: Path, refusal: str) -> None:
     """Make and remove a one-byte file in ``folder``; ``refusal`` starts
     the error when it cannot."""
     try:
-        fd, name = tempfile.mkstemp(prefix=STAGING_PREFIX + "probe-", dir=folder)
+        fd, name = tempfile.mkstemp(prefix=staging_prefix() + "probe-", dir=folder)
     except OSError as err:
         raise EdgevitError(f"{refusal}: {cause(err)}.") from None
     try:
@@ -58,9 +104,11 @@ def check_writable(files: list[Path], folders: list[Path] = (), flag: str = "-o"
     special folder (/proc), a full disk, a name longer than the file system
     takes, a folder where a file goes or the other way round, a read-only
     file in the way. ``flag``: the option that named them, for the advice."""
+    for path in [*files, *folders]:
+        _check_path_text(path, flag)
     parent = files[0].parent
     if not parent.is_dir():
-        raise EdgevitError(f"Output folder {str(parent)!r} does not exist." if not parent.exists()
+        raise EdgevitError(f"Output folder {str(parent)!r} {not_there(parent)}." if not parent.exists()
                            else f"Output folder {str(parent)!r} is not a folder.")
     try:
         name_max = os.pathconf(parent, "PC_NAME_MAX")
@@ -83,6 +131,22 @@ def check_writable(files: list[Path], folders: list[Path] = (), flag: str = "-o"
             raise EdgevitError(f"{str(path)!r} is a file where a folder would be made: "
                                f"move it or choose another {flag}.")
     _probe(parent, f"Output folder {str(parent)!r} does not take new files")
+
+
+def _check_path_text(path: Path, flag: str) -> None:
+    """Refuse a path the system cannot take (longer than PATH_MAX), or whose
+    name holds a control character (a line break in a file name breaks
+    every command line and listing that names it)."""
+    try:
+        path_max = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        path_max = 4096
+    length = len(os.fsencode(os.path.abspath(path)))
+    if length >= path_max:
+        raise EdgevitError(f"Output path {str(path)[:40]!r}... is {length:,} bytes long with its folder; this "
+                           f"system takes paths of up to {path_max - 1:,}: choose a shorter {flag}.")
+    if any(map(is_control, path.name)):
+        raise EdgevitError(f"Output name {path.name!r} holds a control character: choose another {flag}.")
 
 
 def check_folder_writable(folder: Path, what: str) -> None:
@@ -108,8 +172,9 @@ class Staging:
         self.folders: dict[Path, Path] = {}
         for final in finals:
             if final.parent not in self.folders:
+                remove_stale_staging(final.parent)
                 try:
-                    self.folders[final.parent] = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=final.parent))
+                    self.folders[final.parent] = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=final.parent))
                 except OSError as err:
                     self.remove()
                     raise write_error(final, err) from None
@@ -159,6 +224,10 @@ def replace_all(moves: list[tuple[Path, Path]]) -> None:
     """Move each staged file onto its final path, all or nothing: the files
     they replace are moved aside first (beside the staged file) and put back
     if any move fails or is interrupted."""
+    folder = next((final for _, final in moves if final.is_dir() and not final.is_symlink()), None)
+    if folder is not None:  # moved aside, it would be deleted with the staging folder
+        raise EdgevitError(f"{str(folder)!r} is a folder where a file would be written: move it; nothing was "
+                           "replaced.")
     moved_aside, placed = [], []
     current = moves[0][1]
 

@@ -129,7 +129,7 @@ def test_rebundling_replaces_and_a_failed_bundle_keeps_the_previous_assets(tmp_p
     shutil.copy(exported, broken)
     broken.with_suffix(".json").write_text(exported.with_suffix(".json").read_text())
     (tmp_path / "broken.labels.txt").write_text("only\ntwo\n")
-    with pytest.raises(EdgevitError, match="has 2 labels but the model outputs 10 classes"):
+    with pytest.raises(EdgevitError, match="broken.labels.txt has 2 labels; the model's metadata has 10"):
         bundle(broken, demo)
     assert {p.name: p.read_bytes() for p in assets.iterdir()} == before
     bundle(exported, demo)  # again: replaced in place, no staging folder left behind
@@ -161,20 +161,38 @@ def test_bundle_refuses_what_is_not_a_model(tmp_path, make, message):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda m: m.update(schema="other"), "'schema' is not"),
-    (lambda m: m.update(schema_version=2), "schema_version 2"),
-    (lambda m: m["input"].update(dtype="int16"), "input dtype 'int16'"),
-    (lambda m: m["input"].update(quantization=None), "has no quantization"),
-    (lambda m: m["input"].update(shape=[1, 3, 32, 32]), "input shape"),
-    (lambda m: m["preprocessing"].update(interpolation="lanczos"), "interpolation 'lanczos'"),
+    # what edgevit's own checks refuse (`edgevit check` lists it)
+    (lambda m: m.update(schema="other"), "edgevit metadata's schema is \"other\" \\(text\\), not "
+                                         "'edgevit-model-metadata'"),
+    (lambda m: m["input"].update(dtype="int16"), "input.dtype is \"int16\" \\(text\\), not one of float32, int8, "
+                                                 "uint8"),
+    (lambda m: m["input"].update(quantization=None), "input.quantization is missing, not a positive scale"),
+    (lambda m: m["input"].update(shape=[1, 3, 32, 32]), r"says the input is uint8 \[1, 3, 32, 32\]; the graph's is "
+                                                        r"uint8 \[1, 32, 32, 3\]"),
+    (lambda m: m["preprocessing"].update(interpolation="lanczos"), "interpolation is \"lanczos\" \\(text\\)"),
+    # what only the app cannot use
+    (lambda m: m.update(schema_version=2), "schema_version 2; this app reads version 1"),
+    (lambda m: m["preprocessing"].update(interpolation="nearest"), "interpolation 'nearest' \\(the app resizes with "
+                                                                    "bilinear or bicubic\\)"),
 ])
 def test_bundle_checks_the_metadata_the_app_depends_on(tmp_path, exported, edit, message):
-    model = tmp_path / "edited.tflite"
+    from edgevit.litert.metadata import embed, read_embedded
+
+    meta = read_embedded(exported.read_bytes())
+    edit(meta)
+    model = tmp_path / "edited.tflite"  # both entries say it; no sidecars
+    model.write_bytes(embed(exported.read_bytes(), meta, meta["labels"]))
+    with pytest.raises(EdgevitError, match=message):
+        bundle(model, fake_demo(tmp_path))
+
+
+def test_bundle_ships_only_sidecars_that_say_what_the_file_says(tmp_path, exported):
+    model = tmp_path / "m.tflite"
     shutil.copy(exported, model)
     meta = json.loads(exported.with_suffix(".json").read_text())
-    edit(meta)
-    model.with_suffix(".json").write_text(json.dumps(meta))
-    with pytest.raises(EdgevitError, match=message):
+    model.with_suffix(".json").write_text(json.dumps({**meta, "precision": "fp32"}))
+    with pytest.raises(EdgevitError, match=r"^m.json differs from the metadata embedded in m.tflite \(precision: "
+                                           r"\"fp32\" where the file says \"int8\"\)"):
         bundle(model, fake_demo(tmp_path))
 
 

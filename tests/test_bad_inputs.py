@@ -9,6 +9,7 @@ failed replace leave no partial output."""
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -37,6 +38,7 @@ from edgevit.data.images import FLOAT_PIXELS, NOT_AN_IMAGE, TOO_LARGE, open_rgb
 from edgevit.errors import EdgevitError
 from edgevit.export import pipeline
 from edgevit.writing import replace_all
+from tests import hostile_files as hostile
 from tests.helpers import tiny_tflite
 
 SMALL = ["mobilevit_v3_xxs", "--input-size", "64"]
@@ -48,9 +50,16 @@ def run(*args):
 
 
 def snapshot(folder: Path) -> dict:
-    """Every path under ``folder`` (hidden ones too) with a hash of its content."""
-    return {str(p.relative_to(folder)): "folder" if p.is_dir() else hashlib.sha1(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*"))}
+    """Every path under ``folder`` (hidden ones too) with a hash of its
+    content; a symbolic link with where it points, a FIFO or a device as such."""
+    def state(path: Path) -> str:
+        if path.is_symlink():
+            return "link to " + os.readlink(path)
+        if path.is_dir():
+            return "folder"
+        return hashlib.sha1(path.read_bytes()).hexdigest() if path.is_file() else "special file"
+
+    return {str(p.relative_to(folder)): state(p) for p in sorted(folder.rglob("*"))}
 
 
 def image_folder(root: Path, classes=("ants", "bees"), per_class=2, splits=("train", "val")) -> Path:
@@ -94,6 +103,15 @@ def edgevit_tflite(path: Path, classes=("ants", "bees")) -> Path:
     path.with_suffix(".json").write_text(json.dumps(meta))
     path.with_name(path.stem + ".labels.txt").write_text("\n".join(classes) + "\n")
     return path
+
+
+def demo_folder(root: Path) -> Path:
+    """The parts of an Android demo checkout that bundle looks at."""
+    demo = root / "demo"
+    (demo / "app" / "src" / "main" / "assets").mkdir(parents=True)
+    (demo / ".edgevit-android-demo").write_text("")
+    (demo / "app" / "src" / "main" / "AndroidManifest.xml").write_text("<manifest/>")
+    return demo
 
 
 def special_folder() -> str:
@@ -351,20 +369,16 @@ def _tflite_of_variable_input_size(tmp):
 
 def _tflite_with_metadata_text(tmp, text: bytes, command: str):
     """An edgevit .tflite file whose embedded metadata is ``text``, without sidecars."""
-    from edgevit.litert.flatbuffer import read_model, write_model
     from edgevit.litert.metadata import METADATA_NAME
 
     path = edgevit_tflite(tmp / "m.tflite")
     for sidecar in (tmp / "m.json", tmp / "m.labels.txt"):
         sidecar.unlink()
-    model = read_model(path.read_bytes())
-    entry = next(m for m in model.metadata if (m.name.decode() if isinstance(m.name, bytes) else m.name)
-                 == METADATA_NAME)
-    model.buffers[entry.buffer].data = np.frombuffer(text, np.uint8)
-    path.write_bytes(write_model(model, path.stat().st_size + len(text)))
+    path.write_bytes(hostile.with_entry(path.read_bytes(), METADATA_NAME, text))
     if command == "eval":
         return ["eval", "m.tflite", "--data", _data(tmp)]
-    return ["check", "m.tflite", "--no-gpu-run"] if command == "check" else ["check", "m.tflite", "--gpu"]
+    demo_folder(tmp)
+    return ["bundle", "m.tflite", "--android-demo", "demo"]
 
 
 def _bundle_with_a_sidecar_nested_deeply(tmp):
@@ -539,10 +553,11 @@ BAD_INPUTS = [
     pytest.param(_tflite_of_variable_input_size, "variable.tflite takes inputs of a size chosen at run time (shape "
                  "[1, -1, -1, 3]; -1 is variable), which a benchmark cannot choose for you", id="bench-variable-size"),
     pytest.param(lambda tmp: _tflite_with_metadata_text(tmp, b"[" * 100_000 + b"]" * 100_000, "eval"),
-                 "m.tflite: The embedded edgevit_metadata entry is not a readable JSON document (it nests too "
-                 "deeply).", id="eval-metadata-nested-deeply"),
-    pytest.param(lambda tmp: _tflite_with_metadata_text(tmp, b"[1]", "check-gpu"), "m.tflite: The embedded "
-                 "edgevit_metadata entry is a JSON list, not the object edgevit writes.", id="check-metadata-a-list"),
+                 "m.tflite: its metadata contradicts the file (the embedded edgevit_metadata entry is not a readable "
+                 "JSON document (it nests too deeply))", id="eval-metadata-nested-deeply"),
+    pytest.param(lambda tmp: _tflite_with_metadata_text(tmp, b"[1]", "bundle"), "m.tflite: its metadata contradicts "
+                 "the file (the embedded edgevit_metadata entry is a JSON list, not the object edgevit writes)",
+                 id="bundle-metadata-a-list"),
     pytest.param(_bundle_with_a_sidecar_nested_deeply, "Metadata file 'm.json' is not valid JSON: it nests too deeply",
                  id="bundle-sidecar-nested-deeply"),
     pytest.param(_empty_class_folder, "has images of one class only (ants); bees has none", id="empty-class-folder"),
@@ -550,6 +565,241 @@ BAD_INPUTS = [
     pytest.param(_checkpoint_with_few_matching_names, "holds 0% of the 279 tensor names cvnets gives "
                  "mobilevit_v3_xxs (it lacks 'conv_1.block.norm.weight', for one; 'head.weight' is one of its names",
                  id="checkpoint-with-few-matching-names"),
+]
+
+
+# Hostile files (issue 49): a converted int8 file edited the way an attacker or a careless edit would. eval
+# and bundle refuse each in one error line; `check` lists the problem (test_check_lists_...).
+
+@functools.cache
+def int8_file() -> bytes:
+    """A 2-class int8 file as `edgevit convert --int8` writes it: the camera's
+    bytes in (uint8), probabilities out (a closing SOFTMAX), both metadata
+    entries, the labels packed; converted once per test process."""
+    from edgevit.export.pipeline import ExportOptions, export
+    from edgevit.registry import ModelSpec, Preprocessing
+
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3, strides=2)(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2)(x), name="tiny_int8")
+    spec = ModelSpec("tiny_int8", "test", builder=None, default_input_size=16,
+                     preprocessing=Preprocessing(16, 18, mean=(0.5,) * 3, std=(0.25,) * 3))
+    with tempfile.TemporaryDirectory() as tmp:
+        result = export(model, spec, ExportOptions(precision="int8", output=str(Path(tmp) / "t.tflite"),
+                                                   calib_samples=4, validation_samples=2, gpu_images=0, arm_images=0,
+                                                   diagnose_below_cosine=None))
+        return result.files.model.read_bytes()
+
+
+def _both_entries(edit):
+    """The file with both metadata entries rebuilt from its edgevit document
+    as ``edit`` changes it: a lie told consistently."""
+    def make(content: bytes) -> bytes:
+        from edgevit.litert.metadata import embed, read_embedded
+
+        document = read_embedded(content)
+        edit(document)
+        return embed(hostile.flatbuffer_of(content), document, document["labels"])
+    return make
+
+
+def _edgevit_field(edit):
+    return lambda content: hostile.with_edgevit_fields(content, edit)
+
+
+def _second_entry(name: str):
+    def make(content: bytes) -> bytes:
+        data = hostile.entry_data(content, name)
+        if name == "edgevit_metadata":
+            data = json.dumps({**json.loads(data), "model": "another"}).encode()
+        return hostile.with_second_entry(content, name, data)
+    return make
+
+
+# (how the file is edited, the problem `check` lists and eval and bundle refuse it with)
+HOSTILE_METADATA = [
+    pytest.param(lambda c: hostile.with_standard_data(c, hostile.shared_table_metadata(100)),
+                 "TFLITE_METADATA entry is not a readable ModelMetadata flatbuffer (it references more than its "
+                 "1,724 bytes can hold", id="metadata-billion-laughs"),
+    pytest.param(lambda c: hostile.with_standard_data(c, hostile.standard_data(c)[:200]),
+                 "not a readable ModelMetadata flatbuffer (an offset points outside its 200 bytes)",
+                 id="metadata-truncated"),
+    pytest.param(lambda c: hostile.with_inflating_member(c, "big.bin", 2048),
+                 "the zip packed in the model holds 1 file(s) no metadata names ('big.bin')", id="zip-bomb-beside"),
+    pytest.param(lambda c: hostile.with_inflating_member(c, "labels.txt", 2048),
+                 "packed file labels.txt declares 2,147,483,648 bytes, beyond the 16,777,216 a packed file may take",
+                 id="zip-bomb-labels"),
+    pytest.param(lambda c: hostile.with_member_patched(c, "labels.txt", flags=1),
+                 "packed file labels.txt is encrypted", id="zip-encrypted"),
+    pytest.param(lambda c: hostile.with_member_patched(c, "labels.txt", method=99),
+                 "packed file labels.txt is compressed with method 99", id="zip-method-99"),
+    pytest.param(lambda c: hostile.with_member_patched(c, "labels.txt", crc=12345),
+                 "packed file labels.txt fails its CRC check", id="zip-bad-crc"),
+    pytest.param(lambda c: hostile.with_zip(hostile.flatbuffer_of(c), [("labels.txt", hostile.labels_member(c)),
+                                                                      ("labels.txt", b"wasps\nflies\n")]),
+                 "holds 2 files named labels.txt; zip readers differ in which one they take", id="zip-two-labels"),
+    pytest.param(_second_entry("edgevit_metadata"), "the file has 2 edgevit_metadata entries",
+                 id="two-edgevit-entries"),
+    pytest.param(_second_entry("TFLITE_METADATA"), "the file has 2 TFLITE_METADATA entries",
+                 id="two-standard-entries"),
+    pytest.param(_edgevit_field(lambda d: d.update(num_classes="2")),
+                 "edgevit metadata's num_classes is \"2\" (text), not a whole number of classes", id="classes-text"),
+    pytest.param(_edgevit_field(lambda d: d.update(input="uint8")),
+                 "edgevit metadata's input is \"uint8\" (text), not an object", id="input-text"),
+    pytest.param(_edgevit_field(lambda d: d.update(labels=5)), "edgevit metadata's labels is 5, not a list of texts",
+                 id="labels-a-number"),
+    pytest.param(_edgevit_field(lambda d: d["preprocessing"].update(interpolation="evil")),
+                 "preprocessing.interpolation is \"evil\" (text), not one of nearest, bilinear, bicubic",
+                 id="interpolation-evil"),
+    pytest.param(_edgevit_field(lambda d: d["preprocessing"].update(resize_size=0)),
+                 "preprocessing.resize_size is 0, not a positive whole number of pixels", id="resize-size-0"),
+    pytest.param(_edgevit_field(lambda d: d["preprocessing"].update(mean=[0.5, 0.5])),
+                 "preprocessing.mean is [0.5, 0.5], not 3 numbers, one a channel", id="mean-of-two"),
+    pytest.param(_edgevit_field(lambda d: d["preprocessing"].update(input_size=17)),
+                 "preprocessing.input_size is 17; the graph's input is 16x16 pixels", id="input-size-17"),
+    pytest.param(_both_entries(lambda d: d.update(labels=["an\0t\as", "bees"])),
+                 "label 0 ('an\\x00t\\x07s') cannot be a line of a labels file: it holds control characters",
+                 id="labels-with-control-bytes"),
+    pytest.param(_both_entries(lambda d: d["output"].update(kind="logits")),
+                 "edgevit metadata says the file outputs logits; the graph ends in a softmax", id="logits-of-softmax"),
+    pytest.param(_both_entries(lambda d: d["input"].update(takes="normalised")),
+                 "edgevit metadata says the input takes the normalised image, values in [-2, 2]; the graph's uint8 "
+                 "input holds [0, 255]", id="normalised-of-bytes"),
+    pytest.param(_both_entries(lambda d: d["output"].update(quantization={"scale": 0.5, "zero_point": 3})),
+                 "edgevit metadata says the output's quantization is scale 0.5, zero point 3; the graph's is scale "
+                 "0.00390625, zero point 0", id="output-quantization"),
+    pytest.param(_both_entries(lambda d: d["input"].update(quantization={"scale": 0.1, "zero_point": 0})),
+                 "edgevit metadata says the input's quantization is scale 0.1, zero point 0", id="input-quantization"),
+    pytest.param(lambda c: hostile.with_entry(c, "edgevit_metadata", b"[1]"),
+                 "the embedded edgevit_metadata entry is a JSON list, not the object edgevit writes",
+                 id="edgevit-entry-a-list"),
+]
+
+
+def _int8_file_edited(make, command: str):
+    def setup(tmp):
+        (tmp / "m.tflite").write_bytes(make(int8_file()))
+        if command == "eval":
+            return ["eval", "m.tflite", "--data", _data(tmp)]
+        demo_folder(tmp)
+        return ["bundle", "m.tflite", "--android-demo", "demo"]
+    return setup
+
+
+def _bundle_of(tmp, sidecar=None, labels=None):
+    """bundle of an edgevit file whose sidecar document is edited by
+    ``sidecar(doc)`` and whose sidecar labels are ``labels`` (bytes)."""
+    edgevit_tflite(tmp / "m.tflite")
+    demo_folder(tmp)
+    if sidecar is not None:
+        document = json.loads((tmp / "m.json").read_text())
+        sidecar(document)
+        (tmp / "m.json").write_text(json.dumps(document))
+    if labels is not None:
+        (tmp / "m.labels.txt").write_bytes(labels)
+    return ["bundle", "m.tflite", "--android-demo", "demo"]
+
+
+def _assets_linked_out_of_the_demo(tmp):
+    args = _bundle_of(tmp)
+    (tmp / "elsewhere").mkdir()
+    assets = tmp / "demo" / "app" / "src" / "main" / "assets"
+    assets.rmdir()
+    assets.symlink_to("../../../../elsewhere")
+    return args
+
+
+def _folder_where_the_model_asset_goes(tmp):
+    args = _bundle_of(tmp)
+    (tmp / "demo" / "app" / "src" / "main" / "assets" / "model.tflite").mkdir()
+    (tmp / "demo" / "app" / "src" / "main" / "assets" / "model.tflite" / "notes.txt").write_text("the user's")
+    return args
+
+
+def _sidecar_of_a_file_without_metadata(tmp):
+    args = _bundle_of(tmp)
+    (tmp / "m.tflite").write_bytes(hostile.flatbuffer_of(tiny_tflite(tmp / "plain.tflite").read_bytes()))
+    (tmp / "plain.tflite").unlink()
+    document = json.loads((tmp / "m.json").read_text())
+    document.update(num_classes=1000, labels=[f"c{i}" for i in range(1000)])
+    document["output"]["shape"] = [1, 1000]
+    (tmp / "m.json").write_text(json.dumps(document))
+    (tmp / "m.labels.txt").unlink()
+    return args
+
+
+def _fifo(tmp, command: str):
+    os.mkfifo(tmp / "m.tflite")
+    if command == "eval":
+        return ["eval", "m.tflite", "--data", _data(tmp)]
+    return [command, "m.tflite", *(["--android-demo", str(demo_folder(tmp))] if command == "bundle" else [])]
+
+
+def _written(path: Path, content: bytes) -> str:
+    path.write_bytes(content)
+    return path.name
+
+
+def _link_to_itself(tmp, name: str) -> str:
+    (tmp / name).symlink_to(name)
+    return name
+
+
+LONG_PATH = "/".join(["d" * 200] * 21) + "/m.tflite"  # 4229 bytes: beyond PATH_MAX, each name within NAME_MAX
+
+BAD_INPUTS += [pytest.param(_int8_file_edited(p.values[0], command), p.values[1], id=f"{command}-{p.id}")
+               for p in HOSTILE_METADATA for command in ("eval", "bundle")]
+BAD_INPUTS += [
+    # bundle writes only inside the demo folder, replaces only files, ships only metadata that agrees with the file
+    pytest.param(_assets_linked_out_of_the_demo, "'demo/app/src/main/assets' is a symbolic link to ",
+                 id="bundle-assets-linked-out-of-the-demo"),
+    pytest.param(_folder_where_the_model_asset_goes, "'demo/app/src/main/assets/model.tflite' is a folder where bundle "
+                 "writes the app's model.tflite", id="bundle-folder-where-an-asset-goes"),
+    pytest.param(lambda tmp: _bundle_of(tmp, sidecar=lambda d: d.update(model="other")), "m.json differs from the "
+                 "metadata embedded in m.tflite (model: \"other\" where the file says \"plain\")",
+                 id="bundle-sidecar-names-another-model"),
+    pytest.param(lambda tmp: _bundle_of(tmp, sidecar=lambda d: d.update(precision="int8")),
+                 "(precision: \"int8\" where the file says \"fp32\")", id="bundle-sidecar-says-int8"),
+    pytest.param(lambda tmp: _bundle_of(tmp, sidecar=lambda d: d["input"].update(takes="rgb_bytes")),
+                 "(input.takes: \"rgb_bytes\" where the file says \"normalised\")", id="bundle-sidecar-says-bytes"),
+    pytest.param(lambda tmp: _bundle_of(tmp, labels=b"wasps\nflies\n"), "m.labels.txt line 1 is 'wasps' where the "
+                 "model's metadata says 'ants'", id="bundle-sidecar-labels-of-another-model"),
+    pytest.param(lambda tmp: _bundle_of(tmp, labels=b"ants\nbees\nwasps\n"), "m.labels.txt has 3 labels; the "
+                 "model's metadata has 2", id="bundle-sidecar-labels-one-too-many"),
+    pytest.param(lambda tmp: _bundle_of(tmp, labels=b"caf\xe9\nbees\n"), "Labels file 'm.labels.txt' is not UTF-8 "
+                 "text (byte 3)", id="bundle-sidecar-labels-not-utf8"),
+    pytest.param(_sidecar_of_a_file_without_metadata, "m.json contradicts m.tflite (edgevit metadata says the output "
+                 "is float32 [1, 1000]; the graph's is float32 [1, 2]", id="bundle-sidecar-contradicts-the-graph"),
+    # a model path that is no regular file: a FIFO would block, /dev/zero never ends
+    *[pytest.param(lambda tmp, c=command: _fifo(tmp, c), "Model file 'm.tflite' is a FIFO (a named pipe), not a "
+                   "file.", id=f"{command}-fifo") for command in ("check", "bench", "eval", "bundle")],
+    pytest.param(lambda tmp: ["check", "/dev/zero"], "Model file '/dev/zero' is a device, not a file.",
+                 id="check-dev-zero"),
+    pytest.param(lambda tmp: ["check", _written(tmp / "m.tflite", hostile.shared_subgraph_model(1000))],
+                 "m.tflite: Damaged .tflite file: it references more than its 8,084 bytes can hold",
+                 id="check-graph-billion-laughs"),
+    pytest.param(lambda tmp: ["eval", _link_to_itself(tmp, "m.tflite"), "--data", _data(tmp)], "Model file "
+                 "'m.tflite' is a symbolic link that loops", id="eval-model-link-loop"),
+    pytest.param(lambda tmp: ["eval", edgevit_tflite(tmp / "m.tflite").name, "--data", _link_to_itself(tmp, "data")],
+                 "Invalid value for '--data': 'data' is a symbolic link that loops", id="eval-data-link-loop"),
+    pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _link_to_itself(tmp, "data"), "-o", "m.keras"],
+                 "Invalid value for '--data': 'data' is a symbolic link that loops", id="finetune-data-link-loop"),
+    pytest.param(lambda tmp: ["convert", "--int8", *SMALL, "--calib", _link_to_itself(tmp, "calib")],
+                 "Image folder 'calib' is a symbolic link that loops", id="calibration-folder-link-loop"),
+    # numbers that are no time
+    pytest.param(lambda tmp: ["bench", tiny_tflite(tmp / "m.tflite").name, "--timeout", "nan"],
+                 "Invalid value for '--timeout': 'nan' is not a number of seconds", id="bench-timeout-nan"),
+    pytest.param(lambda tmp: ["bench", tiny_tflite(tmp / "m.tflite").name, "--max-secs", "nan"],
+                 "Invalid value for '--max-secs': 'nan' is not a number of seconds", id="bench-max-secs-nan"),
+    pytest.param(lambda tmp: ["bench", tiny_tflite(tmp / "m.tflite").name, "--max-secs", "inf"],
+                 "Invalid value for '--max-secs': 'inf' is not a number of seconds", id="bench-max-secs-inf"),
+    # output paths the system cannot take, or that break the commands that name them
+    pytest.param(lambda tmp: ["convert", *SMALL, "-o", LONG_PATH], "bytes long with its folder; this system takes "
+                 "paths of up to 4,095: choose a shorter -o.", id="convert-output-beyond-path-max"),
+    pytest.param(lambda tmp: ["bench", tiny_tflite(tmp / "m.tflite").name, "--csv", LONG_PATH + ".csv"],
+                 "choose a shorter --csv.", id="bench-csv-beyond-path-max"),
+    pytest.param(lambda tmp: ["convert", *SMALL, "-o", "a\nb.tflite"], "Output name 'a\\nb.tflite' holds a control "
+                 "character: choose another -o.", id="convert-output-name-with-a-line-break"),
 ]
 
 
@@ -563,6 +813,136 @@ def test_bad_input_is_one_error_line_and_changes_nothing(tmp_path, monkeypatch, 
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and "Traceback" not in err, err
     assert message in err, err
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("make, problem", HOSTILE_METADATA)
+def test_check_lists_what_is_wrong_with_a_files_metadata(tmp_path, make, problem):
+    """`check` reads the file whatever its metadata holds, and says what is wrong."""
+    path = tmp_path / "m.tflite"
+    path.write_bytes(make(int8_file()))
+    code, out, err = run("check", path, "--nnapi", "--json")
+    assert code == 0, err
+    problems = json.loads(out)["metadata"]["problems"]
+    assert any(problem.lower() in p.lower() for p in problems), problems
+
+
+# What a bomb may cost `check` in a process of its own: its time, and an address-space limit far below what
+# the bombs cost before (a 1.7 KB billion laughs: more than 6.8 GB and 125 s unfinished; a 2.1 MB zip: 6.3 GB).
+BOMB_SECONDS, BOMB_ADDRESS_SPACE = 20, 1 << 30
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda c: hostile.with_standard_data(c, hostile.shared_table_metadata(2900)), "references more than its 46,"),
+    (lambda c: hostile.with_inflating_member(c, "big.bin", 2048), "holds 1 file(s) no metadata names ('big.bin')"),
+    (lambda c: hostile.with_inflating_member(c, "labels.txt", 2048), "declares 2,147,483,648 bytes"),
+], ids=["billion-laughs-36-kb", "zip-member-of-2-gib", "zip-labels-of-2-gib"])
+def test_a_bomb_in_a_small_file_costs_check_seconds_and_bounded_memory(tmp_path, make, problem):
+    (tmp_path / "m.tflite").write_bytes(make(int8_file()))
+    start = time.monotonic()
+    proc = edgevit_process("check", str(tmp_path / "m.tflite"), "--nnapi", "--json",
+                           limit_address_space=BOMB_ADDRESS_SPACE)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - start < BOMB_SECONDS
+    assert any(problem in p for p in json.loads(proc.stdout)["metadata"]["problems"])
+
+
+def test_a_graph_that_shares_its_tables_costs_check_seconds_and_bounded_memory(tmp_path):
+    """An 8 KB file whose 1000 subgraphs are one subgraph of 1000 shared
+    tensors kept `check` unpacking for more than 120 s (843 MB when killed)."""
+    (tmp_path / "m.tflite").write_bytes(hostile.shared_subgraph_model(1000))
+    start = time.monotonic()
+    proc = edgevit_process("check", str(tmp_path / "m.tflite"), limit_address_space=BOMB_ADDRESS_SPACE)
+    assert time.monotonic() - start < BOMB_SECONDS
+    assert proc.returncode == 1 and "references more than its 8,084 bytes can hold" in proc.stderr, proc.stderr
+
+
+def test_a_metadata_entry_beyond_its_size_cap_is_refused_unread(tmp_path, monkeypatch):
+    """A 200 MB edgevit entry kept `check` busy for minutes; beyond 16 MiB an
+    entry is refused by its declared size (here the cap is made small)."""
+    from edgevit.litert import flatbuffer
+
+    path = edgevit_tflite(tmp_path / "m.tflite")
+    monkeypatch.setattr(flatbuffer, "MAX_METADATA_BYTES", 100)
+    code, out, err = run("check", path, "--nnapi", "--json")
+    assert code == 0, err
+    assert re.fullmatch(r"the edgevit_metadata entry is [0-9,]+ bytes, beyond the 100 a metadata entry may take",
+                        json.loads(out)["metadata"]["problems"][0])
+    code, _, err = run("eval", path, "--data", _data(tmp_path))
+    assert code == 1 and err.count("error:") == 1 and "beyond the 100 a metadata entry may take" in err, err
+
+
+def test_a_run_killed_outright_leaves_no_staging_file_that_later_runs_keep(tmp_path):
+    """SIGKILL mid-convert left .edgevit-*/NAME.tflite beside the output for
+    good; the next run that stages there removes what a dead process left."""
+    stage = textwrap.dedent("""\
+        import os, sys
+        from pathlib import Path
+        from edgevit.writing import staged
+        out = Path(sys.argv[1])
+        with staged([out]) as staging:
+            staging.write_bytes(out, b"half a model")
+            if sys.argv[2] == "kill":
+                os.kill(os.getpid(), 9)
+    """)
+    out = tmp_path / "m.tflite"
+    killed = subprocess.run([sys.executable, "-c", stage, str(out), "kill"], capture_output=True)
+    assert killed.returncode == -signal.SIGKILL
+    left = list(tmp_path.glob(".edgevit-*"))
+    assert [p.name for p in left[0].iterdir()] == ["m.tflite"] and not out.exists()
+    running = tmp_path / f".edgevit-{os.getpid()}-of-a-running-process"  # this test's own: kept
+    running.mkdir()
+    os.utime(running, (time.time() - 3600, time.time() - 3600))
+    (tmp_path / ".edgevit-android-demo").write_text("")  # not a staging folder's name: kept
+    again = subprocess.run([sys.executable, "-c", stage, str(out), "finish"], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".edgevit-android-demo", running.name, "m.tflite"])
+    assert out.read_bytes() == b"half a model"
+
+
+def test_qat_under_an_address_space_limit_ends_in_an_out_of_memory_line(tmp_path):
+    """`edgevit qat` under `ulimit -v 3100000` died of SIGSEGV mid-epoch, or
+    printed MemoryError's line and then hung in TensorFlow at exit."""
+    data = image_folder(tmp_path / "data", per_class=4)
+    proc = edgevit_process("qat", *SMALL, "--data", str(data), "--epochs", "1", "--batch-size", "8",
+                           "--calib-batches", "1", "-o", str(tmp_path / "q.keras"),
+                           limit_address_space=3_100_000 * 1024)
+    assert proc.returncode == 1, proc.stderr
+    error = proc.stderr.splitlines()[-1]
+    assert error.startswith("error: Out of memory in the training stage: this shell limits a process to 3100000 "
+                            "KiB of address space (`ulimit -v`), "), proc.stderr
+    assert error.endswith("raise the limit (`ulimit -v unlimited`), or use a smaller --batch-size or --input-size.")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_a_stage_beyond_the_address_space_left_is_refused_before_it_runs(monkeypatch):
+    from edgevit.export import memory
+
+    monkeypatch.setattr(memory, "address_space_left", lambda: (3_100_000 * 1024, 200_000_000))
+    with pytest.raises(EdgevitError, match=r"^Out of memory in the training stage: this shell limits a process to "
+                                           r"3100000 KiB of address space \(`ulimit -v`\), 0.2 GB of it is left, and "
+                                           r"the stage needs about 1.0 GB: raise the limit"):
+        with memory.memory_of("training", tiny_classifier(), 8):
+            raise AssertionError("the stage ran")
+
+
+def test_what_a_file_or_folder_names_reaches_the_terminal_as_text(capsys):
+    """Control bytes (NUL, BEL, ESC) and rich markup in names print as
+    escapes and text; a bracket tag like "[/x]" ended in a MarkupError."""
+    from edgevit.cli.output import log, print_table
+
+    print_table("per class", ["class", "images"], [["an\0t\as", 1], ["[/x]\x1b[31m", 2]])
+    log("warning: 1 file skipped in caf\x07")
+    out, err = capsys.readouterr()
+    assert "an\\x00t\\x07s" in out and "[/x]\\x1b[31m" in out and "\a" not in out and "\x1b[31m" not in out
+    assert err == "warning: 1 file skipped in caf\\x07\n"
+
+
+def test_commands_to_copy_keep_a_path_one_word_that_is_no_option():
+    from edgevit.errors import shell_word
+    from edgevit.export.android_bundle import build_commands
+
+    assert shell_word("-demo") == "./-demo" and shell_word("my model.tflite") == "'my model.tflite'"
+    assert build_commands("-demo")[0] == "cd ./-demo"
 
 
 def test_help_documents_the_exit_codes():
@@ -744,10 +1124,7 @@ def _bench_plot_over_the_limit(tmp):
 
 def _bundle_over_the_limit(tmp):
     edgevit_tflite(tmp / "m.tflite")
-    (tmp / "demo" / "app" / "src" / "main" / "assets").mkdir(parents=True)
-    (tmp / "demo" / ".edgevit-android-demo").write_text("")
-    (tmp / "demo" / "app" / "src" / "main" / "AndroidManifest.xml").write_text("<manifest/>")
-    (tmp / "demo" / "app" / "src" / "main" / "assets" / "labels.txt").write_text("an earlier model's\n")
+    (demo_folder(tmp) / "app" / "src" / "main" / "assets" / "labels.txt").write_text("an earlier model's\n")
     return ["bundle", "m.tflite", "--android-demo", "demo"], "demo/app/src/main/assets/model.tflite'", 500
 
 
@@ -1091,9 +1468,7 @@ def test_metadata_that_contradicts_the_file_is_found():
 def test_eval_and_bundle_refuse_metadata_that_contradicts_the_file(tmp_path, monkeypatch, make):
     monkeypatch.chdir(tmp_path)
     make(tmp_path / "m.tflite")
-    (tmp_path / "demo" / "app" / "src" / "main" / "assets").mkdir(parents=True)
-    (tmp_path / "demo" / ".edgevit-android-demo").write_text("")
-    (tmp_path / "demo" / "app" / "src" / "main" / "AndroidManifest.xml").write_text("<manifest/>")
+    demo_folder(tmp_path)
     data = _data(tmp_path, per_class=2)
     before = snapshot(tmp_path)
     for args in (["eval", "m.tflite", "--data", data], ["bundle", "m.tflite", "--android-demo", "demo"]):

@@ -8,7 +8,7 @@ import os
 
 import click
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, not_there
 
 # Every registered model runs at 224-256 px by default and fine-tuning recipes
 # go up to 384-512; at 1024 a ViT-B/16 already attends over 4096 tokens.
@@ -45,6 +45,29 @@ class InputSizes(click.ParamType):
         if not parts:
             self.fail("give at least one size, e.g. 160,192,224", param, ctx)
         return sorted({InputSize().convert(part, param, ctx) for part in parts})
+
+
+class Seconds(click.FloatRange):
+    """A time in seconds, at least ``low``: a finite number (nan compares
+    false with every bound, so a range alone takes it; inf never ends)."""
+    name = "SECONDS"
+
+    def __init__(self, low: float):
+        super().__init__(low, None)
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
+def leads_somewhere(ctx, param, value):
+    """A path that is a symbolic link looping or leading nowhere, refused as
+    such (it would otherwise read as a folder that does not exist)."""
+    if value is not None and os.path.islink(value) and not os.path.exists(value):
+        raise click.BadParameter(f"{value!r} {not_there(value)}", ctx, param)
+    return value
 
 
 def positive_learning_rate(ctx, param, value):

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import click
 
-from edgevit.errors import EdgevitError, cause
+from edgevit.errors import EdgevitError, cause, printable
 
 USER_ERROR_EXIT = 1
 INTERRUPTED_EXIT = 130
@@ -129,7 +129,7 @@ def escape_unencodable_output() -> None:
 
 def report_error(message: str) -> None:
     """One ``error:`` line on stderr and exit status 1."""
-    click.echo("error: " + " ".join(message.split()), err=True)
+    click.echo("error: " + printable(" ".join(message.split())), err=True)
     sys.exit(USER_ERROR_EXIT)
 
 
@@ -178,17 +178,25 @@ def print_table(title: str | None, columns: list[str], rows: list[list], stream=
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
+    table = Table(title=plain(title) if title else None, title_justify="left")
     for col in columns:
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(*[str(v) for v in row])
+        table.add_row(*[plain(v) for v in row])
     Console(file=stream or sys.stdout, width=width or max(100, len(columns) * 14)).print(table)
+
+
+def plain(value) -> str:
+    """``value`` as rich shows it to the letter: a class or file name such as
+    "[/x]" is text, not markup, and its control characters are escapes."""
+    from rich.markup import escape
+
+    return escape(printable(str(value)))
 
 
 def log(message: str) -> None:
     """A progress or warning line on stderr (stdout stays clean for --json)."""
-    click.echo(message, err=True)
+    click.echo(printable(message), err=True)
 
 
 def stderr_console():

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from edgevit.cli.output import print_json, stderr_console, user_errors
+from edgevit.cli.options import Seconds
+from edgevit.cli.output import plain, print_json, stderr_console, user_errors
 from edgevit.errors import EdgevitError, about
 from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
 
@@ -42,13 +43,13 @@ DEFAULT_ARM_IMAGES = 2
               help="Counted runs (default 50; with --arm, counted inferences, default 2).")
 @click.option("--warmup", type=click.IntRange(0, 10000), default=None,
               help="Warm-up runs (default 5; with --arm 1).")
-@click.option("--max-secs", type=click.FloatRange(0.1, None), default=20.0, show_default=True,
+@click.option("--max-secs", type=Seconds(0.1), default=20.0, show_default=True,
               help="Time cap for the counted runs of one host configuration.")
 @click.option("--op-profiling", is_flag=True, help="Phones: per-op timings (--enable_op_profiling).")
 @click.option("--peak-memory", is_flag=True, help="benchmark_model: --report_peak_memory_footprint.")
 @click.option("--nnapi-accelerator", default=None, metavar="NAME",
               help="NNAPI accelerator name (e.g. google-edgetpu, qti-dsp).")
-@click.option("--timeout", type=click.FloatRange(1, None), default=None,
+@click.option("--timeout", type=Seconds(1), default=None,
               help="Seconds one configuration may take (default 300; with --arm, one emulated process, 1800).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--csv", "csv_path", default=None, metavar="PATH", help="Also write the rows as CSV.")
@@ -91,8 +92,8 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
         raise EdgevitError("--no-host leaves nothing to measure: add --device SERIAL or --all-devices.")
     accuracies = report.load_eval(eval_paths) if eval_paths else None
     console = stderr_console()
-    result = bench.run_bench(models, opts, step=lambda m: console.print(f"[bold]>[/bold] {m}"),
-                             warn=lambda m: console.print(f"[yellow]warning:[/yellow] {m}"))
+    result = bench.run_bench(models, opts, step=lambda m: console.print(f"[bold]>[/bold] {plain(m)}"),
+                             warn=lambda m: console.print(f"[yellow]warning:[/yellow] {plain(m)}"))
     failure = _failed_target(result)
     if outputs and failure is None:
         from edgevit.writing import staged
@@ -162,7 +163,7 @@ def _bench_arm(models, profiles, kernels, threads, runs, warmup, timeout, as_jso
     console = stderr_console()
     result = bench_on_arm(models, parse_profiles(profiles), kernels.strip().lower(), runs=runs or 2,
                           warmup=1 if warmup is None else warmup, timeout=timeout or 1800.0,
-                          step=lambda m: console.print(f"[bold]>[/bold] {m}"))
+                          step=lambda m: console.print(f"[bold]>[/bold] {plain(m)}"))
     if outputs:
         from edgevit.writing import staged
 
@@ -229,7 +230,7 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, arm, arm_pr
 
     from edgevit.litert.accelerator import run_file_on_gpu
     from edgevit.litert.delegates import check
-    from edgevit.litert.flatbuffer import read
+    from edgevit.litert.flatbuffer import read, read_file
     from edgevit.litert.gpu_rules import computed_wrongly
     from edgevit.litert.metadata_check import metadata_summary
     from edgevit.profile import report
@@ -238,12 +239,9 @@ def check_command(model, gpu, nnapi, android_api, nnapi_accelerator, arm, arm_pr
 
     progress = Progress(enabled=not as_json)
     path = Path(model)
-    if not path.is_file():
-        raise EdgevitError(f"Model file {model!r} does not exist." if not path.exists()
-                           else f"{model!r} is a folder, not a .tflite file.")
+    content = read_file(path)
     if not gpu and not nnapi and not arm:
         gpu = nnapi = True
-    content = path.read_bytes()
     with about(path):
         read(content)  # a clear error for a file that is not a .tflite flatbuffer
         metadata = metadata_summary(content)

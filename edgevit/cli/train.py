@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from edgevit.cli.options import (IMAGENET_DOWNLOAD, InputSize, InputSizes, open_fraction, overwrite_option,
-                                 positive_learning_rate, refuse_existing)
+from edgevit.cli.options import (IMAGENET_DOWNLOAD, InputSize, InputSizes, leads_somewhere, open_fraction,
+                                 overwrite_option, positive_learning_rate, refuse_existing)
 from edgevit.cli.output import log, print_json, print_table, user_errors
 from edgevit.errors import EdgevitError
 from edgevit.native_output import import_tensorflow_quietly
@@ -87,7 +87,7 @@ def _run(command: str, spec, classes: list[str], size: int, sizes: list[int]) ->
 def _common_options(lr: float):
     """The options finetune and qat share; ``lr`` is the command's default learning rate."""
     options = [
-        click.option("--data", "data_dir", required=True, metavar="DIR",
+        click.option("--data", "data_dir", required=True, metavar="DIR", callback=leads_somewhere,
                      help="Image folder: DIR/train/<class>/*, DIR/val/<class>/* (or DIR/<class>/* with --val-split). "
                           "The class folders' names become the model's labels: a name that is not valid UTF-8 "
                           "or spans lines is refused (rename the folder), not re-encoded."),
@@ -134,6 +134,7 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
     refuse_existing([out], overwrite)
     dataset = _check_inputs(data_dir, val_split, weights)
     import_tensorflow_quietly()
+    from edgevit.export.memory import memory_of
     from edgevit.progress import Progress
     from edgevit.registry import create_model
     from edgevit.train.loop import TrainConfig, Trainer, checkpoint_lock, checkpoint_state
@@ -160,7 +161,8 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
                           warmup_epochs=min(1.0, epochs / 10), checkpoint_dir=checkpoint, run=run)
         trainer = Trainer(keras_model, lambda s: create_model(spec.name, num_classes=classes, input_size=s),
                           size, cfg, log=progress.step, progress=progress)
-        history = trainer.fit(train, val_metrics(val, size, progress))
+        with memory_of("training", keras_model, batch_size):
+            history = trainer.fit(train, val_metrics(val, size, progress))
         progress.step(f"Saving {out}")
         _save_trained(keras_model, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
@@ -198,6 +200,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
     refuse_existing(outputs, overwrite)
     dataset = _check_inputs(data_dir, val_split, weights)
     import_tensorflow_quietly()
+    from edgevit.export.memory import memory_of
     from edgevit.progress import Progress
     from edgevit.quantize.qat import calibrate, quantize_model
     from edgevit.saving import set_class_names
@@ -230,7 +233,8 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
         cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, warmup_epochs=0.0,
                           checkpoint_dir=checkpoint, run=run)
         trainer = Trainer(qat, None, size, cfg, log=progress.step, progress=progress)
-        history = trainer.fit(train, evaluate)
+        with memory_of("training", qat, batch_size):
+            history = trainer.fit(train, evaluate)
         progress.step(f"Saving {out}")
         _save_trained(qat, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
@@ -252,7 +256,7 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
 
 @click.command("eval")
 @click.argument("model_file", metavar="MODEL.keras|MODEL.tflite")
-@click.option("--data", "data_dir", required=True, metavar="DIR",
+@click.option("--data", "data_dir", required=True, metavar="DIR", callback=leads_somewhere,
               help="Image folder: every image of DIR/val/<class>/* when DIR has val/, else of DIR/<class>/*.")
 @click.option("--threads", type=click.IntRange(1, 64), default=2, show_default=True, help="LiteRT threads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, not_there
 from edgevit.registry import Preprocessing
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -26,6 +26,8 @@ _PIL_FILTERS = {
     "bilinear": Image.Resampling.BILINEAR,
     "bicubic": Image.Resampling.BICUBIC,
 }
+# the resampling filters a preprocessing recipe may name
+INTERPOLATIONS = tuple(_PIL_FILTERS)
 
 
 # Why an image file was skipped, in a few words (skipped files are counted by these).
@@ -99,7 +101,7 @@ def list_images(folder: str | Path) -> list[Path]:
     suffixes are skipped with one warning that counts them."""
     folder = Path(folder)
     if not folder.exists():
-        raise EdgevitError(f"Image folder {str(folder)!r} does not exist.")
+        raise EdgevitError(f"Image folder {str(folder)!r} {not_there(folder)}.")
     if not folder.is_dir():
         raise EdgevitError(f"{str(folder)!r} is not a folder of images.")
     files = _visible_files(folder)

@@ -9,16 +9,22 @@ without code changes:
 
 The three files are written to a staging folder next to them and moved into
 place together only after every check passed, so a failed bundle leaves the
-app's previous assets untouched.
+app's previous assets untouched. Nothing is written outside the demo folder
+(an assets folder that is a symbolic link leading out of it is refused) and
+nothing is deleted that an earlier bundle did not write (a folder where an
+asset goes is refused). What is shipped is the metadata embedded in the
+model, checked against its graph; the sidecars ``NAME.json`` and
+``NAME.labels.txt`` beside it must say the same, or the bundle is refused
+naming where they differ.
 """
 from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 
-from edgevit.errors import EdgevitError, about, cause
+from edgevit.errors import EdgevitError, about, cause, not_there, shell_word
+from edgevit.litert.flatbuffer import read, read_file
 from edgevit.litert.metadata import SCHEMA, read_embedded
 from edgevit.writing import check_folder_writable, staged
 
@@ -42,7 +48,7 @@ def check_demo_folder(demo_dir: str | Path) -> Path:
     """Return the assets folder of ``demo_dir`` or raise a clear error."""
     demo = Path(demo_dir)
     if not demo.exists():
-        raise EdgevitError(f"Android demo folder {str(demo)!r} does not exist "
+        raise EdgevitError(f"Android demo folder {str(demo)!r} {not_there(demo)} "
                            "(pass the android_demo/ folder of the edgevit repository).")
     if not demo.is_dir():
         raise EdgevitError(f"{str(demo)!r} is not a folder (pass the android_demo/ folder).")
@@ -51,11 +57,19 @@ def check_demo_folder(demo_dir: str | Path) -> Path:
                            "app/src/main/AndroidManifest.xml): pass the android_demo/ folder of the "
                            "edgevit repository, or a copy of it.")
     assets = demo / ASSETS_DIR
+    if not assets.resolve().is_relative_to(demo.resolve()):
+        link = next((p for p in (assets, *assets.parents) if p.is_symlink()), assets)
+        raise EdgevitError(f"{str(link)!r} is a symbolic link to {str(assets.resolve())!r}, outside the demo folder "
+                           f"{str(demo)!r}: bundle writes only inside it. Make {str(link)!r} a folder.")
     check_folder_writable(assets, "Assets folder")
     try:
         assets.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise EdgevitError(f"Could not make the assets folder {str(assets)!r}: {cause(err)}.") from None
+    for name in (MODEL_ASSET, METADATA_ASSET, LABELS_ASSET):
+        if (assets / name).is_dir() and not (assets / name).is_symlink():
+            raise EdgevitError(f"{str(assets / name)!r} is a folder where bundle writes the app's {name}: move it "
+                               "(bundle replaces only files).")
     return assets
 
 
@@ -63,7 +77,7 @@ def build_commands(demo_dir: str | Path) -> list[str]:
     """The shell commands that build the app and install it on the phone
     adb sees, from the current folder (android_demo/README.md)."""
     demo = Path(demo_dir)
-    commands = [f"cd {shlex.quote(str(demo))}"]
+    commands = [f"cd {shell_word(demo)}"]
     if not (demo / "gradlew").is_file():
         match = re.search(r"gradle-([0-9.]+)-", (demo / WRAPPER_PROPERTIES).read_text(encoding="utf-8")) \
             if (demo / WRAPPER_PROPERTIES).is_file() else None
@@ -77,29 +91,75 @@ def _sidecars(model_path: Path) -> tuple[Path, Path]:
 
 
 def _load_metadata(model_path: Path, content: bytes) -> tuple[dict, str]:
-    from edgevit.litert.metadata_check import check_metadata
+    """The metadata to ship, checked against the file, and where it comes
+    from: the embedded document, which ``NAME.json`` must equal, or, for a
+    file without one, ``NAME.json`` checked against the graph."""
+    from edgevit.litert.metadata_check import check_metadata, document_against_graph
 
     with about(model_path):
-        check_metadata(content, model_path.name)
-    meta_path, _ = _sidecars(model_path)
-    if meta_path.is_file():
-        try:
-            document = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-            reason = "it nests too deeply" if isinstance(err, RecursionError) else err
-            raise EdgevitError(f"Metadata file {str(meta_path)!r} is not valid JSON: {reason}") from None
-        if not isinstance(document, dict):
-            raise EdgevitError(f"Metadata file {str(meta_path)!r} is a JSON {type(document).__name__}, not the object "
-                               "`edgevit convert` writes.")
-        return document, f"{meta_path.name}"
-    try:
+        check_metadata(content, str(model_path))
         embedded = read_embedded(content)
-    except EdgevitError as err:
-        raise EdgevitError(f"Could not read {model_path.name}: {err}") from None
-    if embedded is None:
-        raise EdgevitError(f"{model_path.name} has no edgevit metadata (no {meta_path.name} next to it and "
-                           "none embedded): convert it with `edgevit convert` first.")
-    return embedded, "metadata embedded in the model"
+    meta_path, _ = _sidecars(model_path)
+    if not meta_path.is_file():
+        if embedded is None:
+            raise EdgevitError(f"{model_path.name} has no edgevit metadata (no {meta_path.name} next to it and "
+                               "none embedded): convert it with `edgevit convert` first.")
+        return embedded, "metadata embedded in the model"
+    try:
+        document = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        reason = "it nests too deeply" if isinstance(err, RecursionError) else err
+        raise EdgevitError(f"Metadata file {str(meta_path)!r} is not valid JSON: {reason}") from None
+    if not isinstance(document, dict):
+        raise EdgevitError(f"Metadata file {str(meta_path)!r} is a JSON {type(document).__name__}, not the object "
+                           "`edgevit convert` writes.")
+    if embedded is not None and document != embedded:
+        raise EdgevitError(f"{meta_path.name} differs from the metadata embedded in {model_path.name} "
+                           f"({_difference(document, embedded)}): bundle ships only metadata that agrees with the "
+                           f"file. Remove {meta_path.name} to ship the embedded metadata, or convert the model again.")
+    problems = [] if embedded is not None else document_against_graph(document, read(content))
+    if problems:
+        raise EdgevitError(f"{meta_path.name} contradicts {model_path.name} ({problems[0]}"
+                           + (f"; {len(problems) - 1} more" if len(problems) > 1 else "") + ").")
+    return document, meta_path.name
+
+
+def _difference(said: dict, embedded: dict, path: str = "") -> str:
+    """The first field where a sidecar document and the embedded one differ, in words."""
+    for key in dict.fromkeys([*said, *embedded]):
+        here = f"{path}.{key}" if path else key
+        a, b = said.get(key), embedded.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            if a != b:
+                return _difference(a, b, here)
+        elif a != b:
+            return f"{here}: {_shown(a)} where the file says {_shown(b)}"
+    return "the same fields, written differently"
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:56] + " ..."
+
+
+def _labels(labels_path: Path, meta: dict) -> list[str]:
+    """The labels to ship: the metadata's, which ``NAME.labels.txt`` must repeat."""
+    labels = [str(label) for label in meta.get("labels") or []]
+    if not labels_path.is_file():
+        return labels
+    try:
+        lines = labels_path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise EdgevitError(f"Labels file {str(labels_path)!r} is not UTF-8 text (byte {err.start}), which "
+                           "labels files are.") from None
+    if len(lines) != len(labels):
+        raise EdgevitError(f"{labels_path.name} has {len(lines)} labels; the model's metadata has {len(labels)}: "
+                           f"bundle ships only labels that agree with the file.")
+    line = next((i for i, (a, b) in enumerate(zip(lines, labels)) if a != b), None)
+    if line is not None:
+        raise EdgevitError(f"{labels_path.name} line {line + 1} is {lines[line]!r} where the model's metadata says "
+                           f"{labels[line]!r}: bundle ships only labels that agree with the file.")
+    return labels
 
 
 def validate_metadata(meta: dict, source: str) -> None:
@@ -137,26 +197,19 @@ def bundle(model_path: str | Path, demo_dir: str | Path) -> dict:
     "labels": path}, "build": [shell commands that build and install the app]}``.
     """
     model_path = Path(model_path)
-    if not model_path.is_file():
-        raise EdgevitError(f"Model file {str(model_path)!r} does not exist.")
     if model_path.suffix != ".tflite":
         raise EdgevitError(f"{str(model_path)!r} is not a .tflite file.")
+    content = read_file(model_path)
     assets = check_demo_folder(demo_dir)
-    content = model_path.read_bytes()
     if len(content) < 8 or content[4:8] != b"TFL3":
         raise EdgevitError(f"{model_path.name} is not a LiteRT/TFLite flatbuffer (no TFL3 identifier).")
 
     meta, source = _load_metadata(model_path, content)
     validate_metadata(meta, source)
-    _, labels_path = _sidecars(model_path)
-    if labels_path.is_file():
-        labels = labels_path.read_text(encoding="utf-8").splitlines()
-    else:
-        labels = [str(label) for label in meta.get("labels") or []]
+    labels = _labels(_sidecars(model_path)[1], meta)
     classes = meta["output"]["shape"][1]
     if len(labels) != classes:
-        raise EdgevitError(f"{labels_path.name if labels_path.is_file() else 'The metadata'} has "
-                           f"{len(labels)} labels but the model outputs {classes} classes.")
+        raise EdgevitError(f"The metadata has {len(labels)} labels but the model outputs {classes} classes.")
 
     targets = {"model": assets / MODEL_ASSET, "metadata": assets / METADATA_ASSET, "labels": assets / LABELS_ASSET}
     # The three files are replaced together, and only once every check passed.

@@ -44,14 +44,13 @@ from edgevit.data.images import READ_BATCH, batches
 from edgevit.errors import EdgevitError, first_line
 from edgevit.litert.camera_input import take_rgb_bytes
 from edgevit.litert.flatbuffer import Graph, Op, read
-from edgevit.litert.metadata import TAKES_NORMALISED, TAKES_RGB_BYTES, TAKES_RGB_UNIT
+from edgevit.litert.metadata import OUTPUT_KINDS, PRECISIONS, TAKES_NORMALISED, TAKES_RGB_BYTES, TAKES_RGB_UNIT
 from edgevit.litert.padding import fold_stem_padding
 from edgevit.litert.piecewise import rsqrt_as_convolutions
 from edgevit.litert.requantize import calibrated_int8_grids, sum_mean_grids
 from edgevit.litert.rewrite import restore_operand_ranks
 from edgevit.native_output import native_output_captured
 
-PRECISIONS = ("fp32", "fp16", "dynamic", "int8", "int8_mixed", "int16x8")
 INTEGER_PRECISIONS = ("int8", "int16x8")
 # Float activations: a QAT model converts to them without its fake quantization.
 FLOAT_PRECISIONS = ("fp32", "fp16", "dynamic")
@@ -61,9 +60,6 @@ FLOAT_PRECISIONS = ("fp32", "fp16", "dynamic")
 # XNNPACK partition); int8_mixed keeps these in float and the rest in int8.
 CPU_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "RSQRT")
 SHORT_KERNEL = 32
-IO_DTYPES = ("float32", "int8", "uint8")
-# What a file outputs: class probabilities (a softmax in the file) or raw logits.
-OUTPUTS = ("probabilities", "logits")
 # An int8 softmax writes 256 steps over [0, 1): scale 1/256, zero point -128.
 SOFTMAX_INT8_RANGE = (0.0, 255.0 / 256.0)
 
@@ -153,7 +149,7 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
     precision converts a QAT model without its fake quantization).
     ``float_layers``: names of layers whose ops int8_mixed keeps in float
     (a registered model's ``mixed_float_layers``). ``outputs``: one of
-    OUTPUTS. ``normalization``: the model's (mean, std) of [0, 1] pixels;
+    OUTPUT_KINDS. ``normalization``: the model's (mean, std) of [0, 1] pixels;
     given, the file takes what apps feed (:func:`input_takes`) and applies
     it; a uint8 input needs it."""
     import tensorflow as tf
@@ -163,8 +159,8 @@ def convert(model, precision: str, calibration: np.ndarray | None = None,
     # the library's default is the graph's own input: int8 for int8
     io_dtype = io_dtype or ("int8" if precision == "int8" else "float32")
     check_io_dtype(precision, io_dtype)
-    if outputs not in OUTPUTS:
-        raise EdgevitError(f"Unknown outputs {outputs!r}; choose one of {', '.join(OUTPUTS)}.")
+    if outputs not in OUTPUT_KINDS:
+        raise EdgevitError(f"Unknown outputs {outputs!r}; choose one of {', '.join(OUTPUT_KINDS)}.")
     if io_dtype == "uint8" and normalization is None:
         raise EdgevitError("A uint8 input takes the image's bytes: give the model's normalization (mean, std).")
 

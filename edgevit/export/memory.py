@@ -1,17 +1,22 @@
-"""What the export's heavy stages need in memory, and one error line when
-they cannot have it.
+"""What the heavy stages (the export's, and training) need in memory, and
+one error line when they cannot have it.
 
 The kernel's out-of-memory killer ends a process without a word, so before
 a stage starts its need is estimated from the model (its float32 weights,
 and the activations of one image: the outputs of its top-level layers at the
 input size) and compared with the memory this machine has available (the
-kernel's MemAvailable, and what the process's cgroup limit leaves). A stage
-that would clearly not fit is refused with what to do. A stage that runs out
+kernel's MemAvailable, and what the process's cgroup limit leaves) and with
+what the shell's address-space limit (`ulimit -v`) leaves of it: TensorFlow
+under that limit crashes (SIGSEGV) or deadlocks where an allocation fails,
+so a stage that would pass it is refused before it starts. A stage that
+would clearly not fit is refused with what to do. A stage that runs out
 anyway (Python's MemoryError, TensorFlow's ResourceExhaustedError, or the
 converter failing an allocation) ends in the same kind of line.
 """
 from __future__ import annotations
 
+import re
+import resource
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,6 +33,7 @@ OUT_OF_MEMORY_ADVICE = {
     "validation": "use a smaller --input-size",
     "top-5 on the sample photos": "use a smaller --input-size",
     "layer-by-layer diagnosis": "skip it with --no-diagnosis, or use a smaller --input-size",
+    "training": "use a smaller --batch-size or --input-size",
 }
 
 # What a stage takes beyond what the process holds before it: (bytes per
@@ -51,9 +57,25 @@ STAGE_NEEDS = {
     "validation": (0.25, 0.2, 0.05e9),
     "top-5 on the sample photos": (0.25, 0.2, 0.05e9),
     "layer-by-layer diagnosis": (4.0, 0.6, 0.1e9),
+    # per image of a batch; the weights with their gradients and optimizer
+    # state. qat of mobilevit_v3_xxs (3 MB of weights) grew its address space
+    # by 0.95 GB at 64 px and batch 8 (5 MB of activations an image in the
+    # QAT model), 0.91 GB at 128 px and batch 16 (20 MB), 2.0 GB at 256 px
+    # and batch 8 (80 MB), its resident memory by about as much
+    "training": (4.0, 1.0, 0.55e9),
+}
+
+# What a stage takes of the address space (`ulimit -v`) where it maps more
+# than it touches, measured (as STAGE_NEEDS); other stages: STAGE_NEEDS.
+# Where the limit leaves less, TensorFlow crashes (SIGSEGV) instead of
+# failing an allocation: qat at 64 px, batch 8 died so under 3.9 GB with
+# 0.92 GB left, and trained under 4.2 GB (1.23 GB left); so high ends here.
+ADDRESS_SPACE_NEEDS = {
+    "training": (4.0, 2.0, 1.0e9),
 }
 
 MEMINFO = Path("/proc/meminfo")
+PROCESS_STATUS = Path("/proc/self/status")
 CGROUPS = Path("/proc/self/cgroup")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -71,14 +93,29 @@ def weight_and_activation_bytes(model) -> tuple[int, int]:
     return 4 * model.count_params(), 4 * activations
 
 
-def stage_need(stage: str, model) -> float:
-    """The bytes ``stage`` is estimated to take on ``model`` (see STAGE_NEEDS)."""
-    return need_for(stage, *weight_and_activation_bytes(model))
+def stage_need(stage: str, model, images: int = 1, needs: dict = STAGE_NEEDS) -> float:
+    """The bytes ``stage`` is estimated to take on ``model`` (see STAGE_NEEDS,
+    or ``needs``), on ``images`` images at once (a training batch)."""
+    weights, activations = weight_and_activation_bytes(model)
+    return need_for(stage, weights, activations * images, needs)
 
 
-def need_for(stage: str, weight_bytes: float, activation_bytes: float) -> float:
-    per_weight, per_activation, fixed = STAGE_NEEDS[stage]
+def need_for(stage: str, weight_bytes: float, activation_bytes: float, needs: dict = STAGE_NEEDS) -> float:
+    per_weight, per_activation, fixed = needs.get(stage, STAGE_NEEDS[stage])
     return per_weight * weight_bytes + per_activation * activation_bytes + fixed
+
+
+def address_space_left() -> tuple[int, int] | None:
+    """(the shell's limit on this process's address space, what is left of
+    it), in bytes; None without a limit."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return None
+    try:
+        used = int(re.search(r"^VmSize:\s+(\d+) kB", PROCESS_STATUS.read_text(), re.M).group(1)) * 1024
+    except (OSError, AttributeError, ValueError):  # no /proc: all of it counts as left
+        used = 0
+    return limit, max(limit - used, 0)
 
 
 def available_memory() -> int | None:
@@ -140,17 +177,26 @@ def _headroom_at(folder: Path, limit_file: str, usage_file: str, cache_field: st
 
 
 @contextmanager
-def memory_of(stage: str, model):
-    """Refuse ``stage`` when its estimated need on ``model`` is more than the
-    memory available; and a stage that runs out of memory all the same ends
-    the export with one error naming it and what to do (the converter reports
-    a failed allocation as a failed conversion, caused by it)."""
+def memory_of(stage: str, model, images: int = 1):
+    """Refuse ``stage`` when its estimated need on ``model`` (on ``images``
+    images at once) is more than the memory available, or than what the
+    shell's address-space limit leaves; and a stage that runs out of memory
+    all the same ends the command with one error naming it and what to do
+    (the converter reports a failed allocation as a failed conversion,
+    caused by it)."""
     import tensorflow as tf
 
-    need, available = stage_need(stage, model), available_memory()
+    need, available, address_space = stage_need(stage, model, images), available_memory(), address_space_left()
     if available is not None and need > available:
         raise EdgevitError(f"Not enough memory for the {stage} stage: it needs about {need / GB:.1f} GB and "
                            f"{available / GB:.1f} GB is available: {OUT_OF_MEMORY_ADVICE[stage]}.")
+    mapped = stage_need(stage, model, images, ADDRESS_SPACE_NEEDS)
+    if address_space is not None and mapped > address_space[1]:
+        limit, left = address_space
+        raise EdgevitError(f"Out of memory in the {stage} stage: this shell limits a process to {limit // 1024} "
+                           f"KiB of address space (`ulimit -v`), {left / GB:.1f} GB of it is left, and the stage "
+                           f"needs about {mapped / GB:.1f} GB: raise the limit (`ulimit -v unlimited`), or "
+                           f"{OUT_OF_MEMORY_ADVICE[stage]}.")
     out_of_memory = (MemoryError, tf.errors.ResourceExhaustedError)
     try:
         yield

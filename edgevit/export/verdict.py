@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgevit.errors import shell_word
 from edgevit.pretrained import RANDOM_INIT
 
 # Precisions whose files GPU delegates run entirely (dynamic-range and int16
@@ -45,6 +46,7 @@ def verdict(result) -> Verdict:
     level = agreement_level(a)
     measured = f"top-1 {a['top1_agreement'] * 100:.1f}%, logit cosine {a['cosine_mean']:.4f} on {a['samples']} images"
     random_weights = result.weights == RANDOM_INIT
+    model = shell_word(result.files.model)
     if failed:
         where = f"not deployable as it is: {len(failed)} check(s) failed ({failed[0].name}: {failed[0].detail})"
         places = []
@@ -54,8 +56,8 @@ def verdict(result) -> Verdict:
         why = f"agreement with the Keras model good ({measured})"
         if random_weights:
             why += " (random weights: convert pretrained or fine-tuned ones to judge the real model)"
-        nxt = (f"next: `edgevit eval {result.files.model} --data DIR` for its accuracy on your images, then "
-               f"`edgevit bundle {result.files.model} --android-demo android_demo` to try it on a phone")
+        nxt = (f"next: `edgevit eval {model} --data DIR` for its accuracy on your images, then "
+               f"`edgevit bundle {model} --android-demo android_demo` to try it on a phone")
     elif random_weights:
         why = (f"agreement {level} ({measured}), as expected with random weights: their logits lie close "
                "together, so int8's rounding reorders them; this says nothing about trained weights")
@@ -67,7 +69,7 @@ def verdict(result) -> Verdict:
         why = f"agreement {level} ({measured}{where_it_breaks})"
         nxt = "next: " + (broken["hint"] if broken else _lossless_advice(result))
         if level == "fair":
-            nxt += f"; or check that the accuracy it keeps is enough: `edgevit eval {result.files.model} --data DIR`"
+            nxt += f"; or check that the accuracy it keeps is enough: `edgevit eval {model} --data DIR`"
     if failed:
         nxt = "next: fix the failed check(s) above"
     return Verdict(places, level, f"verdict: {where}; {why}; {nxt}.")

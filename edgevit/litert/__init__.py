@@ -34,8 +34,12 @@ Rewriting converted files (applied by ``edgevit.export.convert``):
 Metadata:
 
 - ``metadata``: edgevit's metadata document, embedded and read back.
+- ``metadata_fields``: whether that document is well formed: every field
+  there, of its type and in its range.
 - ``standard_metadata``: the standard TFLite metadata entry (and labels)
-  that MediaPipe Tasks and the Task Library read.
+  that MediaPipe Tasks and the Task Library read, read within bounds.
+- ``packed_files``: the zip appended to a model (the labels), read within
+  bounds.
 - ``metadata_check``: whether what a file's metadata says is what the file is.
 
 Delegate rules (which ops a delegate would leave on the CPU):

@@ -183,11 +183,11 @@ def run_file_on_gpu(path: Path, count: int = DEFAULT_IMAGES) -> GpuRun:
     if missing:
         return GpuRun(False, f"no Vulkan device ({missing}); {HOW_TO_GET_A_DEVICE}")
     from edgevit.litert.inputs import inputs_for_file
-    from edgevit.litert.metadata import read_embedded
+    from edgevit.litert.metadata_check import trusted_metadata
 
     content = path.read_bytes()
     inputs, described = inputs_for_file(content, count)
-    return run_on_gpu(path, inputs, (read_embedded(content) or {}).get("precision") or precision_of(content),
+    return run_on_gpu(path, inputs, (trusted_metadata(content) or {}).get("precision") or precision_of(content),
                       images=described)
 
 

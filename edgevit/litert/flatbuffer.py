@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, cause, file_problem
 
 FILE_IDENTIFIER = b"TFL3"
+# The largest metadata entry read: edgevit's document with the labels of
+# ImageNet-21k's 21,841 classes is about 0.6 MB, a standard entry a few KB.
+MAX_METADATA_BYTES = 16 << 20
+# An honest flatbuffer holds each table, vector and string it references; a
+# writer may share some. One that references more than this many times its
+# own size shares tables over and over, nested: a "billion laughs" (an 8 KB
+# .tflite whose 1000 subgraphs are one subgraph of 1000 shared tensors kept
+# `check` unpacking for minutes; a 1.7 KB standard metadata entry read as
+# 10^8 values took gigabytes).
+MAX_REFERENCED_PER_BYTE = 4
 
 
 @dataclass(frozen=True)
@@ -101,17 +112,106 @@ def _options(obj) -> dict:
     return out
 
 
-def read_model(model_content: bytes):
-    """The whole file in the schema's object API (``ModelT``)."""
+def read_file(path: str | Path) -> bytes:
+    """The bytes of the model file at ``path``, which must be a regular file:
+    a folder, a FIFO or a device (/dev/zero never ends) is refused, and so
+    is a path that leads nowhere, in one error that says which."""
+    problem = file_problem(path)
+    if problem:
+        raise EdgevitError(f"Model file {str(path)!r} {problem}.")
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        raise EdgevitError(f"Could not read {str(path)!r}: {cause(err)}.") from None
+
+
+def _check_identifier(model_content: bytes) -> None:
     if len(model_content) < 8 or model_content[4:8] != FILE_IDENTIFIER:
         raise EdgevitError("Not a readable .tflite file (no TFL3 flatbuffer identifier).")
+
+
+def _damaged(model_content: bytes, err: Exception) -> EdgevitError:
+    if isinstance(err, struct.error):  # a table or vector points past the end of the bytes
+        return EdgevitError(f"Truncated or not a .tflite file: its {len(model_content)} bytes end inside "
+                            "the flatbuffer.")
+    return EdgevitError(f"Damaged .tflite file ({type(err).__name__}: {err}).")
+
+
+def read_model(model_content: bytes):
+    """The whole file in the schema's object API (``ModelT``)."""
+    _check_identifier(model_content)
     try:
+        _check_references(model_content)
         return schema_module().ModelT.InitFromPackedBuf(bytearray(model_content), 0)
-    except struct.error:  # a table or vector points past the end of the bytes
-        raise EdgevitError(f"Truncated or not a .tflite file: its {len(model_content)} bytes end inside "
-                           "the flatbuffer.") from None
+    except EdgevitError:
+        raise
     except Exception as err:  # a damaged TFLite flatbuffer
-        raise EdgevitError(f"Damaged .tflite file ({type(err).__name__}: {err}).") from None
+        raise _damaged(model_content, err) from None
+
+
+def _check_references(model_content: bytes) -> None:
+    """Refuse a file that references more than MAX_REFERENCED_PER_BYTE times
+    its size in what unpacking it makes: a Python object for every table an
+    entry of a vector names, a copy of every string (vectors of numbers are
+    unpacked as views of the file). Counted on the file as it lies, before
+    anything is unpacked."""
+    model = schema_module().Model.GetRootAs(model_content, 0)
+    left = MAX_REFERENCED_PER_BYTE * len(model_content)
+
+    def visit(size: int) -> None:
+        nonlocal left
+        left -= size
+        if left < 0:
+            raise EdgevitError(f"Damaged .tflite file: it references more than its {len(model_content):,} bytes can "
+                               "hold (tables shared over and over).")
+
+    visit(4 * (model.SubgraphsLength() + model.BuffersLength() + model.OperatorCodesLength()
+               + model.MetadataLength() + model.SignatureDefsLength() + model.ExternalBuffersLength()
+               + model.ExternalBufferGroupsLength()))
+    for i in range(model.OperatorCodesLength()):
+        visit(len(model.OperatorCodes(i).CustomCode() or b""))
+    for i in range(model.MetadataLength()):
+        visit(len(model.Metadata(i).Name() or b""))
+    for i in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(i)
+        visit(4 * (graph.TensorsLength() + graph.OperatorsLength()) + len(graph.Name() or b""))
+        for j in range(graph.TensorsLength()):
+            tensor, sparsity = graph.Tensors(j), graph.Tensors(j).Sparsity()
+            visit(len(tensor.Name() or b"") + 4 * tensor.VariantTensorsLength()
+                  + (4 * sparsity.DimMetadataLength() if sparsity else 0))
+    for i in range(model.SignatureDefsLength()):
+        signature = model.SignatureDefs(i)
+        visit(4 * (signature.InputsLength() + signature.OutputsLength()) + len(signature.SignatureKey() or b""))
+        for entry in [*map(signature.Inputs, range(signature.InputsLength())),
+                      *map(signature.Outputs, range(signature.OutputsLength()))]:
+            visit(len(entry.Name() or b""))
+
+
+def metadata_entry(model_content: bytes, name: str) -> bytes | None:
+    """The bytes of the file's metadata entry ``name`` (None: it has none),
+    read without unpacking the file. Two entries of that name (readers
+    differ in which they take), one over MAX_METADATA_BYTES or one naming a
+    buffer the file lacks are refused."""
+    _check_identifier(model_content)
+    try:
+        model = schema_module().Model.GetRootAs(model_content, 0)
+        buffers = [model.Metadata(i).Buffer() for i in range(model.MetadataLength())
+                   if model.Metadata(i).Name() == name.encode()]
+        if not buffers:
+            return None
+        if len(buffers) > 1:
+            raise EdgevitError(f"The file has {len(buffers)} {name} entries; readers differ in which they take.")
+        if not 0 <= buffers[0] < model.BuffersLength():
+            raise EdgevitError(f"The {name} entry names buffer {buffers[0]}, which the file does not have.")
+        buffer = model.Buffers(buffers[0])
+        if buffer.DataLength() > MAX_METADATA_BYTES:
+            raise EdgevitError(f"The {name} entry is {buffer.DataLength():,} bytes, beyond the "
+                               f"{MAX_METADATA_BYTES:,} a metadata entry may take.")
+        return buffer.DataAsNumpy().tobytes() if buffer.DataLength() else b""
+    except EdgevitError:
+        raise
+    except Exception as err:
+        raise _damaged(model_content, err) from None
 
 
 def write_model(model, size_hint: int) -> bytes:

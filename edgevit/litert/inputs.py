@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from edgevit.litert.flatbuffer import read
-from edgevit.litert.metadata import TAKES_NORMALISED, TAKES_RGB_BYTES, read_embedded, takes_of
+from edgevit.litert.metadata import TAKES_NORMALISED, TAKES_RGB_BYTES, preprocessing_of, read_embedded, takes_of
 
 
 def file_inputs(content: bytes, inputs: np.ndarray, metadata: dict | None = None) -> np.ndarray:
@@ -48,21 +48,22 @@ def file_input_values(content: bytes, metadata: dict | None = None) -> Callable[
 
 
 def inputs_for_file(content: bytes, count: int) -> tuple[np.ndarray, str]:
-    """(inputs [count, ...] in the values the file's input takes, what they are)."""
+    """(inputs [count, ...] in the values the file's input takes, what they
+    are); metadata that contradicts the file is not used."""
     from edgevit.data import sample_photos
+    from edgevit.litert.metadata_check import trusted_metadata
     from edgevit.registry import Preprocessing
 
     graph = read(content)
     shape = graph.tensors[graph.inputs[0]].shape
-    preprocessing = (read_embedded(content) or {}).get("preprocessing")
-    if preprocessing:
-        pre = Preprocessing(preprocessing["input_size"], preprocessing["resize_size"],
-                            preprocessing["interpolation"], tuple(preprocessing["mean"]), tuple(preprocessing["std"]))
-        return (file_inputs(content, sample_photos.sample_batch(pre, count, held_out=True)),
+    metadata = trusted_metadata(content)
+    if metadata:
+        pre = preprocessing_of(metadata)
+        return (file_inputs(content, sample_photos.sample_batch(pre, count, held_out=True), metadata),
                 f"{count} held-out sample photos, preprocessed as the file's metadata says")
     if len(shape) == 4 and shape[0] == 1 and shape[1] == shape[2] and shape[3] == 3:
         pre = Preprocessing(shape[1], shape[1])
         return (sample_photos.sample_batch(pre, count, held_out=True),
-                f"{count} held-out sample photos in [0, 1] (the file has no edgevit metadata)")
+                f"{count} held-out sample photos in [0, 1] (the file has no edgevit metadata to trust)")
     inputs = np.random.default_rng(0).normal(size=(count, *shape[1:])).astype(np.float32)
     return inputs, f"{count} random inputs (the input {list(shape)} is not an image)"

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 
-
 from edgevit.errors import EdgevitError
-from edgevit.litert.flatbuffer import metadata_name, read_model, with_metadata
+from edgevit.litert.flatbuffer import metadata_entry, with_metadata
 
 METADATA_NAME = "edgevit_metadata"
 SCHEMA = "edgevit-model-metadata"
@@ -23,6 +22,14 @@ SCHEMA_VERSION = 1
 # What a file's image input takes (input.takes): the normalised image; the
 # camera's bytes (uint8), or pixels in [0, 1] (float), which the file normalises
 TAKES_NORMALISED, TAKES_RGB_BYTES, TAKES_RGB_UNIT = "normalised", "rgb_bytes", "rgb_unit"
+TAKES = (TAKES_NORMALISED, TAKES_RGB_BYTES, TAKES_RGB_UNIT)
+PRECISIONS = ("fp32", "fp16", "dynamic", "int8", "int8_mixed", "int16x8")
+# precisions whose files compute in integers (their activations are quantized)
+QUANTIZED_PRECISIONS = ("int8", "int8_mixed", "int16x8")
+# the types of a file's input and output tensors
+IO_DTYPES = ("float32", "int8", "uint8")
+# what a file outputs: class probabilities (a softmax in the file) or raw logits
+OUTPUT_KINDS = ("probabilities", "logits")
 
 
 def build_metadata(*, model_name: str, family: str, precision: str, weights: str,
@@ -58,6 +65,16 @@ def build_metadata(*, model_name: str, family: str, precision: str, weights: str
     }
 
 
+def preprocessing_of(metadata: dict):
+    """The preprocessing recipe of a metadata document checked against its
+    file (``edgevit.litert.metadata_check``), as the registry holds one."""
+    from edgevit.registry import Preprocessing
+
+    pre = metadata["preprocessing"]
+    return Preprocessing(pre["input_size"], pre["resize_size"], pre["interpolation"], tuple(pre["mean"]),
+                         tuple(pre["std"]))
+
+
 def takes_of(metadata: dict | None) -> str:
     return ((metadata or {}).get("input") or {}).get("takes") or TAKES_NORMALISED
 
@@ -75,30 +92,26 @@ def embed(model_content: bytes, metadata: dict, labels: list[str]) -> bytes:
 def embed_edgevit(model_content: bytes, metadata: dict) -> bytes:
     """``model_content`` with ``metadata`` stored under METADATA_NAME
     (replacing an earlier edgevit entry); files packed in the model stay."""
-    from edgevit.litert.standard_metadata import associated_files, with_files
+    from edgevit.litert.packed_files import packed_files
+    from edgevit.litert.standard_metadata import with_files
 
     data = json.dumps(metadata).encode("utf-8")
-    return with_files(with_metadata(model_content, METADATA_NAME, data), associated_files(model_content))
+    return with_files(with_metadata(model_content, METADATA_NAME, data), packed_files(model_content))
 
 
 def read_embedded(model_content: bytes) -> dict | None:
     """The embedded metadata document; None when the file has none."""
-    model = read_model(model_content)
-    entry = _entry(model)
-    if entry is None:
+    data = metadata_entry(model_content, METADATA_NAME)
+    if data is None:
         return None
     try:
-        document = json.loads(bytes(model.buffers[entry.buffer].data).decode("utf-8"))
+        document = json.loads(data.decode("utf-8"))
     except RecursionError:
         raise EdgevitError(f"The embedded {METADATA_NAME} entry is not a readable JSON document (it nests too "
                            "deeply).") from None
-    except (IndexError, TypeError, ValueError) as err:
+    except ValueError as err:
         raise EdgevitError(f"The embedded {METADATA_NAME} entry is not a readable JSON document ({err}).") from None
     if not isinstance(document, dict):
         raise EdgevitError(f"The embedded {METADATA_NAME} entry is a JSON {type(document).__name__}, not the "
                            "object edgevit writes.")
     return document
-
-
-def _entry(model):
-    return next((entry for entry in model.metadata or [] if metadata_name(entry) == METADATA_NAME), None)

@@ -4,7 +4,9 @@ Task Library and Android Studio's ML Model Binding.
 
 The entry is a ``ModelMetadata`` flatbuffer (file identifier ``M001``) in a
 model buffer; files it names (the labels) travel in a zip archive appended
-to the model, stored uncompressed, which flatbuffer readers ignore.
+to the model, stored uncompressed, which flatbuffer readers ignore. Both are
+read within bounds: the flatbuffer by a reader that checks every offset and
+counts what it visits, the zip by ``edgevit.litert.packed_files``.
 
 Written here with the ``flatbuffers`` library and a table of the schema's
 fields in slot order (tflite-support's metadata_schema.fbs, the subset an
@@ -17,15 +19,15 @@ read every file back with MediaPipe's bindings and load it in both clients.
 from __future__ import annotations
 
 import io
+import struct
 import zipfile
 
 import flatbuffers
-from flatbuffers import number_types
-from flatbuffers.table import Table
 
 from edgevit.errors import EdgevitError
-from edgevit.litert.flatbuffer import metadata_name, read_model, with_metadata
+from edgevit.litert.flatbuffer import MAX_REFERENCED_PER_BYTE, metadata_entry, with_metadata
 from edgevit.litert.metadata import TAKES_RGB_BYTES, TAKES_RGB_UNIT
+from edgevit.litert.packed_files import packed_files
 
 METADATA_NAME = "TFLITE_METADATA"
 FILE_IDENTIFIER = b"M001"
@@ -64,10 +66,9 @@ SCHEMA: dict[str, list[tuple[str, str]]] = {
 }
 UNIONS = {"content_properties": {CONTENT_FEATURE: "FeatureProperties", CONTENT_IMAGE: "ImageProperties"},
           "options": {UNIT_NORMALIZATION: "NormalizationOptions"}}
-_SCALARS = {"byte": (number_types.Int8Flags, "PrependInt8Slot"),
-            "utype": (number_types.Uint8Flags, "PrependUint8Slot"),
-            "uint": (number_types.Uint32Flags, "PrependUint32Slot"),
-            "int": (number_types.Int32Flags, "PrependInt32Slot")}
+# each scalar kind: (its struct format, the builder's method that writes it)
+_SCALARS = {"byte": ("<b", "PrependInt8Slot"), "utype": ("<B", "PrependUint8Slot"),
+            "uint": ("<I", "PrependUint32Slot"), "int": ("<i", "PrependInt32Slot")}
 
 
 def standard_metadata(doc: dict) -> dict:
@@ -204,62 +205,105 @@ def _vector(b: flatbuffers.Builder, element: str, values: list) -> int:
 
 def read_standard(content: bytes) -> dict | None:
     """The TFLITE_METADATA entry as a dict of the schema's fields (unions as
-    (member, fields)), with ``files``: the appended zip's members by name;
+    (member, fields)), with ``files``: the packed files it names, by name;
     None when the file has no such entry."""
-    model = read_model(content)
-    entry = next((e for e in model.metadata or [] if metadata_name(e) == METADATA_NAME), None)
-    if entry is None:
+    data = metadata_entry(content, METADATA_NAME)
+    if data is None:
         return None
     try:
-        data = bytes(model.buffers[entry.buffer].data)
         if data[4:8] != FILE_IDENTIFIER:
             raise ValueError("no M001 file identifier")
-        root = number_types.UOffsetTFlags.py_type(flatbuffers.encode.Get(number_types.UOffsetTFlags.packer_type,
-                                                                          data, 0))
-        parsed = _read(data, root, "ModelMetadata")
-    except (IndexError, TypeError, ValueError, KeyError, UnicodeDecodeError) as err:
+        reader = _BoundedReader(data)
+        parsed = reader.table(reader.target(0), "ModelMetadata")
+    except ValueError as err:
         raise EdgevitError(f"The {METADATA_NAME} entry is not a readable ModelMetadata flatbuffer ({err}).") \
             from None
-    parsed["files"] = associated_files(content)
+    parsed["files"] = packed_files(content, named_files(parsed))
     return parsed
 
 
-def associated_files(content: bytes) -> dict[str, bytes]:
-    """The members of the zip appended to a model (empty without one)."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(content)) as zf:
-            return {name: zf.read(name) for name in zf.namelist()}
-    except (zipfile.BadZipFile, OSError, ValueError):
-        return {}
+def named_files(table: dict) -> list[str]:
+    """The names of the associated files a parsed table (the entry
+    :func:`read_standard` returns) names, at any depth."""
+    names = [entry.get("name") for entry in table.get("associated_files") or []]
+    for value in table.values():
+        for child in value if isinstance(value, list) else [value]:
+            if isinstance(child, tuple):
+                child = child[1]
+            if isinstance(child, dict):
+                names += named_files(child)
+    return [name for name in names if name]
 
 
-def _read(buf: bytes, pos: int, table: str) -> dict:
-    t = Table(bytearray(buf), pos)
-    out: dict = {}
-    fields = SCHEMA[table]
-    for slot, (name, kind) in enumerate(fields):
-        o = t.Offset(4 + 2 * slot)
-        if o == 0 or kind == "utype":
-            continue
-        at = o + t.Pos
-        if kind in _SCALARS:
-            out[name] = t.Get(_SCALARS[kind][0], at)
-        elif kind == "string":
-            out[name] = t.String(at).decode("utf-8")
-        elif kind == "union":
-            type_offset = t.Offset(4 + 2 * (slot - 1))
-            member = t.Get(number_types.Uint8Flags, type_offset + t.Pos) if type_offset else 0
-            value = Table(t.Bytes, 0)
-            t.Union(value, o)
-            out[name] = (member, _read(buf, value.Pos, UNIONS[name][member]) if member in UNIONS[name] else {})
-        elif kind.startswith("["):
-            element, start, count = kind[1:-1], t.Vector(o), t.VectorLen(o)
-            if element == "float":
-                out[name] = [t.Get(number_types.Float32Flags, start + 4 * i) for i in range(count)]
-            elif element == "string":
-                out[name] = [t.String(start + 4 * i).decode("utf-8") for i in range(count)]
+class _BoundedReader:
+    """Reads a ModelMetadata flatbuffer by SCHEMA, every offset checked
+    against the buffer's bounds (ValueError where one points outside), and
+    the bytes of every table, vector and string it visits counted against
+    MAX_REFERENCED_PER_BYTE times the buffer's size."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.left = MAX_REFERENCED_PER_BYTE * len(data)
+
+    def get(self, fmt: str, at: int):
+        if not 0 <= at <= len(self.data) - struct.calcsize(fmt):
+            raise ValueError(f"an offset points outside its {len(self.data)} bytes")
+        return struct.unpack_from(fmt, self.data, at)[0]
+
+    def visit(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise ValueError(f"it references more than its {len(self.data):,} bytes can hold: tables shared over "
+                             "and over")
+
+    def target(self, at: int) -> int:
+        """Where the offset stored at ``at`` points."""
+        return at + self.get("<I", at)
+
+    def table(self, at: int, table: str) -> dict:
+        self.visit(4)
+        vtable = at - self.get("<i", at)
+        vtable_size = self.get("<H", vtable)
+        fields = SCHEMA[table]
+        slots = [self.get("<H", vtable + 4 + 2 * slot) if 4 + 2 * slot < vtable_size else 0
+                 for slot in range(len(fields))]
+        out: dict = {}
+        for slot, (name, kind) in enumerate(fields):
+            if not slots[slot] or kind == "utype":
+                continue
+            field_at = at + slots[slot]
+            if kind in _SCALARS:
+                out[name] = self.get(_SCALARS[kind][0], field_at)
+            elif kind == "string":
+                out[name] = self.string(self.target(field_at))
+            elif kind == "union":
+                member = self.get("<B", at + slots[slot - 1]) if slots[slot - 1] else 0
+                member_table = UNIONS[name].get(member)
+                out[name] = (member, self.table(self.target(field_at), member_table) if member_table else {})
+            elif kind.startswith("["):
+                out[name] = self.vector(self.target(field_at), kind[1:-1])
             else:
-                out[name] = [_read(buf, t.Indirect(start + 4 * i), element) for i in range(count)]
-        else:
-            out[name] = _read(buf, t.Indirect(at), kind)
-    return out
+                out[name] = self.table(self.target(field_at), kind)
+        return out
+
+    def vector(self, at: int, element: str) -> list:
+        count = self.get("<I", at)
+        self.visit(4 + 4 * count)
+        start = at + 4
+        if element == "float":
+            if count:
+                self.get("<f", start + 4 * count - 4)  # the last one lies inside the buffer
+            return list(struct.unpack_from(f"<{count}f", self.data, start))
+        if element == "string":
+            return [self.string(self.target(start + 4 * i)) for i in range(count)]
+        return [self.table(self.target(start + 4 * i), element) for i in range(count)]
+
+    def string(self, at: int) -> str:
+        length = self.get("<I", at)
+        self.visit(4 + length)
+        if at + 4 + length > len(self.data):
+            raise ValueError(f"a string runs past its {len(self.data)} bytes")
+        try:
+            return self.data[at + 4:at + 4 + length].decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("a string is not UTF-8 text") from None

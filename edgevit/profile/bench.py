@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from edgevit.errors import EdgevitError, about
 from edgevit.litert.delegates import DEFAULT_ANDROID_API
-from edgevit.litert.flatbuffer import read
+from edgevit.litert.flatbuffer import read, read_file
 from edgevit.litert.gpu_rules import check_gpu
 from edgevit.litert.metadata import read_embedded
 from edgevit.litert.metadata_check import metadata_problems
@@ -65,10 +65,7 @@ def parse_threads(text: str) -> list[int]:
 def describe_model(path: str | Path) -> dict:
     """File facts for the tables: name, precision, size."""
     p = Path(path)
-    if not p.is_file():
-        raise EdgevitError(f"Model file {str(path)!r} does not exist." if not p.exists()
-                           else f"{str(path)!r} is a folder, not a .tflite file.")
-    content = p.read_bytes()
+    content = read_file(p)
     with about(p):
         graph = read(content)  # a clear error for a file that is not a .tflite flatbuffer
     for index in graph.inputs:

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, printable
 
 CSV_FIELDS = ["model", "file", "precision", "target", "device", "runtime", "delegate", "threads", "status",
               "runs", "init_ms", "first_ms", "warmup_avg_ms", "p50_ms", "p90_ms", "p99_ms", "avg_ms", "std_ms",
@@ -275,16 +275,20 @@ def print_metadata(model: str, summary: dict, stream=None) -> None:
 
     console = Console(file=stream or sys.stdout, width=140)
     ev, std = summary["edgevit"], summary["standard"]
-    console.print(f"[bold]edgevit metadata[/bold] - {model}: " + (
-        f"{ev['model']}, {ev['precision']}, {ev['num_classes']} classes, input {ev['input']}, output {ev['output']}, "
-        f"weights {escape(str(ev['weights']))}" if ev else "none"))
-    console.print(f"[bold]standard TFLite metadata[/bold] - {model}: " + (
-        f"{std['name']}, output {std['output']!r}, {std['labels']} labels, normalisation mean/std "
-        f"{std['normalization_mean_std']}, {std['version']}, parser >= {std['min_parser_version']}"
-        + (f", licence {escape(std['licence'])}" if std["licence"] else "")
+
+    def shown(value) -> str:  # what a file says is text, not markup, and its control characters are escapes
+        return escape(printable(str(value)))
+
+    console.print(f"[bold]edgevit metadata[/bold] - {shown(model)}: " + (
+        f"{shown(ev['model'])}, {shown(ev['precision'])}, {shown(ev['num_classes'])} classes, input "
+        f"{shown(ev['input'])}, output {shown(ev['output'])}, weights {shown(ev['weights'])}" if ev else "none"))
+    console.print(f"[bold]standard TFLite metadata[/bold] - {shown(model)}: " + (
+        f"{shown(std['name'])}, output {shown(repr(std['output']))}, {std['labels']} labels, normalisation mean/std "
+        f"{std['normalization_mean_std']}, {shown(std['version'])}, parser >= {shown(std['min_parser_version'])}"
+        + (f", licence {shown(std['licence'])}" if std["licence"] else "")
         if std else "none (MediaPipe Tasks and the Task Library need it for float inputs and category names)"))
     for problem in summary["problems"]:
-        console.print(f"  [red]metadata contradicts the file[/red]: {escape(problem)}")
+        console.print(f"  [red]metadata contradicts the file[/red]: {shown(problem)}")
 
 
 def print_check(model: str, reports: dict, gpu_run=None, stream=None) -> None:
