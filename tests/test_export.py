@@ -316,9 +316,9 @@ def test_verdict_of_a_file_that_agrees_says_where_it_deploys_and_what_next(tmp_p
     assert verdict.agreement == "good"
     assert verdict.deployable_on[0] == "CPU (XNNPACK)" and "GPU delegate (by its rules; not run here)" in \
         verdict.deployable_on and "NNAPI (Android API 33 rules)" in verdict.deployable_on
-    assert verdict.text.startswith("verdict: deployable on CPU (XNNPACK), GPU delegate")
-    assert f"`edgevit eval {out} --data DIR`" in verdict.text and "random" not in verdict.text
-    assert "\n" not in verdict.text
+    assert verdict.text == "verdict: deploy on CPU, GPU, NNAPI; agreement good"
+    assert verdict.why.startswith("deployable on CPU (XNNPACK), GPU delegate")
+    assert f"`edgevit eval {out} --data DIR`" in verdict.next and "random" not in verdict.why + verdict.next
     assert json.loads(result.files.report.read_text())["verdict"] == verdict.to_dict()
 
 
@@ -328,19 +328,47 @@ def test_verdict_on_random_weights_says_low_agreement_is_expected_there(tmp_path
     from edgevit.export.verdict import verdict
 
     result, _ = run_export(tmp_path, precision="int8", gpu_images=0)
-    assert result.weights == "random-init" and "random weights" in result.verdict.text
+    assert result.weights == "random-init" and "random weights" in result.verdict.why
     poor = {**result.agreement, "top1_agreement": 0.344, "cosine_mean": 0.90}
     random_init = verdict(dataclasses.replace(result, agreement=poor))
     assert random_init.agreement == "poor" and random_init.deployable_on[0] == "CPU (XNNPACK)"
+    assert random_init.text == "verdict: deploy on CPU, GPU, NNAPI; agreement poor: random weights"
     assert "agreement poor (top-1 34.4%, logit cosine 0.9000 on 4 images), as expected with random weights" in \
-        random_init.text and "--weights imagenet" in random_init.text
+        random_init.why and "--weights imagenet" in random_init.next
     # the same numbers from trained weights point at what to change instead
     breaking = {"layer": "blocks.3.attn", "threshold": 0.98, "hint": "try --int16x8"}
     trained = verdict(dataclasses.replace(result, agreement=poor, weights="model.keras",
                                           first_breaking_layer=breaking))
-    assert "expected" not in trained.text and "first below cosine 0.98 at blocks.3.attn); next: try --int16x8." \
-        in trained.text
+    assert "expected" not in trained.why and trained.why.endswith("first below cosine 0.98 at blocks.3.attn)")
+    assert trained.next == "try --int16x8" and trained.text == "verdict: deploy on CPU, GPU, NNAPI; agreement poor"
     failed = verdict(dataclasses.replace(result, checks=[*result.checks, pipeline.Check("max tensor rank <= 4",
                                                                                          False, "max rank 6")]))
-    assert failed.deployable_on == [] and failed.text.startswith("verdict: not deployable as it is: 1 check(s) "
-                                                                 "failed (max tensor rank <= 4: max rank 6)")
+    assert failed.deployable_on == [] and failed.text == "verdict: not deployable (1 check failed); agreement good"
+    assert failed.why.startswith("not deployable as it is: 1 check(s) failed (max tensor rank <= 4: max rank 6)")
+
+
+def test_a_failed_run_on_one_place_rules_out_that_place_and_the_verdict_says_what_to_do(tmp_path):
+    """A GPU (or Arm64) run that disagrees with XNNPACK rules out the GPU
+    delegate, not the CPU the file was validated on, and the verdict says
+    where to ship it instead; every verdict line fits 80 columns."""
+    import dataclasses
+
+    from edgevit.export.verdict import verdict
+
+    result, _ = run_export(tmp_path, precision="int8", gpu_images=0, weights_label="trained.keras")
+    gpu_failed = pipeline.Check("GPU accelerator: every op on the GPU, same answer as XNNPACK", False,
+                                "every op on the GPU, mean cosine 0.96613 (floor 0.9741)", place="GPU")
+    arm_failed = pipeline.Check("Arm64 kernels (emulated): same answer as x86 XNNPACK", False,
+                                "mean cosine 0.5 (floor 0.995), a76 XNNPACK kernels", place="Arm64")
+    judged = verdict(dataclasses.replace(result, checks=[*result.checks, gpu_failed]))
+    assert judged.deployable_on == ["CPU (XNNPACK)", "NNAPI (Android API 33 rules)"]
+    assert judged.text == "verdict: deploy on CPU, NNAPI (not GPU); agreement good"
+    assert "GPU accelerator: every op on the GPU, same answer as XNNPACK failed (every op on the GPU, mean cosine " \
+           "0.96613 (floor 0.9741))" in judged.why
+    assert "ship it without the GPU delegate (CPU or NNAPI), or convert --fp16 for the GPU" in judged.next
+    poor = {**result.agreement, "top1_agreement": 0.344, "cosine_mean": 0.90}
+    lines = [verdict(dataclasses.replace(result, checks=[*result.checks, *failed], agreement=agreement,
+                                         weights=weights)).text
+             for failed in ([], [gpu_failed], [gpu_failed, arm_failed])
+             for agreement in (result.agreement, poor) for weights in ("random-init", "trained.keras")]
+    assert max(len(line) for line in lines) <= 80, lines

@@ -231,3 +231,28 @@ def test_check_runs_a_good_file_on_the_gpu(gpu, tmp_path):
     data = json.loads(run_cli("check", path, "--gpu", "--images", "2", "--json")[1])
     run = data["gpu_accelerator"]
     assert run["ran"] and run["fully_accelerated"] and run["agrees"] and run["agreement"]["top1_agreement"] == 1.0
+
+
+def test_convert_and_check_judge_a_qat_file_on_the_gpu_alike_every_time(gpu, tmp_path):
+    """A 2-class QAT model, its logits close together: convert judged its
+    GPU run on its validation images and check on sample photos, and one
+    failed the GPU where the other passed it. Now both run the same held-out
+    photos against the same floor: two conversions and a check give one
+    answer, and the verdict rules out the GPU alone should it disagree."""
+    from edgevit.export.pipeline import ExportOptions, export
+    from edgevit.quantize.qat import quantize_model
+    from tests.test_export import SPEC, tiny_model
+
+    x = np.random.default_rng(0).uniform(-2, 2, (16, 32, 32, 3)).astype(np.float32)
+    qat = quantize_model(tiny_model(classes=2), x, input_range=(-2.0, 2.0))
+    results = [export(qat, SPEC, ExportOptions(output=str(tmp_path / f"run{i}.tflite"), weights_label="qat.keras"))
+               for i in range(2)]
+    runs = [result.gpu_run.to_dict() for result in results]
+    assert runs[0]["ran"] and runs[0]["agreement"]["samples"] == 16
+    assert {k: v for k, v in runs[0].items() if k != "images"} == {k: v for k, v in runs[1].items() if k != "images"}
+    assert results[0].verdict.text == results[1].verdict.text
+    assert ("GPU" in results[0].verdict.text) == runs[0]["agrees"]
+    code, out, _ = run_cli("check", "--gpu", "--json", tmp_path / "run0.tflite")
+    checked = json.loads(out)["gpu_accelerator"]
+    assert (checked["agrees"], checked["agreement"], checked["floor"]) == \
+        (runs[0]["agrees"], runs[0]["agreement"], runs[0]["floor"]), code

@@ -11,6 +11,8 @@ from edgevit.cli.options import (IMAGENET_DOWNLOAD, InputSize, classifier_classe
                                  precision_options, refuse_existing)
 from edgevit.cli.output import log, print_json, print_table, user_errors
 from edgevit.errors import EdgevitError
+from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
+from edgevit.litert.arm import DEFAULT_IMAGES as DEFAULT_ARM_IMAGES
 from edgevit.native_output import import_tensorflow_quietly
 
 
@@ -143,12 +145,14 @@ def _multiply_accumulates(macs: int) -> str:
 @click.option("--android-demo", "android_demo", type=str, default=None, metavar="DIR",
               help="Also copy the model, metadata and labels into this Android demo app (android_demo/).")
 @click.option("--no-gpu-run", is_flag=True,
-              help="Do not run the file on LiteRT's GPU accelerator against XNNPACK (it runs where this "
-                   "machine has a Vulkan device; see `edgevit check --help`).")
+              help=f"Do not run the file on LiteRT's GPU accelerator against XNNPACK ({DEFAULT_GPU_IMAGES} held-out "
+                   "sample photos, "
+                   "those `edgevit check --gpu` judges it on; it runs where this machine has a Vulkan device).")
 @click.option("--no-arm-run", is_flag=True,
-              help="Do not run the file on LiteRT's Arm64 kernels against x86 XNNPACK (one held-out image, "
-                   "Cortex-A76 XNNPACK kernels, emulated; it runs where scripts/install-arm-emulator.sh installed "
-                   "the emulator; see `edgevit check --arm`).")
+              help=f"Do not run the file on LiteRT's Arm64 kernels against x86 XNNPACK ({DEFAULT_ARM_IMAGES} held-out "
+                   "sample photos, those `edgevit check --arm` judges it on, Cortex-A76 XNNPACK kernels, emulated; "
+                   "it runs where "
+                   "scripts/install-arm-emulator.sh installed the emulator).")
 @click.option("--no-diagnosis", is_flag=True,
               help="Do not compare the file layer by layer with an fp32 conversion when it agrees poorly with the "
                    "Keras model (a second conversion, and every tensor of both files kept).")
@@ -182,7 +186,7 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
                          show_top5_photos=imagenet and num_classes in (None, IMAGENET_CLASSES),
                          diagnose_below_cosine=None if no_diagnosis else 0.98,
                          **({"gpu_images": 0} if no_gpu_run else {}),
-                         arm_images=0 if no_arm_run else 1)
+                         arm_images=0 if no_arm_run else DEFAULT_ARM_IMAGES)
     check_options(opts)  # before the model is built, not after converting
     refuse_existing(ExportFiles.beside(Path(output)).all(), overwrite)
     from edgevit.saving import check_model_file, existing_file

@@ -297,4 +297,5 @@ def _print_result(result: dict, as_json: bool) -> None:
                  ["int8 top-1 agreement", a["top1_agreement"]], ["int8 cosine mean", round(a["cosine_mean"], 5)]]
     print_table(None, ["field", "value"], rows)
     if "export" in result:
-        click.echo(result["export"]["verdict"]["text"])
+        verdict = result["export"]["verdict"]
+        click.echo(f"why: {verdict['why']}.\nnext: {verdict['next']}.\n{verdict['text']}")

@@ -33,7 +33,8 @@ from edgevit.export.memory import memory_of
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.export.run_model import run_in_child
 from edgevit.export.verdict import GPU_PRECISIONS, verdict
-from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_on_gpu
+from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
+from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_file_on_gpu
 from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
 from edgevit.litert.inputs import file_input_values
@@ -47,7 +48,6 @@ from edgevit.saving import class_names_of
 from edgevit.writing import Staging, check_writable, staged
 
 DEFAULT_VALIDATION_SAMPLES = 32
-DEFAULT_GPU_IMAGES = 8
 
 
 @dataclass
@@ -68,16 +68,18 @@ class ExportOptions:
     # When a quantized file agrees poorly with the Keras model, compare it
     # layer by layer with an fp32 conversion and name where it breaks first.
     diagnose_below_cosine: float | None = None
-    # Held-out images the file also runs on with LiteRT's GPU accelerator
-    # against XNNPACK, where a Vulkan device exists (0: no GPU run).
+    # Held-out sample photos the file also runs on with LiteRT's GPU accelerator
+    # against XNNPACK, where a Vulkan device exists (0: no GPU run): the
+    # photos `edgevit check --gpu` judges it on, so that both say the same.
     gpu_images: int = DEFAULT_GPU_IMAGES
     # A model with ImageNet weights: the report lists the top-5 labels of the
     # Keras model and of the file side by side on the held-out photos.
     show_top5_photos: bool = False
-    # Held-out images the file also runs on with LiteRT's Arm64 XNNPACK kernels
-    # (Cortex-A76 profile, emulated) against x86 XNNPACK, where the emulator is
-    # installed (0: no Arm64 run). Emulated inferences take seconds each: the
-    # CLI runs one, library callers none unless they ask.
+    # Held-out sample photos the file also runs on with LiteRT's Arm64 XNNPACK
+    # kernels (Cortex-A76 profile, emulated) against x86 XNNPACK, where the
+    # emulator is installed (0: no Arm64 run): those of `edgevit check --arm`.
+    # Emulated inferences take seconds each: library callers run none unless
+    # they ask.
     arm_images: int = 0
 
 
@@ -328,14 +330,15 @@ def _top5(probs: np.ndarray, labels: list[str]) -> list[list]:
     return [[labels[i], round(float(probs[i]), 4)] for i in np.argsort(-probs, kind="stable")[:5]]
 
 
-def gpu_run(staged_model: Path, images: np.ndarray, precision: str, progress: Progress) -> GpuRun:
-    """The staged file on LiteRT's GPU accelerator against XNNPACK, compared
-    on its logits (a not-run record, saying why, when this machine has no
-    Vulkan device). ``images``: in the values the file's input takes."""
+def gpu_run(staged_model: Path, count: int, progress: Progress) -> GpuRun:
+    """The staged file on LiteRT's GPU accelerator against XNNPACK on
+    ``count`` held-out sample photos, compared on its logits, as `edgevit
+    check --gpu` runs it (a not-run record, saying why, when this machine has
+    no Vulkan device)."""
     if missing_vulkan() is None:
-        progress.step(f"Running on {len(images)} held-out images with LiteRT's GPU accelerator")
+        progress.step(f"Running on {count} held-out sample photos with LiteRT's GPU accelerator")
     with progress.bar("GPU accelerator and XNNPACK (one child process)", None):
-        return run_on_gpu(staged_model, images, precision, images=f"{len(images)} held-out validation images")
+        return run_file_on_gpu(staged_model, count)
 
 
 # The convert report's Arm64 line: the big-core kernels phones run most, XNNPACK
@@ -343,17 +346,16 @@ def gpu_run(staged_model: Path, images: np.ndarray, precision: str, progress: Pr
 ARM_PROFILE = "a76"
 
 
-def arm_run(staged_model: Path, images: np.ndarray, progress: Progress) -> ArmCheck:
+def arm_run(staged_model: Path, count: int, progress: Progress) -> ArmCheck:
     """The staged file on LiteRT's Arm64 XNNPACK kernels (emulated) against
-    x86 XNNPACK, compared on its logits (a not-run record, saying how to
-    install the emulator, when it is not installed). ``images``: in the
-    values the file's input takes."""
+    x86 XNNPACK on ``count`` held-out sample photos, compared on its logits,
+    as `edgevit check --arm` runs it (a not-run record, saying how to install
+    the emulator, when it is not installed)."""
     if emulator_missing() is None:
-        progress.step(f"Running on {len(images)} held-out image(s) with LiteRT's Arm64 kernels (emulated, "
+        progress.step(f"Running on {count} held-out sample photo(s) with LiteRT's Arm64 kernels (emulated, "
                       f"{ARM_PROFILE})")
     with progress.bar("Arm64 run", None) as advance:
-        return check_on_arm(staged_model, [ARM_PROFILES[ARM_PROFILE]], ("xnnpack",), inputs=images,
-                            images_note=f"{len(images)} held-out validation image(s)",
+        return check_on_arm(staged_model, [ARM_PROFILES[ARM_PROFILE]], ("xnnpack",), images=count,
                             step=lambda message: advance(0, status=message))
 
 
@@ -426,23 +428,21 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                                                     spec.preprocessing_at(job.input_size), opts.validation_threads,
                                                     progress)
         if opts.gpu_images:
-            result.gpu_run = gpu_run(staged_model, packaged.input_values(job.validation[:opts.gpu_images]),
-                                     opts.precision, progress)
+            result.gpu_run = gpu_run(staged_model, opts.gpu_images, progress)
             run = result.gpu_run
             if run.ran and opts.precision in GPU_PRECISIONS:
                 result.checks.append(Check(
                     "GPU accelerator: every op on the GPU, same answer as XNNPACK",
                     run.fully_accelerated and run.agrees,
                     f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
-                    f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})"))
+                    f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})", place="GPU"))
         if opts.arm_images:
-            result.arm_run = run = arm_run(staged_model, packaged.input_values(job.validation[:opts.arm_images]),
-                                           progress)
+            result.arm_run = run = arm_run(staged_model, opts.arm_images, progress)
             if run.ran:
                 result.checks.append(Check(
                     "Arm64 kernels (emulated): same answer as x86 XNNPACK", bool(run.agrees),
                     f"mean cosine {min(r.agreement['cosine_mean'] for r in run.rows):.5f} (floor "
-                    f"{run.rows[0].floor:.4g}), {ARM_PROFILE} XNNPACK kernels"))
+                    f"{run.rows[0].floor:.4g}), {ARM_PROFILE} XNNPACK kernels", place="Arm64"))
         threshold = opts.diagnose_below_cosine
         if (threshold is not None and needs_calibration(opts.precision)
                 and result.agreement["cosine_mean"] < threshold):

@@ -65,13 +65,13 @@ def print_report(result: ExportResult, stream=None) -> None:
         ("quantization ranges", RANGES.get(result.quantization_ranges, "none (float activations)")),
         ("calibration images", result.images.calibration or "none"),
         ("validation images", result.images.validation),
-        *_probability_rows(result.probability_agreement),
         ("top-1 agreement" + (" (logits)" if result.probability_agreement else ""),
          f"{a['top1_agreement'] * 100:.1f}% of {a['samples']} images"),
         ("top-5 overlap", f"{a['top5_overlap'] * 100:.1f}%"),
         ("logit cosine", f"mean {a['cosine_mean']:.5f}, min {a['cosine_min']:.5f}"),
         ("max abs logit error", f"{a['max_abs_logit_error']:.4g} (logits span "
                                 f"{a['reference_logit_range'][0]:.3g} .. {a['reference_logit_range'][1]:.3g})"),
+        *_probability_rows(result.probability_agreement),
         ("time", f"convert {round(result.convert_seconds, 2)} s, validate {round(result.validate_seconds, 2)} s"),
     ]
     broken = result.first_breaking_layer
@@ -108,6 +108,8 @@ def print_report(result: ExportResult, stream=None) -> None:
     if result.weights_hint:
         console.print(result.weights_hint)
     if result.verdict is not None:
+        for label, text in (("why", result.verdict.why), ("next", result.verdict.next)):
+            console.print(Text(f"{label}: {text}."))
         console.print(Text(result.verdict.text, style="bold"))
 
 
@@ -116,11 +118,17 @@ def _probability_rows(p: dict | None) -> list[tuple[str, str]]:
     how its top-1 and probabilities follow the Keras model's softmax."""
     if p is None:
         return [("outputs", "logits (no softmax in the file: --logits)")]
-    ties = f", {p['top1_ties']} of them ties at the file's resolution" if p["top1_ties"] else ""
     keras_top, file_top = p["top1_probability_mean"]
+    if p["top1_ties"] * 2 >= p["samples"]:
+        top1 = (f"undecided on {p['top1_ties']} of {p['samples']} images: their highest probabilities tie at the "
+                f"file's resolution (1/256; the Keras model's top-1 is {keras_top:.3f} on average), so the "
+                "logit rows above decide")
+    else:
+        ties = f", {p['top1_ties']} of them ties at the file's resolution" if p["top1_ties"] else ""
+        top1 = f"{p['top1_agreement'] * 100:.1f}% of {p['samples']} images{ties}"
     return [
-        ("outputs", "probabilities (softmax in the file); the logit rows below compare its softmax's input"),
-        ("top-1 agreement", f"{p['top1_agreement'] * 100:.1f}% of {p['samples']} images{ties}"),
+        ("outputs", "probabilities (softmax in the file); the logit rows above compare its softmax's input"),
+        ("top-1 agreement (probabilities)", top1),
         ("max abs probability error", f"{p['max_abs_probability_error']:.4f} (mean top-1 probability: Keras "
                                       f"{keras_top:.3f}, file {file_top:.3f})"),
     ]

@@ -16,13 +16,16 @@ if TYPE_CHECKING:
 
 @dataclass
 class Check:
-    """One deployment rule the converted graph was held to."""
+    """One deployment rule the converted file was held to; ``place``: the
+    place a run checked (the GPU, Arm64), which a failure rules out alone
+    (None: a rule of the file itself, which a failure makes not deployable)."""
     name: str
     passed: bool
     detail: str
+    place: str | None = None
 
     def to_dict(self) -> dict:
-        return {"check": self.name, "passed": self.passed, "detail": self.detail}
+        return {"check": self.name, "passed": self.passed, "detail": self.detail, "place": self.place}
 
 
 @dataclass
