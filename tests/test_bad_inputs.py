@@ -1314,6 +1314,11 @@ def test_more_threads_than_cores_are_left_out_and_said_so(tmp_path, monkeypatch)
     assert [r["threads"] for r in result["results"]] == [1]
     assert result["warnings"] == ["this machine has 2 cores: 4 thread(s) left out of its runs (it measures 1)"]
     assert "warning: this machine has 2 cores: 4 thread(s) left out" in err
+    # asked for nothing: the default counts up to the cores, without a word
+    code, out, err = run("bench", "m.tflite", "--runs", "1", "--host-kernels", "xnnpack", "--json")
+    assert code == 0 and "warning" not in err, err
+    result = json.loads(out)
+    assert result["host"]["threads"] == [1, 2] and result["warnings"] == []
 
 
 # A QAT model's files say where their ranges came from.

@@ -66,4 +66,13 @@ def test_percentiles_match_numpy():
 ])
 def test_host_description_names_the_int8_dot_product_instructions(monkeypatch, cpuinfo, expected):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
-    assert expected in host_description(cpuinfo)
+    assert expected in host_description(cpuinfo) and not host_description(cpuinfo).startswith("host")
+
+
+def test_a_mean_far_from_the_median_is_explained():
+    from edgevit.profile.report import skew_note
+
+    assert skew_note({"avg_ms": 10.2, "p50_ms": 10.0}) is None
+    assert skew_note({"avg_ms": 8.0, "p50_ms": 10.0, "min_ms": 2.0, "max_ms": 11.0}) == (
+        "mean 8.00 ms against a median of 10.00 ms: a few runs were much faster than the rest (min 2.00, max "
+        "11.00 ms); the median is the figure to compare")

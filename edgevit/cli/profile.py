@@ -9,12 +9,12 @@ from edgevit.cli.options import Seconds
 from edgevit.cli.output import plain, print_json, stderr_console, user_errors
 from edgevit.errors import EdgevitError, about
 from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
+from edgevit.litert.arm import DEFAULT_IMAGES as DEFAULT_ARM_IMAGES
 
 # what `edgevit check --arm` runs by default: the big dotprod core, an i8mm
 # core and the little core; on two photos (emulated fp32 at 256 px runs about
 # 20 s per inference on two cores)
 DEFAULT_ARM_PROFILES = ("a76", "max", "a55")
-DEFAULT_ARM_IMAGES = 2
 
 
 @click.command("bench")
@@ -24,7 +24,9 @@ DEFAULT_ARM_IMAGES = 2
                    "`--models a_fp32.tflite a_int8.tflite`.")
 @click.option("--delegate", "delegates", default="cpu", show_default=True,
               help="Comma list of cpu, gpu, nnapi (gpu/nnapi run on phones).")
-@click.option("--threads", default=None, help="CPU thread counts, comma list (default 1,2,4; --arm counts 1 thread).")
+@click.option("--threads", default=None,
+              help="CPU thread counts, comma list (default 1,2,4, those up to this machine's core count; --arm "
+                   "counts 1 thread).")
 @click.option("--host-kernels", default="xnnpack,reference", show_default=True,
               help="Kernels for this machine: xnnpack, builtin, reference.")
 @click.option("--no-host", is_flag=True, help="Do not measure on this machine.")
@@ -81,7 +83,8 @@ def bench_command(models, sweep, delegates, threads, host_kernels, no_host, devi
         return
     opts = bench.BenchOptions(
         delegates=bench.parse_list(delegates, "delegate", DELEGATES),
-        threads=bench.parse_threads(threads or "1,2,4"),
+        threads=bench.parse_threads(threads) if threads else list(bench.DEFAULT_THREADS),
+        threads_asked=bool(threads),
         host_kernels=bench.parse_list(host_kernels, "host-kernels", KERNELS), runs=runs or 50,
         warmup=5 if warmup is None else warmup,
         max_secs=max_secs, op_profiling=op_profiling, peak_memory=peak_memory,

@@ -22,12 +22,15 @@ PRECISION_WORDS = ("int8_mixed", "int16x8", "int8", "fp16", "fp32", "dynamic")
 # Phones have up to 12 cores, hosts that build Android apps rarely more;
 # LiteRT's thread pool gains nothing on a ViT long before this.
 MAX_THREADS = 64
+# what a phone app tries first; on this machine, those up to its core count
+DEFAULT_THREADS = (1, 2, 4)
 
 
 @dataclass
 class BenchOptions:
     delegates: list[str] = field(default_factory=lambda: ["cpu"])
-    threads: list[int] = field(default_factory=lambda: [1, 2, 4])
+    threads: list[int] = field(default_factory=lambda: list(DEFAULT_THREADS))
+    threads_asked: bool = False     # --threads given: a count this machine cannot run is said, not dropped quietly
     host_kernels: list[str] = field(default_factory=lambda: ["xnnpack", "reference"])
     runs: int = 50
     warmup: int = 5
@@ -117,14 +120,15 @@ def _precision_from_graph(content: bytes) -> str:
     return "dynamic" if weights & {"int8"} else "fp32"
 
 
-def host_threads(asked: list[int], cores: int, on_phones: bool, warn: Callable[[str], None]) -> list[int]:
+def host_threads(asked: list[int], cores: int, on_phones: bool, warn: Callable[[str], None] | None) -> list[int]:
     """The thread counts measured on this machine: those up to its core
     count (more threads than cores time the cores' sharing, not the model).
-    Leaving some out is a warning, leaving all out an error unless phones
-    are measured."""
+    Leaving some out is a warning (``warn``: None where the user asked for
+    none, and the defaults are cut to the cores quietly), leaving all out an
+    error unless phones are measured."""
     fitting = [t for t in asked if t <= cores]
     left_out = [t for t in asked if t > cores]
-    if not left_out:
+    if not left_out or warn is None:
         return fitting
     counts = ", ".join(map(str, left_out))
     if not fitting and not on_phones:
@@ -169,7 +173,7 @@ def run_bench(models: list[str | Path], opts: BenchOptions,
              "measuring the CPU on this machine only")
 
     cores = os.cpu_count() or 1
-    measured = host_threads(opts.threads, cores, on_phones, note) if opts.host else []
+    measured = host_threads(opts.threads, cores, on_phones, note if opts.threads_asked else None) if opts.host else []
     # Resolve phones before the (slow) host runs, so device errors come first.
     adb = devices = None
     if on_phones:

@@ -120,7 +120,7 @@ def host_description(cpuinfo: str | None = None) -> str:
             flags |= set(value.split())
     cpu = names[0] if names else platform.processor() or platform.machine()
     dot = [f for f in INT8_DOT_FLAGS if f in flags]
-    return f"host ({cpu}, {os.cpu_count()} cores, int8 dot product: {', '.join(dot) or 'none'})"
+    return f"{cpu}, {os.cpu_count()} cores, int8 dot product: {', '.join(dot) or 'none'}"
 
 
 def run_config(model_path: str | Path, threads: int, kernels: str, warmup: int = 5, runs: int = 50,

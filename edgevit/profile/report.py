@@ -120,11 +120,26 @@ def print_bench(result: dict, stream=None) -> None:
         table.add_row(*row)
     console.print(table)
     for r in result["results"]:
+        skew = skew_note(r)
+        if skew:
+            console.print(f"  {r.get('model')} {r.get('device') or r.get('target')} {config_label(r)}: {skew}")
         if r.get("op_profile"):
             top = ", ".join(f"{o['node_type']} {o['percent']:.0f}%" for o in r["op_profile"][:5]
                             if o.get("percent") is not None)
             console.print(f"  top ops, {r.get('model')} {r.get('device') or r.get('target')} "
                           f"{config_label(r)}: {top}")
+
+
+def skew_note(row: dict) -> str | None:
+    """What a mean 5 % or more off the median means (None where it is not)."""
+    mean, median = row.get("avg_ms"), row.get("p50_ms")
+    if mean is None or not median or abs(mean - median) < 0.05 * median:
+        return None
+    side = "faster" if mean < median else "slower"
+    spread = f" (min {_ms(row['min_ms'])}, max {_ms(row['max_ms'])} ms)" if row.get("min_ms") is not None and \
+        row.get("max_ms") is not None else ""
+    return (f"mean {_ms(mean)} ms against a median of {_ms(median)} ms: a few runs were much {side} than the "
+            f"rest{spread}; the median is the figure to compare")
 
 
 def write_csv(result: dict, path: str | Path) -> None:
