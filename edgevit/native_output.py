@@ -58,4 +58,4 @@ def import_tensorflow_quietly() -> None:
 
             tensorflow.config.list_physical_devices()
     except ImportError as err:
-        raise SystemExit(f"error: TensorFlow failed to import: {err}") from None
+        raise EdgevitError(f"TensorFlow failed to import: {err}") from None

@@ -96,13 +96,13 @@ def random_init_hint(spec: ModelSpec, precision: str) -> str:
             f"weights edgevit can fetch{reason}; {own}.")
 
 
-def load_imagenet(model, spec: ModelSpec, log=_stderr) -> None:
-    """Fill ``model`` with the variant's ImageNet weights at its input size;
-    a model with another class count gets every weight but its classifier's."""
+def load_imagenet(model, spec: ModelSpec, path: Path) -> None:
+    """Fill ``model`` with the variant's ImageNet weights at its input size,
+    imported to ``path`` (:func:`cached_weights`); a model with another
+    class count gets every weight but its classifier's."""
     from edgevit.saving import copy_all_but_head, load_weights_into
 
     size = int(model.inputs[0].shape[1])
-    path = cached_weights(spec, size, log)
     if int(model.outputs[0].shape[-1]) == IMAGENET_CLASSES:
         load_weights_into(model, path)
         return
@@ -137,6 +137,14 @@ def cached_weights(spec: ModelSpec, input_size: int, log=_stderr) -> Path:
     if state == "damaged":
         log(f"The cached ImageNet weights of {spec.name} in {folder} are damaged (their sha256 does not match "
             "the manifest): importing them again.")
+    if needs_torch(entry):  # before a download that could not be read
+        from edgevit.converters.checkpoints import import_torch
+
+        try:
+            import_torch()
+        except MissingPackage as err:
+            raise MissingPackage(f"The ImageNet weights of {spec.name} are a PyTorch checkpoint ({entry.where}): "
+                                 f"{err}") from None
     with fetched_checkpoint(entry, log) as (checkpoint, checkpoint_sha256):
         from edgevit.converters.api import import_weights
 
@@ -147,6 +155,15 @@ def cached_weights(spec: ModelSpec, input_size: int, log=_stderr) -> Path:
                                             "checkpoint_sha256": checkpoint_sha256,
                                             "channel_order_in_checkpoint": entry.channel_order})
     return weights
+
+
+def needs_torch(entry: Pretrained) -> bool:
+    """Whether reading ``entry``'s checkpoint needs torch (a PyTorch
+    pickle, not safetensors)."""
+    from edgevit.converters.checkpoints import TORCH_SUFFIXES
+
+    name = (entry.file or urlsplit(entry.location).path).lower()
+    return name.endswith(TORCH_SUFFIXES) or (not entry.file and name.endswith(".zip"))
 
 
 def _cache_state(weights: Path, manifest: Path, expected: dict) -> str:
@@ -234,9 +251,9 @@ def _refuse_offline(what: str, where: str) -> EdgevitError:
                         f"unset HF_HUB_OFFLINE, or {INSTEAD}.")
 
 
-def _unreachable(what: str, host: str, err: BaseException) -> EdgevitError:
+def _unreachable(what: str, host: str, err: BaseException, mirror: str) -> EdgevitError:
     return EdgevitError(f"Could not download {what} from {host} ({_why(err)}); check the connection "
-                        f"(and HF_ENDPOINT / {MIRROR_ENV} when you use a mirror), or {INSTEAD}.")
+                        f"(and {mirror} when you use a mirror), or {INSTEAD}.")
 
 
 HF_CACHE_VARIABLES = "HF_HOME (or HF_HUB_CACHE)"  # where huggingface_hub caches, as a user sets it
@@ -244,9 +261,11 @@ HF_CACHE_VARIABLES = "HF_HOME (or HF_HUB_CACHE)"  # where huggingface_hub caches
 _CACHE_WRITE_FAILURES = {*WRITE_FAILURES, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR}
 
 
-def _download_failure(what: str, host: str, err: BaseException, cache: str, variable: str) -> EdgevitError:
+def _download_failure(what: str, host: str, err: BaseException, cache: str, variable: str,
+                      mirror: str) -> EdgevitError:
     """Why a download failed: the cache could not be written, the server
-    refused access, or the network."""
+    refused access, or the network (``mirror``: the variable that points the
+    download elsewhere)."""
     if isinstance(err, OSError) and err.errno in _CACHE_WRITE_FAILURES:
         return EdgevitError(f"Could not download {what} into {cache!r}: {cause(err)}; set {variable} to a writable "
                             f"folder with room, or {INSTEAD}.")
@@ -261,7 +280,7 @@ def _download_failure(what: str, host: str, err: BaseException, cache: str, vari
                   "its repository does not exist there, or is private and needs a token with access (HF_TOKEN or "
                   "`hf auth login`)")
         return EdgevitError(f"{host} does not give {what} (401): {reason}; check HF_ENDPOINT, or {INSTEAD}.")
-    return _unreachable(what, host, err)
+    return _unreachable(what, host, err, mirror)
 
 
 def _why(err: BaseException) -> str:
@@ -308,7 +327,8 @@ def hub_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
     try:
         meta = huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(entry.location, entry.file))
     except Exception as err:  # connection, HTTP and Hub errors alike
-        raise _download_failure(what, constants.ENDPOINT, err, constants.HF_HUB_CACHE, HF_CACHE_VARIABLES) from None
+        raise _download_failure(what, constants.ENDPOINT, err, constants.HF_HUB_CACHE, HF_CACHE_VARIABLES,
+                                "HF_ENDPOINT") from None
     expected = entry.sha256 or _lfs_sha256(meta.etag)
     if expected is None:
         raise EdgevitError(f"{constants.ENDPOINT} gives no LFS sha256 for {what}, so it cannot be verified; "
@@ -320,7 +340,8 @@ def hub_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
         path = Path(huggingface_hub.hf_hub_download(entry.location, entry.file, library_name="edgevit",
                                                     library_version=__version__))
     except Exception as err:
-        raise _download_failure(what, constants.ENDPOINT, err, constants.HF_HUB_CACHE, HF_CACHE_VARIABLES) from None
+        raise _download_failure(what, constants.ENDPOINT, err, constants.HF_HUB_CACHE, HF_CACHE_VARIABLES,
+                                "HF_ENDPOINT") from None
     return path, _verified(path, expected, what, source, also_remove=[Path(os.path.realpath(path))])
 
 
@@ -387,7 +408,7 @@ def url_file(entry: Pretrained, log=_stderr) -> tuple[Path, str]:
     except EdgevitError:
         raise
     except Exception as err:  # Keras reports any fetch failure as a bare Exception
-        raise _download_failure(name, urlsplit(url).netloc, err, str(folder), "KERAS_HOME") from None
+        raise _download_failure(name, urlsplit(url).netloc, err, str(folder), "KERAS_HOME", MIRROR_ENV) from None
     finally:
         partial.unlink(missing_ok=True)
     return final, digest

@@ -321,13 +321,16 @@ def create_model(name: str, num_classes: int = 1000, input_size: int | None = No
     if num_classes < 1:
         raise EdgevitError(f"--num-classes must be at least 1, got {num_classes}.")
     check_options(spec, options)
-    from edgevit.pretrained import entry_of, is_imagenet, load_imagenet
+    from edgevit.native_output import import_tensorflow_quietly
+    from edgevit.pretrained import cached_weights, is_imagenet, load_imagenet
 
-    if is_imagenet(weights):
-        entry_of(spec)  # a model without official weights fails before it is built
+    import_tensorflow_quietly()  # its start-up chatter (CUDA probes, CPU features) hidden, as the CLI hides it
+
+    # the weights first: a model without official weights, a missing torch or no network fail before a build
+    imagenet = cached_weights(spec, input_size) if is_imagenet(weights) else None
     model = spec.builder(num_classes=num_classes, input_size=input_size, **options)
-    if is_imagenet(weights):
-        load_imagenet(model, spec)
+    if imagenet is not None:
+        load_imagenet(model, spec, imagenet)
     elif weights is not None:
         from edgevit.saving import load_weights_into
 

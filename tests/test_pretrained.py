@@ -187,8 +187,42 @@ def test_an_unreachable_release_file_says_why_in_words_once(servers, monkeypatch
         url_file(entry)  # nothing served
     assert capsys.readouterr().err.count("Downloading") == 1
     monkeypatch.setenv("EDGEVIT_WEIGHTS_MIRROR", "http://127.0.0.1:9")  # the discard port: nothing listens
-    with pytest.raises(EdgevitError, match=r"from 127.0.0.1:9 \(Connection refused\); check the connection"):
+    with pytest.raises(EdgevitError, match=r"from 127.0.0.1:9 \(Connection refused\); check the connection") as err:
         url_file(entry)
+    # a release file's mirror is edgevit's own; HF_ENDPOINT points the Hub's files elsewhere, not this one
+    message = str(err.value)
+    assert "(and EDGEVIT_WEIGHTS_MIRROR when you use a mirror)" in message and "HF_ENDPOINT" not in message
+
+
+def test_imagenet_weights_that_cannot_come_fail_before_the_model_is_built(servers, monkeypatch):
+    """Offline, or a PyTorch checkpoint without torch installed: one error
+    line before anything is built (it took 20 s of building first) or
+    downloaded (a checkpoint nothing here could read)."""
+    import dataclasses
+
+    import edgevit.registry
+    from edgevit.converters import checkpoints
+    from edgevit.errors import MissingPackage
+
+    def not_to_be_built(**options):
+        raise AssertionError("the model was built before its weights were there")
+
+    def no_torch():
+        raise MissingPackage('Reading PyTorch checkpoints needs torch, which is not installed: pip install '
+                             '"edgevit[torch]"')
+
+    for name in (V1, V3):
+        spec = dataclasses.replace(get_spec(name), builder=not_to_be_built)
+        monkeypatch.setattr(edgevit.registry, "get_spec", lambda _, spec=spec: spec)
+        with monkeypatch.context() as mp:
+            offline(mp)
+            with pytest.raises(EdgevitError, match="HF_HUB_OFFLINE=1 forbids downloading it"):
+                edgevit.create_model(name, input_size=SIZE, weights="imagenet")
+    monkeypatch.setattr(checkpoints, "import_torch", no_torch)
+    with pytest.raises(MissingPackage, match=r"The ImageNet weights of mobilevit_v3_xxs are a PyTorch "
+                                             r"checkpoint \(.*\): Reading PyTorch checkpoints needs torch"):
+        edgevit.create_model(V3, input_size=SIZE, weights="imagenet")  # a release zip of a torch.save checkpoint
+    assert not servers.requests
 
 
 def release_zip(model, folder: str, tmp_path) -> bytes:

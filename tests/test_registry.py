@@ -113,3 +113,17 @@ def test_recorded_counts_are_the_counts_of_the_built_model(name):
 def test_every_recorded_parameter_count_is_the_built_models(name):
     spec = get_spec(name)
     assert count_params(edgevit.create_model(name)) == spec.parameters, REFRESH
+
+
+def test_create_model_from_python_prints_nothing_of_tensorflows_start_up(tmp_path):
+    """The CLI hid TensorFlow's native chatter (CUDA probes, CPU features,
+    oneDNN notes) and the library printed it: a script that builds a model
+    prints only its own output."""
+    import subprocess
+    import sys
+
+    script = "import edgevit; print(edgevit.create_model('mobilevit_v3_xxs', num_classes=2, input_size=32).name)"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "mobilevit_v3_xxs\n" and proc.stderr == "", proc.stderr
