@@ -52,10 +52,10 @@ def test_epoch_plans_cover_every_image_once_or_take_a_fixed_number_of_steps():
     assert plan.counts.sum() == 1000 and set(plan.sizes) == {160, 192, 256, 320}
     for size, count in zip(plan.sizes[:-1], plan.counts[:-1]):
         assert count == scaled_batch_size(32, 256, size)
-    # two replicas share the global batch; the last step leaves the second one less
+    # two replicas share the global batch; a last batch of fewer images than replicas is left out
     plan = plan_epoch(70, 32, 2, 64, [], np.random.default_rng(0))
-    assert plan.counts.tolist() == [32, 32, 6] and plan.per_replica.tolist() == [16, 16, 16]
-    assert plan.offsets.tolist() == [0, 32, 64]
+    assert plan.counts.tolist() == [32, 32, 6] and plan.offsets.tolist() == [0, 32, 64]
+    assert plan_epoch(65, 32, 2, 64, [], np.random.default_rng(0)).counts.tolist() == [32, 32]
     fixed = plan_epoch(70, 32, 2, 64, [], np.random.default_rng(0), steps=5)
     assert fixed.counts.tolist() == [32] * 5  # 160 images: the order wraps into another pass
 
@@ -67,7 +67,7 @@ def test_the_pipeline_reads_every_image_of_an_epoch_once_and_counts_the_unreadab
     train = ImageStream(ds.train, pre, stored_side(pre, 32))
     plan = plan_epoch(len(train), 8, 1, 32, [], np.random.default_rng(0))
     labels = np.concatenate([y.numpy() for _, y in train.training_dataset(plan, 7)])
-    assert len(labels) == 20 and sorted(labels.tolist()) == [0] * 10 + [1] * 10
+    assert len(labels) == 22  # an unreadable image's place goes to another image
     assert len(train.tally) == 2 and train.tally.skipped.counts() == {NOT_AN_IMAGE: 2}
     # the next epoch meets them again: still two
     list(train.training_dataset(plan, 8))
@@ -75,7 +75,7 @@ def test_the_pipeline_reads_every_image_of_an_epoch_once_and_counts_the_unreadab
     # two input pipelines of one replica each read disjoint halves of every step
     plan = plan_epoch(len(train), 8, 2, 32, [], np.random.default_rng(0))
     shards = [[len(y) for _, y in train.training_dataset(plan, 7, pipeline=p)] for p in range(2)]
-    assert len(shards[0]) == len(shards[1]) == 3 and sum(shards[0]) + sum(shards[1]) == 20
+    assert shards == [[4, 4, 3], [4, 4, 3]]
 
 
 def test_pipeline_pixels_are_the_reference_transforms_on_the_same_crop_box(tmp_path):
@@ -199,8 +199,7 @@ def test_epochs_of_fixed_steps_resume_and_a_class_folder_emptied_meanwhile_is_co
         path.unlink()
     cfg.epochs = 3
     history = Trainer(tiny_classifier(32), None, 32, cfg, log=lambda m: None).fit(data)
-    assert [h["epoch"] for h in history] == [1, 2, 3]
-    assert all(h["images"] < 12 for h in history[1:])
+    assert [h["epoch"] for h in history] == [1, 2, 3] and [h["images"] for h in history] == [12, 12, 12]
     assert len(data.tally) > 0 and set(data.tally.skipped.counts()) == {NOT_OPENED}
 
 
@@ -222,7 +221,7 @@ def test_finetune_streams_with_steps_per_epoch_and_reports_the_unreadable_images
                          "--steps-per-epoch", "2", "--batch-size", "4", "--json", "-o", "m.keras")
     assert code == 0, err
     result = json.loads(out)
-    assert len(result["history"]) == 2 and all(0 < h["images"] <= 8 for h in result["history"])
+    assert [h["images"] for h in result["history"]] == [8, 8]
     assert result["steps_per_epoch"] == 2 and result["replicas"] == 1 and result["workers"] == 1
     assert result["unreadable_skipped"] >= 2 and set(result["skipped_reasons"]) == {NOT_AN_IMAGE}
     assert result["seconds_to_first_step"] > 0 and (tmp_path / "m.keras").exists()

@@ -33,6 +33,8 @@ from edgevit.registry import Preprocessing
 from edgevit.train.data import SkipTally, Split, crop_box, evaluation_crop, stored_square, training_crop
 
 EVAL_BATCH = 32
+# Other images tried in a training batch for one that cannot be read, before its place is left empty.
+SUBSTITUTES = 16
 
 
 def scaled_batch_size(base_batch: int, base_size: int, size: int) -> int:
@@ -42,12 +44,12 @@ def scaled_batch_size(base_batch: int, base_size: int, size: int) -> int:
 
 @dataclass
 class EpochPlan:
-    """Step ``t`` trains at ``sizes[t]`` px on ``counts[t]`` images, which
-    replica ``r`` reads ``per_replica[t]`` at a time from position
-    ``offsets[t] + r * per_replica[t]`` of the epoch's image order."""
+    """Step ``t`` trains at ``sizes[t]`` px on ``counts[t]`` images from
+    position ``offsets[t]`` of the epoch's image order, shared equally by
+    the ``replicas`` (a last, smaller step as evenly as it can)."""
     sizes: np.ndarray
-    per_replica: np.ndarray
     counts: np.ndarray
+    replicas: int = 1
 
     @property
     def offsets(self) -> np.ndarray:
@@ -62,19 +64,20 @@ def plan_epoch(samples: int, batch_size: int, replicas: int, base_size: int, siz
     """One epoch: every image once (the last batch smaller), or ``steps``
     full batches. With multi-scale ``sizes``, each step draws a resolution
     and scales its batch by ``(base_size / size) ** 2``. ``batch_size`` is the
-    global batch at ``base_size``, shared by ``replicas`` equally."""
+    global batch at ``base_size``, shared by ``replicas`` equally; a last
+    batch of fewer images than replicas is left out (a replica without
+    images cannot run the model: TensorFlow's CPU convolution returns an
+    empty batch unchanged), and those images come in another epoch's order."""
     per_replica_base = batch_size // replicas
-    step_sizes, per_replica, counts, position = [], [], [], 0
-    while (position < samples) if steps is None else (len(counts) < steps):
+    step_sizes, counts, position = [], [], 0
+    while (samples - position >= replicas) if steps is None else (len(counts) < steps):
         size = int(rng.choice(sizes)) if sizes else base_size
         per = scaled_batch_size(per_replica_base, base_size, size)
         count = per * replicas if steps is not None else min(per * replicas, samples - position)
         step_sizes.append(size)
-        per_replica.append(per)
         counts.append(count)
         position += count
-    return EpochPlan(np.asarray(step_sizes, np.int64), np.asarray(per_replica, np.int64),
-                     np.asarray(counts, np.int64))
+    return EpochPlan(np.asarray(step_sizes, np.int64), np.asarray(counts, np.int64), replicas)
 
 
 class ImageStream:
@@ -104,8 +107,14 @@ class ImageStream:
 
     def _training_pixels(self, index, draws, size):
         index, size = int(index), int(size)
-        square = self._square(index)
-        if square is None:
+        # an unreadable image's place goes to another one, far off in the file list (another class folder)
+        stride = max(1, int(len(self.files) * 0.618)) | 1
+        for candidate in range(SUBSTITUTES + 1):
+            square = self._square((index + candidate * stride) % len(self.files))
+            if square is not None:
+                index = (index + candidate * stride) % len(self.files)
+                break
+        else:
             return np.zeros((size, size, 3), np.uint8), self.labels[index], False
         crop, x0, y0 = crop_box(self.side, draws)
         return training_crop(square, crop, x0, y0, size, bool(draws[3] < 0.5)), self.labels[index], True
@@ -124,13 +133,13 @@ class ImageStream:
         import tensorflow as tf
 
         starts, counts, sizes = [], [], []
-        for offset, per, count, size in zip(plan.offsets, plan.per_replica, plan.counts, plan.sizes):
+        replicas = plan.replicas
+        for offset, count, size in zip(plan.offsets, plan.counts, plan.sizes):
             for replica in range(pipeline * local_replicas, (pipeline + 1) * local_replicas):
-                taken = int(np.clip(count - replica * per, 0, per))
-                if taken:  # only the last batch of an epoch leaves replicas without images
-                    starts.append(offset + replica * per)
-                    counts.append(taken)
-                    sizes.append(size)
+                first, end = (count * replica) // replicas, (count * (replica + 1)) // replicas
+                starts.append(offset + first)
+                counts.append(end - first)
+                sizes.append(size)
         counts_of = tf.constant(np.asarray(counts, np.int64))
         samples = len(self.files)
 
@@ -153,10 +162,12 @@ class ImageStream:
         return self._finished(ds)
 
     def evaluation_dataset(self, size: int, batch_size: int = EVAL_BATCH, pipelines: int = 1, pipeline: int = 0,
-                           length: int | None = None):
+                           length: int | None = None, kept: bool = True):
         """Every image (of input pipeline ``pipeline``'s shard), center-cropped
         at ``size``, in batches of ``batch_size``; ``length``: the shard padded
-        to that many images with empty places (left out of the batches)."""
+        to that many images with empty places. ``kept``: unreadable images and
+        empty places left out of the batches; else batches keep their size
+        and come with whether each image is one: (inputs, labels, real)."""
         import tensorflow as tf
 
         def image(index):
@@ -169,19 +180,26 @@ class ImageStream:
             ds = ds.concatenate(tf.data.Dataset.from_tensors(tf.constant(-1, tf.int64)).repeat(
                 length - len(range(pipeline, len(self.files), pipelines))))
         ds = ds.map(image, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
-        return self._finished(ds)
+        return self._finished(ds, kept)
 
-    def _finished(self, ds):
-        """Unreadable images out, pixels normalised, batches prefetched."""
+    def _finished(self, ds, kept: bool = True):
+        """Unreadable images out (``kept``), pixels normalised, batches prefetched."""
         import tensorflow as tf
 
         mean, std = np.asarray(self.pre.mean, np.float32), np.asarray(self.pre.std, np.float32)
 
-        def kept(pixels, labels, ok, keys):
-            pixels = tf.ensure_shape(tf.boolean_mask(pixels, ok), [None, None, None, 3])
-            return (tf.cast(pixels, tf.float32) / 255.0 - mean) / std, tf.boolean_mask(labels, ok)
+        def normalised(pixels):
+            return (tf.cast(pixels, tf.float32) / 255.0 - mean) / std
 
-        return ds.map(kept, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        def only_kept(pixels, labels, ok, keys):
+            pixels = tf.ensure_shape(tf.boolean_mask(pixels, ok), [None, None, None, 3])
+            return normalised(pixels), tf.boolean_mask(labels, ok)
+
+        def all_places(pixels, labels, ok, keys):
+            return normalised(pixels), labels, ok
+
+        return ds.map(only_kept if kept else all_places, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+            tf.data.AUTOTUNE)
 
     def batches(self, size: int, batch_size: int = EVAL_BATCH):
         """(inputs, labels) as numpy, a batch at a time: what calibration,

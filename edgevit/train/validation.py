@@ -31,8 +31,9 @@ class Validation:
 
     def _batches(self):
         """(batches each replica scores, distributed dataset): every replica
-        scores as many batches (the last ones padded with images left out),
-        so no worker waits at the end for a batch that never comes."""
+        scores as many full batches (the last ones padded with places that
+        are not counted), so no worker waits at the end for a batch that
+        never comes, and no replica gets an empty batch."""
         strategy = self.strategy
         replicas = strategy.num_replicas_in_sync
         pipelines = workers(strategy)
@@ -42,7 +43,8 @@ class Validation:
 
         def dataset(context):
             return self.images.evaluation_dataset(self.size, EVAL_BATCH, context.num_input_pipelines,
-                                                  context.input_pipeline_id, length=steps * EVAL_BATCH * local)
+                                                  context.input_pipeline_id, length=steps * EVAL_BATCH * local,
+                                                  kept=False)
 
         return steps, strategy.distribute_datasets_from_function(dataset)
 
@@ -56,14 +58,15 @@ class Validation:
 
         strategy, exact = self.strategy, self.kernel_arithmetic
 
-        def replica(x, y):
+        def replica(x, y, real):
             with contextlib.nullcontext() if exact else fake_quant_only():
                 logits = model(tf.ensure_shape(x, (None, *model.inputs[0].shape[1:])), training=False)
-            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), y), tf.float32))
-            return correct, tf.cast(tf.size(y), tf.float32)
+            real = tf.cast(real, tf.float32)  # unreadable images and padding keep their places, uncounted
+            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), y), tf.float32) * real)
+            return correct, tf.reduce_sum(real)
 
-        def step(x, y):
-            correct, count = strategy.run(replica, args=(x, y))
+        def step(x, y, real):
+            correct, count = strategy.run(replica, args=(x, y, real))
             return strategy.reduce("SUM", correct, axis=None), strategy.reduce("SUM", count, axis=None)
 
         traced = graph_rewrites.for_model(model, tf.function(step, input_signature=list(element_spec),
@@ -76,8 +79,8 @@ class Validation:
         step = self._step(model, batches.element_spec)
         correct = count = 0.0
         with self.progress.bar("validating", len(self.images), "images") as advance:
-            for _, (x, y) in zip(range(steps), batches):
-                batch_correct, batch_count = step(x, y)
+            for _, batch in zip(range(steps), batches):
+                batch_correct, batch_count = step(*batch)
                 correct += float(batch_correct)
                 count += float(batch_count)
                 advance(int(batch_count))
