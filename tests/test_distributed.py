@@ -63,6 +63,7 @@ sys.exit(result.exit_code)
 """
 
 
+@pytest.mark.slow  # 8 min on 2 cores (a QAT step is traced once per replica); the next test steps both on 2 replicas
 def test_finetune_and_qat_train_on_two_replicas_and_the_models_load_and_evaluate(tmp_path):
     data = image_folder(tmp_path / "data")
     common = ["--input-size", "32", "--data", str(data), "--epochs", "1", "--steps-per-epoch", "2",
@@ -180,12 +181,13 @@ def workers(tmp_path: Path, args: list[str], count: int = 2, start: int | None =
 def test_two_workers_train_alike_and_only_the_chief_writes(tmp_path):
     data = image_folder(tmp_path / "data")
     procs = workers(tmp_path, ["finetune", "mobilevit_v3_xxs", "--input-size", "32", "--data", str(data),
-                               "--epochs", "2", "--steps-per-epoch", "2", "--batch-size", "8", "-o", "m.keras"])
+                               "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "8", "-o", "m.keras"])
     outputs = [proc.communicate(timeout=600) for proc in procs]
     for proc, (_, err) in zip(procs, outputs):
         assert proc.returncode == 0, err[-3000:]
-    losses = [re.findall(r"epoch \d/2: loss ([0-9.]+)", err) for _, err in outputs]
-    assert len(losses[0]) == 2 and losses[0] == losses[1]
+    losses = [re.findall(r"epoch 1/1: loss ([0-9.]+).*val_top1 ([0-9.]+)", " ".join(err.split()))
+              for _, err in outputs]
+    assert len(losses[0]) == 1 and losses[0] == losses[1]
     assert (tmp_path / "worker0" / "m.keras").exists() and "workers" in outputs[0][0]
     assert list((tmp_path / "worker1").iterdir()) == []  # the other worker wrote nothing
     assert "the chief writes m.keras" in outputs[1][1]

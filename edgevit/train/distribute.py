@@ -137,8 +137,14 @@ def broadcast_from_chief(strategy, variables, values=()) -> list:
         context = tf.distribute.get_replica_context()
         chief = tf.equal(context.replica_id_in_sync_group, 0)
         local = [tf.convert_to_tensor(v) for v in variables] + [tf.convert_to_tensor(v) for v in values]
-        # a sum with zeros from every other replica: the chief's value, exactly
-        return context.all_reduce("SUM", [tf.where(chief, v, tf.zeros_like(v)) for v in local])
+        # a sum with zeros from every other replica: the chief's value, exactly; one all-reduce per dtype
+        summed = [None] * len(local)
+        for dtype in {v.dtype for v in local}:
+            places = [i for i, v in enumerate(local) if v.dtype == dtype]
+            for i, value in zip(places, context.all_reduce("SUM", [tf.where(chief, local[i], tf.zeros_like(local[i]))
+                                                                   for i in places])):
+                summed[i] = value
+        return summed
 
     def run():
         first = strategy.experimental_local_results(strategy.run(replica_values))[0]
