@@ -35,7 +35,8 @@ from edgevit.quantize.quantizers import ActivationQuantizer
 from edgevit.quantize.registry import QuantizeRule, register
 from edgevit.registry import get_spec
 from edgevit.saving import load_model
-from edgevit.train.data import find_dataset, load_split
+from edgevit.train.data import find_dataset, stored_side
+from edgevit.train.pipeline import ImageStream
 from tests.helpers import int8_and_qat_outputs, needs_arm, outputs
 from tests.test_cswin import shallow_tiny
 
@@ -564,8 +565,7 @@ def test_every_family_trains_saves_and_converts_with_trained_ranges(name, photos
     size = SMALLEST[name]
     pre = get_spec(name).preprocessing_at(size)
     dataset = find_dataset(photos)
-    train, _ = load_split(dataset.train, pre, size)
-    x, y = train.train_batch(np.arange(len(train)), size, np.random.default_rng(0)), train.labels
+    x, y = ImageStream(dataset.train, pre, stored_side(pre, size)).read_all(size)
     model = SHALLOW[name](size, num_classes=2) if name in SHALLOW else \
         edgevit.create_model(name, num_classes=2, input_size=size)
     qat = quantize_model(model, x, input_range=pre.value_range)

@@ -201,6 +201,12 @@ class ImageStream:
         return ds.map(only_kept if kept else all_places, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
             tf.data.AUTOTUNE)
 
+    def read_all(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every readable image at once, center-cropped at ``size``, and its
+        label: for the small sets of tests and benchmarks."""
+        read = list(self.batches(size))
+        return np.concatenate([x for x, _ in read]), np.concatenate([y for _, y in read])
+
     def batches(self, size: int, batch_size: int = EVAL_BATCH):
         """(inputs, labels) as numpy, a batch at a time: what calibration,
         BatchNorm estimation and evaluation read."""
