@@ -225,3 +225,23 @@ def test_finetune_streams_with_steps_per_epoch_and_reports_the_unreadable_images
     assert result["steps_per_epoch"] == 2 and result["replicas"] == 1 and result["workers"] == 1
     assert result["unreadable_skipped"] >= 2 and set(result["skipped_reasons"]) == {NOT_AN_IMAGE}
     assert result["seconds_to_first_step"] > 0 and (tmp_path / "m.keras").exists()
+
+
+def test_mixed_precision_trains_a_float16_copy_and_the_saved_model_computes_in_float32(tmp_path):
+    from edgevit.train.precision import mixed_precision_copy
+
+    data = image_stream(tmp_path / "data")
+    model = tiny_classifier(32)
+    mixed = mixed_precision_copy(model)
+    assert {layer.dtype_policy.name for layer in mixed.layers[1:]} == {"mixed_float16"}
+    assert keras.config.dtype_policy().name == "float32"  # the global policy is left as it was
+    before = [w.copy() for w in model.get_weights()]
+    cfg = TrainConfig(epochs=1, batch_size=8, lr=5e-3, steps_per_epoch=2, mixed_precision=True)
+    trainer = Trainer(mixed, None, 32, cfg, log=lambda m: None)
+    assert np.isfinite(trainer.fit(data)[0]["loss"])
+    assert type(trainer.optimizer).__name__ == "LossScaleOptimizer"
+    model.set_weights(mixed.get_weights())
+    assert all(w.dtype == np.float32 for w in model.get_weights())
+    assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    assert {layer.dtype_policy.name for layer in model.layers[1:]} == {"float32"}
+    assert model(np.zeros((1, 32, 32, 3), np.float32)).dtype == "float32"
