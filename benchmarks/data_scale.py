@@ -120,6 +120,7 @@ def main() -> None:
     parser.add_argument("--eval-large", type=int, default=20_000)
     parser.add_argument("--steps", type=int, default=20, help="steps of finetune and qat")
     parser.add_argument("--pipeline-images", type=int, default=640)
+    parser.add_argument("--pipeline-only", action="store_true", help="measure the input pipeline alone")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     result = {"commit": os.popen("git rev-parse --short HEAD").read().strip(), "date": time.strftime("%Y-%m-%d"),
@@ -134,6 +135,8 @@ def main() -> None:
             linked_folder(roots[count] / "val", sources[::-1], 200)
         result["pipeline"] = pipeline_rates(roots[args.large], 256, args.pipeline_images)
         print("pipeline", result["pipeline"], flush=True)
+        if args.pipeline_only:
+            return _write(result, args.json)
         steps = ["--epochs", "1", "--steps-per-epoch", str(args.steps), "--batch-size", "32", "--json"]
         model = tmp / "m.keras"
         for count in (args.small, args.large):
@@ -159,9 +162,13 @@ def main() -> None:
                                ("eval", args.eval_small, args.eval_large)):
         peaks = result[f"{kind}_{large}"]["peak_gb"], result[f"{kind}_{small}"]["peak_gb"]
         result[f"{kind}_peak_ratio"] = round(peaks[0] / peaks[1], 3)
+    _write(result, args.json)
+
+
+def _write(result: dict, path: str | None) -> None:
     print(json.dumps(result, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    if path:
+        Path(path).write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
