@@ -793,6 +793,20 @@ def test_a_write_over_the_file_size_limit_is_one_error_and_leaves_nothing(tmp_pa
     assert "Traceback" not in err and snapshot(tmp_path) == before
 
 
+def test_eval_of_a_tflite_file_streams_its_images_and_writes_no_file_of_them(tmp_path, monkeypatch):
+    """eval wrote every image to a temporary inputs.npy for LiteRT's child
+    (15.7 GB for 20,000 images at 256 px); now it hands them over a batch
+    at a time: under a 2000-byte file-size limit it scores every image."""
+    monkeypatch.chdir(tmp_path)
+    edgevit_tflite(tmp_path / "m.tflite")
+    data = _data(tmp_path, per_class=20)
+    before = snapshot(tmp_path)
+    with file_size_limit(2000):
+        code, out, err = run("eval", "m.tflite", "--data", data, "--json")
+    assert code == 0, err
+    assert json.loads(out)["images"] == 40 and snapshot(tmp_path) == before
+
+
 def test_model_and_weights_files_over_the_file_size_limit_leave_nothing(tmp_path):
     from edgevit.converters.checkpoints import save_weights_atomic
     from edgevit.saving import save_model

@@ -141,27 +141,32 @@ def _write_frame(stream, array: np.ndarray) -> None:
 
 
 def _read_frame(stream, timeout: float | None = None) -> np.ndarray | None:
-    """The array of the next frame; None at the end of the stream before a
-    frame; EOFError when it ends inside one."""
-    def read(count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            if timeout is not None and not select.select([stream], [], [], timeout)[0]:
-                raise TimeoutError
-            chunk = os.read(stream.fileno(), count - len(data))
-            if not chunk:
-                if not data and count == 8:
-                    return b""
-                raise EOFError
-            data += chunk
-        return data
-
-    header = read(8)
-    if not header:
-        if timeout is not None:  # the parent waits for an answer: an end is a failure
-            raise EOFError
+    """The array of the next frame; None where the stream ends before one
+    (EOFError where one waits for it, ``timeout`` given; TimeoutError when
+    nothing comes within ``timeout`` seconds)."""
+    header = _read_exactly(stream, 8, timeout)
+    if not header and timeout is None:
         return None
-    return np.load(io.BytesIO(read(struct.unpack("<Q", header)[0])), allow_pickle=False)
+    if len(header) < 8:
+        raise EOFError
+    (length,) = struct.unpack("<Q", header)
+    body = _read_exactly(stream, length, timeout)
+    if len(body) < length:
+        raise EOFError
+    return np.load(io.BytesIO(body), allow_pickle=False)
+
+
+def _read_exactly(stream, count: int, timeout: float | None) -> bytes:
+    """``count`` bytes of ``stream``, fewer where it ends first."""
+    data = b""
+    while len(data) < count:
+        if timeout is not None and not select.select([stream], [], [], timeout)[0]:
+            raise TimeoutError
+        chunk = os.read(stream.fileno(), count - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _stream_main(argv: list[str]) -> None:
