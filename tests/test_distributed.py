@@ -108,6 +108,10 @@ x = np.concatenate([np.full((4, 16, 16, 3), 0.1, np.float32), np.full((4, 16, 16
 x = x * np.random.default_rng(0).random(x.shape, dtype=np.float32)
 y = np.asarray([0, 1] * 4, np.int64)
 result = {}
+try:
+    Trainer(model(), None, 16, TrainConfig(batch_size=7), tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+except Exception as err:
+    result["odd_batch"] = str(err)
 for name, strategy in (("one", tf.distribute.get_strategy()),
                        ("two", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
     with strategy.scope():
@@ -151,6 +155,8 @@ def test_the_same_global_batch_gives_the_same_step_on_one_and_on_two_replicas(tm
     for name, (lo, hi) in result["one.ranges"].items():
         assert result["two.ranges"][name] == pytest.approx([lo, hi], rel=1e-6), name
     assert result["one.params"] == result["two.params"]
+    assert result["odd_batch"] == ("--batch-size 7 does not split evenly over the 2 replicas that train together: "
+                                   "pass a multiple of 2.")
 
 
 def free_ports(count: int) -> list[int]:

@@ -203,6 +203,14 @@ def test_epochs_of_fixed_steps_resume_and_a_class_folder_emptied_meanwhile_is_co
     assert len(data.tally) > 0 and set(data.tally.skipped.counts()) == {NOT_OPENED}
 
 
+def test_an_epoch_of_unreadable_images_is_one_error(tmp_path):
+    make_folder(tmp_path, per_class=0, broken=3, splits=("",))
+    stream = ImageStream(find_dataset(tmp_path, val_split=0.2).train, Preprocessing(16, 16), 16)
+    with pytest.raises(EdgevitError, match=rf"^None of the images of epoch 1 could be read: 5 unreadable image\(s\) "
+                                           rf"skipped: 5 {NOT_AN_IMAGE} \(broken"):
+        Trainer(tiny_classifier(16), None, 16, TrainConfig(epochs=1, batch_size=2), log=lambda m: None).fit(stream)
+
+
 def test_listing_neither_follows_a_folder_link_back_up_nor_drops_a_file_link_loop(tmp_path):
     make_folder(tmp_path, per_class=2, splits=("",))
     os.symlink("..", tmp_path / "ants" / "up")          # a folder loop
