@@ -807,6 +807,15 @@ def test_eval_of_a_tflite_file_streams_its_images_and_writes_no_file_of_them(tmp
     assert json.loads(out)["images"] == 40 and snapshot(tmp_path) == before
 
 
+def test_a_litert_child_that_fails_while_fed_batches_is_one_error(tmp_path):
+    from edgevit.export.run_model import StreamedRun
+
+    (tmp_path / "bad.tflite").write_bytes(b"not a flatbuffer")
+    with pytest.raises(EdgevitError, match=r"^LiteRT failed running bad.tflite: exit status 1"):
+        with StreamedRun(tmp_path / "bad.tflite") as run:
+            run(np.zeros((2, 8, 8, 3), np.float32))
+
+
 def test_model_and_weights_files_over_the_file_size_limit_leave_nothing(tmp_path):
     from edgevit.converters.checkpoints import save_weights_atomic
     from edgevit.saving import save_model
