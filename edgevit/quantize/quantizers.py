@@ -263,7 +263,7 @@ def _global_range(x, batch_min, batch_max):
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return batch_min, batch_max
-    seen = tf.size(x) > 0  # the last batch of an epoch can leave a replica without images
+    seen = tf.size(x) > 0  # a replica whose every image was unreadable has none
     local = tf.stack([tf.where(seen, batch_min, 0.0), tf.where(seen, batch_max, 0.0), tf.cast(seen, tf.float32)])
     gathered = context.all_gather(local[None], axis=0)
     minima, maxima, present = gathered[:, 0], gathered[:, 1], gathered[:, 2] > 0
