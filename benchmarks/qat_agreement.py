@@ -46,7 +46,8 @@ def run(name: str, size: int, epochs: int, data: Path, out: Path) -> dict:
     from edgevit.export.run_model import run_in_child
     from edgevit.registry import get_spec
     from edgevit.saving import load_model
-    from edgevit.train.data import find_dataset, load_split
+    from edgevit.train.data import find_dataset, stored_side
+    from edgevit.train.pipeline import ImageStream
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -57,12 +58,12 @@ def run(name: str, size: int, epochs: int, data: Path, out: Path) -> dict:
     edgevit("convert", "--int8", str(keras_path), "--io", "int8", "--logits", "-o", str(tflite_path), "--no-gpu-run",
             "--no-arm-run", log=log)
 
-    val, _ = load_split(find_dataset(data).val, get_spec(name).preprocessing_at(size), size)
-    x = val.eval_batch(np.arange(len(val)), size)
+    pre = get_spec(name).preprocessing_at(size)
+    x, _ = ImageStream(find_dataset(data).val, pre, stored_side(pre, size)).read_all(size)
     keras_logits = load_model(keras_path).predict(x, batch_size=16, verbose=0)
     file_logits = run_in_child(tflite_path, x, num_threads=2)
     agree = agreement(keras_logits, file_logits)
-    result = {"model": name, "input_size": size, "qat_epochs": epochs, "val_images": len(val),
+    result = {"model": name, "input_size": size, "qat_epochs": epochs, "val_images": len(x),
               "images_disagreeing": int((keras_logits.argmax(1) != file_logits.argmax(1)).sum()),
               "top1_agreement": agree["top1_agreement"], "cosine_mean": agree["cosine_mean"],
               "cosine_min": agree["cosine_min"], "max_abs_logit_error": agree["max_abs_logit_error"],

@@ -56,22 +56,22 @@ def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, 
     from edgevit.models.batchnorm import recalibrate_batchnorm
     from edgevit.quantize.qat import calibrate, quantize_model
     from edgevit.registry import create_model, get_spec
-    from edgevit.train.data import load_split
+    from edgevit.train.data import stored_side
     from edgevit.train.loop import TrainConfig, Trainer
     from edgevit.train.metrics import accuracy_report
+    from edgevit.train.pipeline import ImageStream
 
     keras.utils.set_random_seed(0)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     pre = get_spec(name).preprocessing_at(size)
-    train, _ = load_split(data.train, pre, size)
-    val, _ = load_split(data.val, pre, size)
-    x_val = val.eval_batch(np.arange(len(val)), size)
-    x_cal = train.eval_batch(np.random.default_rng(0).permutation(len(train))[:64], size)
+    train = ImageStream(data.train, pre, stored_side(pre, size))
+    x_val, val_labels = ImageStream(data.val, pre, stored_side(pre, size)).read_all(size)
+    x_cal, _ = train.subset(np.random.default_rng(0).permutation(len(train))[:64]).read_all(size)
     classes = len(data.classes)
 
     def top1(logits):
-        return accuracy_report(np.asarray(logits), val.labels, data.classes)["top1"]
+        return accuracy_report(np.asarray(logits), val_labels, data.classes)["top1"]
 
     def val_metric(model):
         return {"val_top1": top1(model.predict(x_val, batch_size=32, verbose=0))}
@@ -103,7 +103,7 @@ def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, 
     on_kernels = {kernels: vs_file(qat_logits, logits)
                   for kernels, logits in file_on_emulated_kernels(out / "qat_int8.tflite", x_val).items()}
     result = {
-        "model": name, "input_size": size, "epochs": epochs, "qat_epochs": qat_epochs, "val_images": len(val),
+        "model": name, "input_size": size, "epochs": epochs, "qat_epochs": qat_epochs, "val_images": len(x_val),
         "top1": {"float": top1(float_logits), "ptq_int8": top1(ptq_logits), "qat_keras": top1(qat_logits),
                  "qat_int8": top1(qat_int8_logits)},
         "qat_after_calibration_top1": calibrated_top1,

@@ -7,6 +7,7 @@ knows its class names (training stores them; converted files carry them as
 labels), and by sorted order when it has only default labels."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +15,17 @@ import numpy as np
 from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError, about
 from edgevit.progress import Progress
-from edgevit.train.metrics import BATCH_SIZE, accuracy_report, logits_of, traced_forward
+from edgevit.train.metrics import BATCH_SIZE, AccuracyTally, traced_forward
 
 
 def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None) -> dict:
-    """Evaluate a ``.keras`` or ``.tflite`` model on every image of ``data_dir``."""
+    """Evaluate a ``.keras`` or ``.tflite`` model on every image of
+    ``data_dir``, streamed: it holds a batch of images at a time."""
     from edgevit.litert.flatbuffer import read_file
     from edgevit.litert.metadata import preprocessing_of
     from edgevit.saving import existing_file
-    from edgevit.train.data import find_evaluation_images, load_split
+    from edgevit.train.data import find_evaluation_images, stored_side
+    from edgevit.train.pipeline import ImageStream
 
     progress = progress or Progress(enabled=False)
     path = existing_file(model_path, "Model file")
@@ -47,24 +50,37 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
         classes_out = int(model.outputs[0].shape[-1])
         labels = class_names_of(model) or default_labels(classes_out)
     to_output = _output_index(images.classes, [str(label) for label in labels], name, data_dir)
-    progress.step(f"Reading {len(images.split.files)} images of {data_dir} ({images.source})")
-    data, skipped = load_split(images.split, pre, pre.input_size)
-    inputs = data.eval_batch(np.arange(len(data)), pre.input_size)
-    progress.step(f"Running {path.name} on {len(inputs)} images")
     if path.suffix == ".tflite":
-        from edgevit.export.run_model import run_in_child
-        from edgevit.litert.inputs import file_inputs
+        from edgevit.native_output import import_tensorflow_quietly
 
-        # probabilities or logits: either ranks the classes alike
-        with progress.bar("LiteRT (one child process)", None):
-            logits = run_in_child(path, file_inputs(content, inputs, meta), num_threads=threads)
-    else:
-        with progress.bar("scoring", len(inputs), "images") as advance:
-            logits = logits_of(keras_forward(model, len(inputs)), inputs, on_batch=advance)
-    report = accuracy_report(logits, to_output[data.labels], labels)
+        import_tensorflow_quietly()  # the input pipeline is tf.data
+    stream = ImageStream(images.split, pre, stored_side(pre, pre.input_size))
+    tally = AccuracyTally([str(label) for label in labels])
+    found = len(stream)
+    progress.step(f"Running {path.name} on the {found} images of {data_dir} ({images.source})")
+    with contextlib.ExitStack() as stack:
+        if path.suffix == ".tflite":
+            from edgevit.export.run_model import StreamedRun
+            from edgevit.litert.inputs import file_input_values
+
+            # probabilities or logits: either ranks the classes alike
+            run, values = stack.enter_context(StreamedRun(path, num_threads=threads)), \
+                file_input_values(content, meta)
+            forward = lambda batch: run(values(batch))  # noqa: E731
+        else:
+            forward = keras_forward(model, found)
+        advance = stack.enter_context(progress.bar("scoring", found, "images"))
+        for inputs, batch_labels in stream.batches(pre.input_size, BATCH_SIZE):
+            tally.add(np.asarray(forward(inputs)), to_output[batch_labels])
+            advance(len(batch_labels))
+    skipped = stream.tally.skipped
+    report = tally.report()
+    if not report["images"]:
+        raise EdgevitError(f"None of the {found} images could be read"
+                           + (f": {skipped.summary()}." if skipped else "."))
     report["per_class"] = {c: v for c, v in report["per_class"].items() if v["images"]}
     report.update({"model": name, "file": str(path), "data": str(data_dir), "split": images.source,
-                   "input_size": pre.input_size, "found": len(images.split.files),
+                   "input_size": pre.input_size, "found": found,
                    "unreadable_skipped": len(skipped), "skipped_reasons": skipped.counts()})
     return report
 

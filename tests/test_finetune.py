@@ -1,5 +1,8 @@
-"""Image-folder data, multi-scale sampler, training loop with resume, and the
-bad-input messages of finetune / qat / eval."""
+"""Image-folder data, the streaming input pipeline, multi-scale sampler,
+training loop with resume, and the bad-input messages of finetune / qat / eval."""
+import json
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -8,9 +11,11 @@ from PIL import Image
 
 from edgevit.cli import main
 from edgevit.errors import EdgevitError
+from edgevit.data.images import NOT_AN_IMAGE, NOT_OPENED, center_crop, normalise, open_rgb
 from edgevit.registry import Preprocessing
-from edgevit.train.data import ArrayData, find_dataset, load_split
-from edgevit.train.loop import TrainConfig, Trainer, multiscale_batches, scaled_batch_size
+from edgevit.train.data import Split, find_dataset, image_paths, stored_side
+from edgevit.train.loop import TrainConfig, Trainer
+from edgevit.train.pipeline import ImageStream, crop_draws, plan_epoch, scaled_batch_size
 
 
 def make_folder(root, classes=("ants", "bees"), per_class=4, splits=("train", "val"), broken=0):
@@ -39,28 +44,70 @@ def assert_clean_error(code, stderr, match):
     assert "Traceback" not in stderr
 
 
-def test_multiscale_sampler_scales_batch_size_and_covers_every_sample_once():
+def test_epoch_plans_cover_every_image_once_or_take_a_fixed_number_of_steps():
     assert scaled_batch_size(32, 256, 256) == 32
     assert scaled_batch_size(32, 256, 128) == 128
     assert scaled_batch_size(32, 256, 320) == 20
-    batches = multiscale_batches(1000, 32, 256, [160, 192, 256, 320], np.random.default_rng(0))
-    seen = np.concatenate([index for _, index in batches])
-    assert sorted(seen.tolist()) == list(range(1000))
-    assert {size for size, _ in batches} == {160, 192, 256, 320}
-    for size, index in batches[:-1]:
-        assert len(index) == scaled_batch_size(32, 256, size)
+    plan = plan_epoch(1000, 32, 1, 256, [160, 192, 256, 320], np.random.default_rng(0))
+    assert plan.counts.sum() == 1000 and set(plan.sizes) == {160, 192, 256, 320}
+    for size, count in zip(plan.sizes[:-1], plan.counts[:-1]):
+        assert count == scaled_batch_size(32, 256, size)
+    # two replicas share the global batch; a last batch of fewer images than replicas is left out
+    plan = plan_epoch(70, 32, 2, 64, [], np.random.default_rng(0))
+    assert plan.counts.tolist() == [32, 32, 6] and plan.offsets.tolist() == [0, 32, 64]
+    assert plan_epoch(65, 32, 2, 64, [], np.random.default_rng(0)).counts.tolist() == [32, 32]
+    fixed = plan_epoch(70, 32, 2, 64, [], np.random.default_rng(0), steps=5)
+    assert fixed.counts.tolist() == [32] * 5  # 160 images: the order wraps into another pass
 
 
-def test_dataset_with_train_val_folders_and_unreadable_images(tmp_path):
-    make_folder(tmp_path, broken=1)
+def test_the_pipeline_reads_every_image_of_an_epoch_once_and_counts_the_unreadable_ones(tmp_path):
+    make_folder(tmp_path, per_class=10, broken=1)
     ds = find_dataset(tmp_path)
-    assert ds.classes == ["ants", "bees"] and ds.val_source == "val/"
-    assert len(ds.train.files) == 10
     pre = Preprocessing(32, 36)
-    train, skipped = load_split(ds.train, pre, 32)
-    assert len(train) == 8 and len(skipped) == 2
-    x = train.train_batch(np.arange(4), 32, np.random.default_rng(0))
-    assert x.shape == (4, 32, 32, 3) and 0.0 <= x.min() and x.max() <= 1.0
+    train = ImageStream(ds.train, pre, stored_side(pre, 32))
+    plan = plan_epoch(len(train), 8, 1, 32, [], np.random.default_rng(0))
+    labels = np.concatenate([y.numpy() for _, y in train.training_dataset(plan, 7)])
+    assert len(labels) == 22  # an unreadable image's place goes to another image
+    assert len(train.tally) == 2 and train.tally.skipped.counts() == {NOT_AN_IMAGE: 2}
+    # the next epoch meets them again: still two
+    list(train.training_dataset(plan, 8))
+    assert len(train.tally) == 2
+    # two input pipelines of one replica each read disjoint halves of every step
+    plan = plan_epoch(len(train), 8, 2, 32, [], np.random.default_rng(0))
+    shards = [[len(y) for _, y in train.training_dataset(plan, 7, pipeline=p)] for p in range(2)]
+    assert shards == [[4, 4, 3], [4, 4, 3]]
+
+
+def test_pipeline_pixels_are_the_reference_transforms_on_the_same_crop_box(tmp_path):
+    """The resize and crop arithmetic of the in-memory loader it replaced:
+    shorter side resized and center square kept (Pillow), then a random
+    crop of that square resized with Pillow's bilinear filter and mirrored,
+    or resized and center-cropped for evaluation; then normalised."""
+    rng = np.random.default_rng(1)
+    folder = tmp_path / "data" / "train"
+    for name, shape in (("a", (61, 97, 3)), ("b", (120, 45, 3))):
+        (folder / name).mkdir(parents=True)
+        Image.fromarray(rng.integers(0, 256, shape).astype(np.uint8)).save(folder / name / "x.jpg", quality=90)
+    ds = find_dataset(tmp_path / "data", val_split=0.5)
+    pre = Preprocessing(32, 37, "bicubic", mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))
+    side = stored_side(pre, 48)  # crops for sizes up to 48 (multi-scale)
+    stream = ImageStream(ds.train, pre, side)
+    path = ds.train.files[0]
+    square = np.asarray(center_crop(open_rgb(path), side, side, "bicubic"))
+    plan = plan_epoch(1, 1, 1, 40, [], np.random.default_rng(0))
+    for epoch_seed in range(6):
+        (x, _), = list(stream.training_dataset(plan, epoch_seed))
+        u, a, b, mirror = crop_draws(epoch_seed, 0).numpy()
+        crop = int(side * np.sqrt(0.35 + 0.65 * u))
+        x0, y0 = int(a * (side - crop + 1)), int(b * (side - crop + 1))
+        expected = np.asarray(Image.fromarray(square[y0:y0 + crop, x0:x0 + crop]).resize(
+            (40, 40), Image.Resampling.BILINEAR))
+        expected = expected[:, ::-1] if mirror < 0.5 else expected
+        np.testing.assert_array_equal(x.numpy()[0], normalise(expected, pre))
+    resize = round(40 * 37 / 32)
+    evaluated = np.asarray(center_crop(Image.fromarray(square), resize, 40, "bicubic"))
+    (x, _), = list(stream.evaluation_dataset(40))
+    np.testing.assert_array_equal(x.numpy()[0], normalise(evaluated, pre))
 
 
 def test_dataset_without_split_holds_out_a_fraction(tmp_path):
@@ -118,17 +165,19 @@ def tiny_classifier(size):
     return keras.Model(inputs, keras.layers.Dense(2)(x), name="tiny")
 
 
+def image_stream(root, per_class=12, size=32):
+    make_folder(root, per_class=per_class, splits=("train",))
+    pre = Preprocessing(size, 36)
+    return ImageStream(find_dataset(root, val_split=0.1).train, pre, stored_side(pre, size))
+
+
 def test_training_shares_weights_across_scales_and_resumes_after_interruption(tmp_path):
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 255, (24, 40, 40, 3)).astype(np.uint8)
-    labels = np.arange(24) % 2
-    images[labels == 1, ..., 0] = 255
-    data = ArrayData(images, labels, Preprocessing(32, 36))
+    data = image_stream(tmp_path / "data")
     cfg = TrainConfig(epochs=1, batch_size=8, lr=5e-3, sizes=[24, 32], checkpoint_dir=str(tmp_path / "ckpt"))
     base = tiny_classifier(32)
     first = Trainer(base, tiny_classifier, 32, cfg, log=lambda m: None)
     history = first.fit(data)
-    assert len(history) == 1 and set(history[0]["sizes"]) <= {24, 32}
+    assert len(history) == 1 and set(history[0]["sizes"]) <= {24, 32} and history[0]["images"] == len(data)
     # same weights at every scale
     np.testing.assert_array_equal(first.models[32].get_weights()[0], base.get_weights()[0])
     # "interrupted" after epoch 1: a new run with 2 epochs resumes at epoch 2
@@ -139,3 +188,68 @@ def test_training_shares_weights_across_scales_and_resumes_after_interruption(tm
     assert any("Resuming" in line for line in logs)
     assert [h["epoch"] for h in history] == [1, 2]
     assert sum("epoch 2/2" in line for line in logs) == 1 and not any("epoch 1/2" in line for line in logs)
+
+
+def test_epochs_of_fixed_steps_resume_and_a_class_folder_emptied_meanwhile_is_counted(tmp_path):
+    data = image_stream(tmp_path / "data")
+    cfg = TrainConfig(epochs=1, batch_size=4, lr=5e-3, steps_per_epoch=3, checkpoint_dir=str(tmp_path / "ckpt"))
+    history = Trainer(tiny_classifier(32), None, 32, cfg, log=lambda m: None).fit(data)
+    assert [h["images"] for h in history] == [12]
+    for path in (tmp_path / "data" / "train" / "bees").iterdir():  # removed while the run was stopped
+        path.unlink()
+    cfg.epochs = 3
+    history = Trainer(tiny_classifier(32), None, 32, cfg, log=lambda m: None).fit(data)
+    assert [h["epoch"] for h in history] == [1, 2, 3] and [h["images"] for h in history] == [12, 12, 12]
+    assert len(data.tally) > 0 and set(data.tally.skipped.counts()) == {NOT_OPENED}
+
+
+def test_an_epoch_of_unreadable_images_is_one_error(tmp_path):
+    make_folder(tmp_path, per_class=0, broken=3, splits=("",))
+    stream = ImageStream(find_dataset(tmp_path, val_split=0.2).train, Preprocessing(16, 16), 16)
+    with pytest.raises(EdgevitError, match=rf"^None of the images of epoch 1 could be read: 5 unreadable image\(s\) "
+                                           rf"skipped: 5 {NOT_AN_IMAGE} \(broken"):
+        Trainer(tiny_classifier(16), None, 16, TrainConfig(epochs=1, batch_size=2), log=lambda m: None).fit(stream)
+
+
+def test_listing_neither_follows_a_folder_link_back_up_nor_drops_a_file_link_loop(tmp_path):
+    make_folder(tmp_path, per_class=2, splits=("",))
+    os.symlink("..", tmp_path / "ants" / "up")          # a folder loop
+    os.symlink("loop.jpg", tmp_path / "bees" / "loop.jpg")  # a file that links to itself
+    files = image_paths(str(tmp_path))
+    assert len(files) == 5 and str(tmp_path / "bees" / "loop.jpg") in files
+    stream = ImageStream(Split(files, np.zeros(5, np.int64)), Preprocessing(16, 16), 16)
+    assert sum(len(y) for _, y in stream.evaluation_dataset(16)) == 4
+    assert stream.tally.skipped.counts() == {NOT_OPENED: 1}
+
+
+def test_finetune_streams_with_steps_per_epoch_and_reports_the_unreadable_images(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_folder(tmp_path / "data", per_class=6, broken=1)
+    code, out, err = run("finetune", "mobilevit_v3_xxs", "--input-size", "32", "--data", "data", "--epochs", "2",
+                         "--steps-per-epoch", "2", "--batch-size", "4", "--json", "-o", "m.keras")
+    assert code == 0, err
+    result = json.loads(out)
+    assert [h["images"] for h in result["history"]] == [8, 8]
+    assert result["steps_per_epoch"] == 2 and result["replicas"] == 1 and result["workers"] == 1
+    assert result["unreadable_skipped"] >= 2 and set(result["skipped_reasons"]) == {NOT_AN_IMAGE}
+    assert result["seconds_to_first_step"] > 0 and (tmp_path / "m.keras").exists()
+
+
+def test_mixed_precision_trains_a_float16_copy_and_the_saved_model_computes_in_float32(tmp_path):
+    from edgevit.train.precision import mixed_precision_copy
+
+    data = image_stream(tmp_path / "data")
+    model = tiny_classifier(32)
+    mixed = mixed_precision_copy(model)
+    assert {layer.dtype_policy.name for layer in mixed.layers[1:]} == {"mixed_float16"}
+    assert keras.config.dtype_policy().name == "float32"  # the global policy is left as it was
+    before = [w.copy() for w in model.get_weights()]
+    cfg = TrainConfig(epochs=1, batch_size=8, lr=5e-3, steps_per_epoch=2, mixed_precision=True)
+    trainer = Trainer(mixed, None, 32, cfg, log=lambda m: None)
+    assert np.isfinite(trainer.fit(data)[0]["loss"])
+    assert type(trainer.optimizer).__name__ == "LossScaleOptimizer"
+    model.set_weights(mixed.get_weights())
+    assert all(w.dtype == np.float32 for w in model.get_weights())
+    assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    assert {layer.dtype_policy.name for layer in model.layers[1:]} == {"float32"}
+    assert model(np.zeros((1, 32, 32, 3), np.float32)).dtype == "float32"

@@ -12,8 +12,9 @@ import numpy as np
 
 from edgevit.progress import Progress
 from edgevit.registry import Preprocessing
-from edgevit.train.data import ArrayData
+from edgevit.train.data import Split
 from edgevit.train.loop import TrainConfig, Trainer
+from edgevit.train.pipeline import ImageStream
 from edgevit.train.prepare import val_metrics
 
 
@@ -57,32 +58,34 @@ def tiny_classifier(size=16):
     return keras.Model(inputs, keras.layers.Dense(2)(x), name="tiny")
 
 
-def ants_and_bees(count: int, size: int = 16) -> ArrayData:
+def ants_and_bees(folder, count: int, size: int = 16) -> ImageStream:
+    from PIL import Image
+
     rng = np.random.default_rng(0)
     labels = np.arange(count) % 2
-    images = rng.integers(0, 255, (count, size, size, 3)).astype(np.uint8)
-    images[labels == 1, ..., 0] = 255
-    return ArrayData(images, labels, Preprocessing(size, size))
+    folder.mkdir()
+    files = []
+    for index, label in enumerate(labels):
+        pixels = rng.integers(0, 255, (size, size, 3)).astype(np.uint8)
+        pixels[..., 0] = 255 if label else pixels[..., 0]
+        files.append(str(folder / f"{index}.png"))
+        Image.fromarray(pixels).save(files[-1])
+    return ImageStream(Split(files, labels), Preprocessing(size, size), size)
 
 
-def test_training_shows_its_steps_and_traces_one_graph_for_a_smaller_last_batch(monkeypatch):
-    from edgevit.train import metrics, prepare
-
-    traced = []
-    monkeypatch.setattr(prepare, "traced_forward",
-                        lambda model, *args: traced.append(metrics.traced_forward(model, *args)) or traced[-1])
+def test_training_shows_its_steps_and_traces_one_graph_for_a_smaller_last_batch(tmp_path):
     stream = Terminal()
     progress = Progress(stream=stream)
     trainer = Trainer(tiny_classifier(), None, 16, TrainConfig(epochs=1, batch_size=8), log=progress.step,
                       progress=progress)
-    evaluate = val_metrics(ants_and_bees(10), 16, progress)  # batches of 32: one of 10
-    history = trainer.fit(ants_and_bees(20), evaluate)   # batches of 8, 8 and 4
+    evaluate = val_metrics(ants_and_bees(tmp_path / "val", 10), 16, progress=progress)  # batches of 32: one of 10
+    history = trainer.fit(ants_and_bees(tmp_path / "train", 20), evaluate)   # batches of 8, 8 and 4
     text = stream.shown()
     assert "epoch 1/1" in text and "3/3 steps" in text and f"loss {history[0]['loss']:.4f}" in text
     assert "validating" in text and "10/10 images" in text and "> epoch 1/1: loss" in text
-    assert trainer._step_fn(16).experimental_get_tracing_count() == 1
+    assert trainer._steps[16].experimental_get_tracing_count() == 1
     evaluate(trainer.base)  # the next epoch's evaluation runs the same graph
-    assert [forward.experimental_get_tracing_count() for forward in traced] == [1]
+    assert [step.experimental_get_tracing_count() for _, step in evaluate._steps.values()] == [1]
 
 
 def test_eval_prints_steps_off_a_terminal_and_nothing_with_json(tmp_path):
@@ -104,4 +107,4 @@ def test_eval_prints_steps_off_a_terminal_and_nothing_with_json(tmp_path):
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["images"] == 6 and "> Running" not in as_json.stderr
     plain = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert "> Running m.keras on 6 images" in plain.stderr and "6/6" not in plain.stderr  # a pipe: no bar
+    assert "> Running m.keras on the 6 images of" in plain.stderr and "6/6" not in plain.stderr  # a pipe: no bar

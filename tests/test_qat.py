@@ -31,7 +31,8 @@ from edgevit.quantize.quantizers import ActivationQuantizer
 from edgevit.quantize.registry import QuantizeRule, register
 from edgevit.registry import get_spec
 from edgevit.saving import load_model
-from edgevit.train.data import find_dataset, load_split
+from edgevit.train.data import find_dataset, stored_side
+from edgevit.train.pipeline import ImageStream
 from tests.helpers import FEW_BLOCKS, SMALLEST, needs_arm, outputs, with_few_blocks
 
 SIZE = 32
@@ -491,8 +492,7 @@ def test_every_family_trains_saves_and_converts_with_trained_ranges(name, photos
     size = SMALLEST[name]
     pre = get_spec(name).preprocessing_at(size)
     dataset = find_dataset(photos)
-    train, _ = load_split(dataset.train, pre, size)
-    x, y = train.train_batch(np.arange(len(train)), size, np.random.default_rng(0)), train.labels
+    x, y = ImageStream(dataset.train, pre, stored_side(pre, size)).read_all(size)
     model = edgevit.create_model(name, num_classes=2, input_size=size)
     qat = quantize_model(model, x, input_range=pre.value_range)
     qat.compile(keras.optimizers.Adam(1e-4), keras.losses.SparseCategoricalCrossentropy(from_logits=True),

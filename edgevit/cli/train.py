@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -67,7 +69,7 @@ def _save_trained(model, out: Path, checkpoint: str) -> None:
     """Save the trained model, then remove its checkpoint; when the save
     fails, the checkpoint stays and the error says how to use it."""
     from edgevit.saving import save_model
-    from edgevit.train.loop import remove_checkpoint
+    from edgevit.train.checkpoints import remove_checkpoint
 
     try:
         save_model(model, out)
@@ -78,14 +80,47 @@ def _save_trained(model, out: Path, checkpoint: str) -> None:
     remove_checkpoint(checkpoint)
 
 
-def _run(command: str, spec, classes: list[str], size: int, sizes: list[int]) -> dict:
+def _run(command: str, spec, classes: list[str], size: int, sizes: list[int], steps_per_epoch: int | None,
+         mixed_precision: bool = False) -> dict:
     """What a training run is, as its checkpoint records it."""
-    return {"command": command, "model": spec.name, "input_size": size, "classes": list(classes),
-            "sizes": list(sizes)}
+    run = {"command": command, "model": spec.name, "input_size": size, "classes": list(classes), "sizes": list(sizes)}
+    if steps_per_epoch:
+        run["steps_per_epoch"] = steps_per_epoch
+    if mixed_precision:
+        run["mixed_precision"] = True
+    return run
+
+
+def _start_strategy(worker_timeout: float):
+    """TensorFlow imported and the training strategy made, before any op
+    runs (see :mod:`edgevit.train.distribute`)."""
+    import_tensorflow_quietly()
+    from edgevit.train.distribute import strategy_for_environment
+
+    return strategy_for_environment(worker_timeout)
+
+
+@contextmanager
+def _training(strategy, checkpoint: str, run: dict):
+    """The checkpoint folder held by this run (the chief's), another run's
+    checkpoint refused before any image is read; a worker that stops
+    answering ends the run as one error line."""
+    from edgevit.train.checkpoints import checkpoint_lock, checkpoint_state
+    from edgevit.train.distribute import is_chief, worker_failures
+
+    with worker_failures(strategy):
+        if not is_chief(strategy):
+            yield
+            return
+        with checkpoint_lock(checkpoint):
+            checkpoint_state(checkpoint, run)
+            yield
 
 
 def _common_options(lr: float):
     """The options finetune and qat share; ``lr`` is the command's default learning rate."""
+    from edgevit.train.distribute import WORKER_TIMEOUT
+
     options = [
         click.option("--data", "data_dir", required=True, metavar="DIR", callback=leads_somewhere,
                      help="Image folder: DIR/train/<class>/*, DIR/val/<class>/* (or DIR/<class>/* with --val-split). "
@@ -96,7 +131,11 @@ def _common_options(lr: float):
                           f"weights ({IMAGENET_DOWNLOAD}), with a new classifier when DIR has another number of "
                           "classes."),
         click.option("--epochs", type=click.IntRange(1, 10000), default=EPOCHS, show_default=True),
-        click.option("--batch-size", type=click.IntRange(1, 4096), default=32, show_default=True),
+        click.option("--steps-per-epoch", type=click.IntRange(1, 10**9), default=None,
+                     help="Epochs of this many steps, each of a fresh random order of the images (default: every "
+                          "image once an epoch)."),
+        click.option("--batch-size", type=click.IntRange(1, 4096), default=32, show_default=True,
+                     help="Images per step, over every device and worker together."),
         click.option("--lr", type=float, default=lr, show_default=True, callback=positive_learning_rate,
                      help="Peak learning rate (AdamW, cosine decay)."),
         click.option("--input-size", type=InputSize(), default=None,
@@ -107,7 +146,11 @@ def _common_options(lr: float):
                      help="Checkpoint every epoch here; rerunning the same run with it resumes, another run is "
                           "refused, and so is any run while one uses it (it holds a lock file there, which the "
                           "system releases when that run ends, however it ends) (default: OUTPUT.ckpt/, removed "
-                          "once OUTPUT is saved)."),
+                          "once OUTPUT is saved). Across workers (TF_CONFIG) only the chief uses it."),
+        click.option("--worker-timeout", type=click.FloatRange(1, 86400), default=WORKER_TIMEOUT, show_default=True,
+                     metavar="SECONDS",
+                     help="Across workers (TF_CONFIG): how long a worker waits for the others, at the start and in "
+                          "each step, before the run ends with an error."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
         overwrite_option,
     ]
@@ -125,50 +168,66 @@ def _common_options(lr: float):
 @_common_options(lr=FINETUNE_LR)
 @click.option("--multiscale", type=InputSizes(), default=None,
               help="Multi-scale sampler over these resolutions, e.g. 160,192,224,256 (batch size scaled per size).")
+@click.option("--mixed-precision", is_flag=True,
+              help="Compute in float16 with float32 weights and a scaled loss (for GPUs with float16 units; off "
+                   "by default). The saved model computes in float32.")
 @click.option("-o", "--output", required=True, help="Output .keras file (an existing one only with --overwrite).")
 @user_errors
-def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_size, val_split, checkpoint_dir,
-                     as_json, overwrite, multiscale, output):
+def finetune_command(model, data_dir, weights, epochs, steps_per_epoch, batch_size, lr, input_size, val_split,
+                     checkpoint_dir, worker_timeout, as_json, overwrite, multiscale, mixed_precision, output):
     """Fine-tune MODEL (a registered name or a .keras file) on an image folder."""
+    started = time.perf_counter()
     out, checkpoint = _check_output(output, [model, weights], checkpoint_dir)
     refuse_existing([out], overwrite)
     dataset = _check_inputs(data_dir, val_split, weights)
-    import_tensorflow_quietly()
+    strategy = _start_strategy(worker_timeout)
     from edgevit.export.memory import memory_of
     from edgevit.progress import Progress
     from edgevit.registry import create_model
-    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_lock, checkpoint_state
-    from edgevit.train.prepare import build_model, load_data, val_metrics
+    from edgevit.train.distribute import is_chief
+    from edgevit.train.loop import TrainConfig, Trainer
+    from edgevit.train.precision import mixed_precision_copy
+    from edgevit.train.prepare import build_model, first_images, load_data, val_metrics
 
     progress = Progress(enabled=not as_json)
     sizes = multiscale or []
-    keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log,
-                                    sizes=sizes)
+    with strategy.scope():
+        keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log,
+                                        sizes=sizes)
     size = int(keras_model.inputs[0].shape[1])
-    run = _run("finetune", spec, dataset.classes, size, sizes)
-    with checkpoint_lock(checkpoint):
-        checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
-        train, val, skipped = load_data(dataset, spec, size, sizes, log)
-        if weights is None and not (model.endswith(".keras") or Path(model).is_file()):
-            from edgevit.models.batchnorm import recalibrate_batchnorm
+    run = _run("finetune", spec, dataset.classes, size, sizes, steps_per_epoch, mixed_precision)
+    with _training(strategy, checkpoint, run):
+        train, val = load_data(dataset, spec, size, sizes, log)
+        with strategy.scope():
+            if weights is None and not (model.endswith(".keras") or Path(model).is_file()):
+                from edgevit.models.batchnorm import recalibrate_batchnorm
 
-            images = train.eval_batch(np.arange(min(len(train), 64)), size)
-            progress.step("No weights given: estimating BatchNorm statistics on the training images")
-            with progress.bar("BatchNorm statistics", len(images), "images") as advance:
-                recalibrate_batchnorm(keras_model, images, on_batch=advance)
-        classes = len(dataset.classes)
-        cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, sizes=sizes,
-                          warmup_epochs=min(1.0, epochs / 10), checkpoint_dir=checkpoint, run=run)
-        trainer = Trainer(keras_model, lambda s: create_model(spec.name, num_classes=classes, input_size=s),
-                          size, cfg, log=progress.step, progress=progress)
-        with memory_of("training", keras_model, batch_size):
-            history = trainer.fit(train, val_metrics(val, size, progress))
-        progress.step(f"Saving {out}")
-        _save_trained(keras_model, out, checkpoint)
+                progress.step("No weights given: estimating BatchNorm statistics on the training images")
+                images = np.concatenate(first_images(train, size, 64))
+                with progress.bar("BatchNorm statistics", len(images), "images") as advance:
+                    recalibrate_batchnorm(keras_model, images, on_batch=advance)
+            classes = len(dataset.classes)
+
+            def build(s):
+                built = create_model(spec.name, num_classes=classes, input_size=s)
+                return mixed_precision_copy(built) if mixed_precision else built
+
+            trained = mixed_precision_copy(keras_model) if mixed_precision else keras_model
+        cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, sizes=sizes, steps_per_epoch=steps_per_epoch,
+                          warmup_epochs=min(1.0, epochs / 10), checkpoint_dir=checkpoint, run=run,
+                          mixed_precision=mixed_precision)
+        trainer = Trainer(trained, build, size, cfg, strategy, log=progress.step, progress=progress)
+        with memory_of("training", trained, batch_size):
+            history = trainer.fit(train, val_metrics(val, size, strategy, progress), started)
+        if mixed_precision:
+            keras_model.set_weights(trained.get_weights())  # the float32 model is saved
+        if is_chief(strategy):
+            progress.step(f"Saving {out}")
+            _save_trained(keras_model, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
-              "multiscale": sizes, "unreadable_skipped": len(skipped), "history": history,
-              "val_top1": history[-1].get("val_top1") if history else None}
-    _print_result(result, as_json)
+              "multiscale": sizes, "mixed_precision": mixed_precision, **_run_facts(trainer, train),
+              "history": history, "val_top1": history[-1].get("val_top1") if history else None}
+    _print_result(result, as_json, strategy)
 
 
 @click.command("qat")
@@ -182,12 +241,13 @@ def finetune_command(model, data_dir, weights, epochs, batch_size, lr, input_siz
 @click.option("-o", "--output", required=True,
               help="Output .keras file, the QAT model (an existing one only with --overwrite).")
 @user_errors
-def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, val_split, checkpoint_dir,
-                as_json, overwrite, calib_batches, export_int8, output):
+def qat_command(model, data_dir, weights, epochs, steps_per_epoch, batch_size, lr, input_size, val_split,
+                checkpoint_dir, worker_timeout, as_json, overwrite, calib_batches, export_int8, output):
     """Quantization-aware training of MODEL (a .keras file or a registered name) on an image folder.
 
     Its validation top-1 is the fake-quant model's, as QAT frameworks measure it while training; the int8
     file's own comes from `edgevit eval` of the file (see --export)."""
+    started = time.perf_counter()
     out, checkpoint = _check_output(output, [model, weights], checkpoint_dir)
     outputs = [out]
     if export_int8:
@@ -199,49 +259,50 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
         outputs += export_files.all()
     refuse_existing(outputs, overwrite)
     dataset = _check_inputs(data_dir, val_split, weights)
-    import_tensorflow_quietly()
+    strategy = _start_strategy(worker_timeout)
     from edgevit.export.memory import memory_of
     from edgevit.progress import Progress
     from edgevit.quantize.qat import calibrate, quantize_model
     from edgevit.saving import set_class_names
-    from edgevit.train.loop import TrainConfig, Trainer, checkpoint_lock, checkpoint_state
-    from edgevit.train.prepare import build_model, load_data, val_metrics
+    from edgevit.train.distribute import is_chief
+    from edgevit.train.loop import TrainConfig, Trainer
+    from edgevit.train.prepare import build_model, first_images, load_data, val_metrics
 
     progress = Progress(enabled=not as_json)
-    keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log)
+    with strategy.scope():
+        keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log)
     size = int(keras_model.inputs[0].shape[1])
-    run = _run("qat", spec, dataset.classes, size, [])
-    with checkpoint_lock(checkpoint):
-        checkpoint_state(checkpoint, run)  # another run's checkpoint is refused before the images load
-        train, val, skipped = load_data(dataset, spec, size, [], log)
+    run = _run("qat", spec, dataset.classes, size, [], steps_per_epoch)
+    with _training(strategy, checkpoint, run):
+        train, val = load_data(dataset, spec, size, [], log)
         # the fake-quant graph alone: the exact kernel arithmetic's first call took 35-50 s, this ~12 s (issue 40)
-        evaluate = val_metrics(val, size, progress, kernel_arithmetic=False)
+        evaluate = val_metrics(val, size, strategy, progress, kernel_arithmetic=False)
         float_top1 = evaluate(keras_model)["val_top1"]
         progress.step(f"Float model: val top-1 {float_top1}")
-        rng = np.random.default_rng(0)
-        order = rng.permutation(len(train))
-        calib = [train.eval_batch(order[i:i + batch_size], size)
-                 for i in range(0, min(len(train), calib_batches * batch_size), batch_size)]
+        # every worker calibrates on the same images; training starts from the chief's ranges
+        calib = first_images(train, size, calib_batches * batch_size, seed=0, batch_size=batch_size)
         progress.step(f"Rewriting {spec.name} with fake quantization at every int8 tensor")
-        qat = quantize_model(keras_model, input_range=spec.preprocessing_at(size).value_range)
-        set_class_names(qat, dataset.classes)
-        progress.step(f"Calibrating the activation ranges of the QAT model on {len(calib)} batches")
-        with progress.bar("calibrating", len(calib), "batches") as advance:
-            calibrate(qat, calib, on_batch=advance)
+        with strategy.scope():
+            qat = quantize_model(keras_model, input_range=spec.preprocessing_at(size).value_range)
+            set_class_names(qat, dataset.classes)
+            progress.step(f"Calibrating the activation ranges of the QAT model on {len(calib)} batches")
+            with progress.bar("calibrating", len(calib), "batches") as advance:
+                calibrate(qat, calib, on_batch=advance)
         before = evaluate(qat)["val_top1"]
         progress.step(f"QAT model after range calibration: val top-1 {before} (fake quantization)")
         cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, warmup_epochs=0.0,
-                          checkpoint_dir=checkpoint, run=run)
-        trainer = Trainer(qat, None, size, cfg, log=progress.step, progress=progress)
+                          steps_per_epoch=steps_per_epoch, checkpoint_dir=checkpoint, run=run)
+        trainer = Trainer(qat, None, size, cfg, strategy, log=progress.step, progress=progress)
         with memory_of("training", qat, batch_size):
-            history = trainer.fit(train, evaluate)
-        progress.step(f"Saving {out}")
-        _save_trained(qat, out, checkpoint)
+            history = trainer.fit(train, evaluate, started)
+        if is_chief(strategy):
+            progress.step(f"Saving {out}")
+            _save_trained(qat, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
-              "float_val_top1": float_top1, "qat_val_top1_calibrated": before, "history": history,
-              "val_top1": history[-1].get("val_top1") if history else before, "val_top1_of": FAKE_QUANT_TOP1,
-              "unreadable_skipped": len(skipped)}
-    if export_int8:
+              "float_val_top1": float_top1, "qat_val_top1_calibrated": before, **_run_facts(trainer, train),
+              "history": history, "val_top1": history[-1].get("val_top1") if history else before,
+              "val_top1_of": FAKE_QUANT_TOP1}
+    if export_int8 and is_chief(strategy):
         from edgevit.export.pipeline import ExportOptions, export
 
         # The trained ranges quantize the file; the images validate it.
@@ -251,7 +312,17 @@ def qat_command(model, data_dir, weights, epochs, batch_size, lr, input_size, va
         result["export"] = {"file": str(exported.files.model), "agreement": exported.agreement,
                             "probability_agreement": exported.probability_agreement,
                             "checks": [c.to_dict() for c in exported.checks], "verdict": exported.verdict.to_dict()}
-    _print_result(result, as_json)
+    _print_result(result, as_json, strategy)
+
+
+def _run_facts(trainer, train) -> dict:
+    """What the report says of the run besides its history."""
+    from edgevit.train.distribute import workers
+
+    skipped = train.tally.skipped
+    return {"replicas": trainer.strategy.num_replicas_in_sync, "workers": workers(trainer.strategy),
+            "steps_per_epoch": trainer.cfg.steps_per_epoch, "seconds_to_first_step": trainer.seconds_to_first_step,
+            "unreadable_skipped": len(skipped), "skipped_reasons": skipped.counts()}
 
 
 @click.command("eval")
@@ -285,11 +356,18 @@ def eval_command(model_file, data_dir, threads, as_json):
                     [[c["true"], c["predicted"], c["count"]] for c in report["top_confusions"]])
 
 
-def _print_result(result: dict, as_json: bool) -> None:
+def _print_result(result: dict, as_json: bool, strategy) -> None:
+    """The result table (or JSON) on standard output; a worker other than
+    the chief prints one line on standard error instead."""
+    from edgevit.train.distribute import is_chief
+
+    if not is_chief(strategy):
+        click.echo(f"> This worker's part is done; the chief writes {result['output']} and its report.", err=True)
+        return
     if as_json:
         print_json(result)
         return
-    rows = [[k, v] for k, v in result.items() if k not in ("history", "export", "classes")]
+    rows = [[k, v] for k, v in result.items() if k not in ("history", "export", "classes", "skipped_reasons")]
     rows.append(["classes", ", ".join(result["classes"][:10])])
     if "export" in result:
         a = result["export"]["agreement"]

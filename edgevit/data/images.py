@@ -32,6 +32,7 @@ INTERPOLATIONS = tuple(_PIL_FILTERS)
 
 # Why an image file was skipped, in a few words (skipped files are counted by these).
 NOT_AN_IMAGE = "not an image, or damaged"
+NOT_OPENED = "could not be opened (removed, no permission, or a link that leads nowhere)"
 TOO_LARGE = "more pixels than Pillow's decompression-bomb limit"
 FLOAT_PIXELS = "floating-point pixels (no 8-bit scale)"
 UNCONVERTIBLE = "a colour mode with no RGB conversion"
@@ -130,6 +131,10 @@ def open_rgb(path: str | Path) -> Image.Image:
         raise UnreadableImage(path, TOO_LARGE) from None
     except UnreadableImage:
         raise
+    except OSError as err:
+        if err.errno is not None:  # the system refused the file; Pillow's own OSErrors carry no errno
+            raise UnreadableImage(path, NOT_OPENED) from None
+        raise UnreadableImage(path, NOT_AN_IMAGE) from None
     except Exception:  # Pillow's decoders raise many types for damaged or foreign files
         raise UnreadableImage(path, NOT_AN_IMAGE) from None
 

@@ -7,12 +7,20 @@ message instead of a crash of the caller.
 Child usage: ``python -m edgevit.export.run_model MODEL INPUTS.npy OUTPUTS.npy
 THREADS KERNELS``: inputs are float model inputs; outputs are float
 (dequantized) model outputs; KERNELS is xnnpack, builtin or reference.
+``python -m edgevit.export.run_model --stream MODEL THREADS KERNELS`` runs
+batches as they come (:class:`StreamedRun`): each a frame on standard input,
+its outputs a frame on standard output, so that neither side holds more than
+a batch, nor writes the images to a file.
 """
 from __future__ import annotations
 
+import io
 import os
+import select
+import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -41,15 +49,24 @@ def dequantize(q: np.ndarray, detail: dict) -> np.ndarray:
 
 def run_in_process(model_content: bytes, inputs: np.ndarray, num_threads: int = 1,
                    kernels: str = "xnnpack") -> np.ndarray:
+    return _runner(model_content, num_threads, kernels)(inputs)
+
+
+def _runner(model_content: bytes, num_threads: int, kernels: str):
+    """A function from a batch of inputs to the file's outputs, on one interpreter."""
     interp = load_interpreter(model_content, num_threads=num_threads, kernels=kernels)
     interp.allocate_tensors()
     inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
-    results = []
-    for sample in inputs:
-        interp.set_tensor(inp["index"], quantize(sample[None], inp))
-        interp.invoke()
-        results.append(dequantize(interp.get_tensor(out["index"]), out)[0])
-    return np.stack(results)
+
+    def run(inputs) -> np.ndarray:
+        results = []
+        for sample in inputs:
+            interp.set_tensor(inp["index"], quantize(sample[None], inp))
+            interp.invoke()
+            results.append(dequantize(interp.get_tensor(out["index"]), out)[0])
+        return np.stack(results)
+
+    return run
 
 
 def run_in_child(model_path: str | Path, inputs, num_threads: int = 1,
@@ -77,6 +94,95 @@ def run_in_child(model_path: str | Path, inputs, num_threads: int = 1,
         return np.load(out_path)
 
 
+class StreamedRun:
+    """``run(batch)``: the outputs of a .tflite file for each batch, from one
+    LiteRT child process fed a batch at a time (``with StreamedRun(...) as
+    run``). ``timeout``: seconds a batch may take."""
+
+    def __init__(self, model_path: str | Path, num_threads: int = 1, kernels: str = "xnnpack",
+                 timeout: float = 900):
+        self.name, self.timeout = Path(model_path).name, timeout
+        self.command = [sys.executable, "-m", "edgevit.export.run_model", "--stream", str(model_path),
+                        str(num_threads), kernels]
+
+    def __enter__(self):
+        self.log = tempfile.TemporaryFile("w+")
+        self.child = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        return self
+
+    def __call__(self, inputs: np.ndarray) -> np.ndarray:
+        try:
+            _write_frame(self.child.stdin, np.ascontiguousarray(inputs, np.float32))
+            return _read_frame(self.child.stdout, self.timeout)
+        except TimeoutError:
+            raise EdgevitError(f"LiteRT did not finish running {self.name} on a batch within {self.timeout:.0f} s.") \
+                from None
+        except (OSError, EOFError):  # the child ended: a broken pipe, or no answer
+            self.child.wait()
+            self.log.seek(0)
+            raise EdgevitError(f"LiteRT failed running {self.name}: "
+                               f"{describe_child_failure(self.child.returncode, self.log.read())}") from None
+
+    def __exit__(self, *exc):
+        try:
+            self.child.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            self.child.wait()
+        self.log.close()
+
+
+def _write_frame(stream, array: np.ndarray) -> None:
+    """An array as a frame: its .npy bytes after their length."""
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    stream.write(struct.pack("<Q", buffer.tell()) + buffer.getvalue())
+    stream.flush()
+
+
+def _read_frame(stream, timeout: float | None = None) -> np.ndarray | None:
+    """The array of the next frame; None where the stream ends before one
+    (EOFError where one waits for it, ``timeout`` given; TimeoutError when
+    nothing comes within ``timeout`` seconds)."""
+    header = _read_exactly(stream, 8, timeout)
+    if not header and timeout is None:
+        return None
+    if len(header) < 8:
+        raise EOFError
+    (length,) = struct.unpack("<Q", header)
+    body = _read_exactly(stream, length, timeout)
+    if len(body) < length:
+        raise EOFError
+    return np.load(io.BytesIO(body), allow_pickle=False)
+
+
+def _read_exactly(stream, count: int, timeout: float | None) -> bytes:
+    """``count`` bytes of ``stream``, fewer where it ends first."""
+    data = b""
+    while len(data) < count:
+        if timeout is not None and not select.select([stream], [], [], timeout)[0]:
+            raise TimeoutError
+        chunk = os.read(stream.fileno(), count - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _stream_main(argv: list[str]) -> None:
+    model_path, threads, kernels = argv
+    frames = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # what a native library prints goes to the log, not into the frames
+    run = _runner(Path(model_path).read_bytes(), int(threads), kernels)
+    while (inputs := _read_frame(sys.stdin.buffer)) is not None:
+        _write_frame(frames, run(inputs).astype(np.float32))
+
+
 def _child_main(argv: list[str]) -> None:
     model_path, in_path, out_path, threads, kernels = argv
     outputs = run_in_process(Path(model_path).read_bytes(), saved_rows(Path(in_path)), num_threads=int(threads),
@@ -97,4 +203,7 @@ def saved_rows(path: Path):
 
 
 if __name__ == "__main__":
-    _child_main(sys.argv[1:])
+    if sys.argv[1] == "--stream":
+        _stream_main(sys.argv[2:])
+    else:
+        _child_main(sys.argv[1:])

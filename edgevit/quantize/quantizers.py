@@ -109,10 +109,11 @@ class ActivationQuantizer(keras.layers.Layer):
         self.slots = int(slots)
         self.symmetric = bool(symmetric)
         if self.fixed_range is None:
+            # every replica computes the same range from the global batch (_global_range): the first one's is kept
             self.range_min = self.add_weight(name="range_min", shape=(self.slots,), initializer="zeros",
-                                             trainable=False, aggregation="mean")
+                                             trainable=False, aggregation="only_first_replica")
             self.range_max = self.add_weight(name="range_max", shape=(self.slots,), initializer="zeros",
-                                             trainable=False, aggregation="mean")
+                                             trainable=False, aggregation="only_first_replica")
             self.batches_seen = self.add_weight(name="batches_seen", shape=(self.slots,), initializer="zeros",
                                                 trainable=False, aggregation="only_first_replica")
         self.built = True
@@ -211,6 +212,8 @@ class ActivationQuantizer(keras.layers.Layer):
             float32 = keras.backend.standardize_dtype(x.dtype) == "float32"
             x = ops.stop_gradient(x if float32 else ops.cast(x, "float32"))
         batch_min, batch_max = xp.min(x), xp.max(x)
+        if xp is not np:
+            batch_min, batch_max = _global_range(x, batch_min, batch_max)
         # a batch with a non-finite value (NaN spreads to both) leaves the range as it was
         counted = xp.logical_and(xp.isfinite(batch_min), xp.isfinite(batch_max))
         if self.slots > 1:
@@ -248,6 +251,27 @@ class ActivationQuantizer(keras.layers.Layer):
         return {**super().get_config(), "momentum": self.momentum, "slots": self.slots,
                 "fixed_range": None if self.fixed_range is None else list(self.fixed_range),
                 "symmetric": self.symmetric, "model_input": self.model_input}
+
+
+def _global_range(x, batch_min, batch_max):
+    """The min and max of the global batch where a step runs on several
+    replicas (each sees its share of the batch), so that the ranges do not
+    depend on the number of replicas; NaN where a replica saw a non-finite
+    value, or no replica saw any."""
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return batch_min, batch_max
+    seen = tf.size(x) > 0  # a replica whose every image was unreadable has none
+    local = tf.stack([tf.where(seen, batch_min, 0.0), tf.where(seen, batch_max, 0.0), tf.cast(seen, tf.float32)])
+    gathered = context.all_gather(local[None], axis=0)
+    minima, maxima, present = gathered[:, 0], gathered[:, 1], gathered[:, 2] > 0
+    finite = tf.logical_or(tf.logical_not(present), tf.math.is_finite(minima) & tf.math.is_finite(maxima))
+    usable = tf.reduce_all(finite) & tf.reduce_any(present)
+    nan = tf.constant(np.nan, tf.float32)
+    return (tf.where(usable, tf.reduce_min(tf.where(present, minima, np.inf)), nan),
+            tf.where(usable, tf.reduce_max(tf.where(present, maxima, -np.inf)), nan))
 
 
 def _moving_range(xp, state, batch_min, batch_max, counted, momentum: float):

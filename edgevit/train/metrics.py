@@ -1,8 +1,6 @@
-"""Classification metrics, and a Keras model's logits they are computed from,
-shared by training (validation after each epoch) and `edgevit eval`."""
+"""Classification metrics (counted a batch at a time) and the traced forward
+pass of a Keras model that `edgevit eval` scores."""
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import numpy as np
 
@@ -30,38 +28,43 @@ def traced_forward(model, kernel_arithmetic: bool = True):
     return graph_rewrites.for_model(model, tf.function(forward, input_signature=signature, autograph=False))
 
 
-def logits_of(forward: Callable, images: np.ndarray, batch_size: int = BATCH_SIZE,
-              on_batch: Callable[[int], None] = lambda count: None) -> np.ndarray:
-    """``forward`` (a model, or its :func:`traced_forward`) over ``images``, a
-    batch at a time; ``on_batch(images in it)`` after each."""
-    outputs = []
-    for start in range(0, len(images), batch_size):
-        batch = images[start:start + batch_size]
-        outputs.append(np.asarray(forward(batch)))
-        on_batch(len(batch))
-    return np.concatenate(outputs)
+class AccuracyTally:
+    """top-1, top-5, per-class recall and the most frequent confusions,
+    counted a batch at a time (:meth:`add`): it holds counts, not the
+    logits of every image."""
+
+    def __init__(self, classes: list[str]):
+        self.classes = classes
+        self.k = min(5, len(classes))
+        self.confusion = np.zeros((len(classes), len(classes)), np.int64)
+        self.top_k_hits = 0
+
+    def add(self, logits: np.ndarray, labels: np.ndarray) -> None:
+        np.add.at(self.confusion, (labels, logits.argmax(1)), 1)
+        top = np.argsort(-logits, axis=1)[:, :self.k]
+        self.top_k_hits += int(np.sum(top == np.asarray(labels)[:, None]))
+
+    def report(self) -> dict:
+        confusion, classes, n = self.confusion, self.classes, len(self.classes)
+        images = int(confusion.sum())
+        per_class = {c: {"images": int(confusion[i].sum()),
+                         "top1": round(float(confusion[i, i] / max(confusion[i].sum(), 1)), 4)}
+                     for i, c in enumerate(classes)}
+        off = [(int(confusion[i, j]), classes[i], classes[j]) for i in range(n) for j in range(n)
+               if i != j and confusion[i, j]]
+        off.sort(reverse=True)
+        return {
+            "images": images,
+            "top1": round(float(np.trace(confusion) / images), 4) if images else None,
+            f"top{self.k}": round(self.top_k_hits / images, 4) if images else None,
+            "per_class": per_class,
+            "top_confusions": [{"true": t, "predicted": p, "count": c} for c, t, p in off[:10]],
+            "confusion_matrix": confusion.tolist() if n <= 20 else None,
+        }
 
 
 def accuracy_report(logits: np.ndarray, labels: np.ndarray, classes: list[str]) -> dict:
-    """top-1, top-5, per-class recall and the most frequent confusions."""
-    pred = logits.argmax(1)
-    k = min(5, logits.shape[1])
-    top5 = np.argsort(-logits, axis=1)[:, :k]
-    n = len(classes)
-    confusion = np.zeros((n, n), np.int64)
-    for t, p in zip(labels, pred):
-        confusion[t, p] += 1
-    per_class = {c: {"images": int(confusion[i].sum()),
-                     "top1": round(float(confusion[i, i] / max(confusion[i].sum(), 1)), 4)}
-                 for i, c in enumerate(classes)}
-    off = [(int(confusion[i, j]), classes[i], classes[j]) for i in range(n) for j in range(n)
-           if i != j and confusion[i, j]]
-    off.sort(reverse=True)
-    return {
-        "images": int(len(labels)),
-        "top1": round(float(np.mean(pred == labels)), 4),
-        f"top{k}": round(float(np.mean([label in row for label, row in zip(labels, top5)])), 4),
-        "per_class": per_class,
-        "top_confusions": [{"true": t, "predicted": p, "count": c} for c, t, p in off[:10]],
-        "confusion_matrix": confusion.tolist() if n <= 20 else None,
-    }
+    """:class:`AccuracyTally`'s report of all ``logits`` at once."""
+    tally = AccuracyTally(classes)
+    tally.add(logits, labels)
+    return tally.report()

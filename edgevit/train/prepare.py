@@ -1,7 +1,7 @@
 """What `edgevit finetune` and `edgevit qat` do before training: build or load
-the model with a head for the dataset's classes, then load the images at the
-training resolution (two steps, so that a command can check its outputs in
-between, before the slow part)."""
+the model with a head for the dataset's classes, then make the streams of its
+images at the training resolution (two steps, so that a command can check its
+outputs in between, before the slow part)."""
 from __future__ import annotations
 
 import warnings
@@ -11,7 +11,6 @@ import numpy as np
 
 from edgevit.errors import EdgevitError
 from edgevit.progress import Progress
-from edgevit.train.metrics import accuracy_report, logits_of, traced_forward
 
 
 def build_model(model_arg: str, classes: list[str], *, weights, input_size, log, sizes=()):
@@ -55,20 +54,31 @@ def build_model(model_arg: str, classes: list[str], *, weights, input_size, log,
 
 
 def load_data(dataset, spec, size: int, sizes, log):
-    """(train data, val data, skipped files) decoded for crops up to the largest size."""
-    from edgevit.train.data import load_split
+    """(train images, val images) streamed from ``dataset``'s file lists:
+    nothing is read here (unreadable files are counted in the shared
+    ``tally`` as the pipeline meets them)."""
+    from edgevit.train.data import SkipTally, stored_side
+    from edgevit.train.pipeline import ImageStream
 
     pre = spec.preprocessing_at(size)
+    # Pillow's notes on odd files (EXIF, palettes), from the pipeline's threads, where catch_warnings races
+    warnings.filterwarnings("ignore", module=r"PIL\.")
     log(f"Dataset {dataset.root}: {len(dataset.classes)} classes, {len(dataset.train.files)} train / "
         f"{len(dataset.val.files)} val images ({dataset.val_source})")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        train, skipped_train = load_split(dataset.train, pre, max([size, *sizes]))
-        val, skipped_val = load_split(dataset.val, pre, size)
-    skipped = skipped_train + skipped_val
-    if skipped:
-        log(f"warning: {skipped.summary()}")
-    return train, val, skipped
+    tally = SkipTally()
+    return (ImageStream(dataset.train, pre, stored_side(pre, max([size, *sizes])), tally),
+            ImageStream(dataset.val, pre, stored_side(pre, size), tally))
+
+
+def first_images(images, size: int, count: int, seed: int | None = None, batch_size: int = 32) -> list:
+    """Batches of at most ``count`` readable images of ``images`` (in a
+    random order of ``seed``, else in order), center-cropped at ``size``:
+    what BatchNorm estimation and QAT calibration read."""
+    if seed is not None:
+        images = images.subset(np.random.default_rng(seed).permutation(len(images))[:count])
+    else:
+        images = images.subset(range(min(count, len(images))))
+    return [x for x, _ in images.batches(size, batch_size)]
 
 
 def classes_in(weights: str, head_name: str) -> int | None:
@@ -95,21 +105,10 @@ def classes_in(weights: str, head_name: str) -> int | None:
     return found[0] if found else None
 
 
-def val_metrics(val, size: int, progress: Progress | None = None, kernel_arithmetic: bool = True):
-    """``evaluate(model)``: {"val_top1": ...} on the center crops of ``val``.
-    Each model is traced once and stays traced for the next call (a run
-    evaluates the same model after every epoch). ``kernel_arithmetic``: see
-    :func:`edgevit.train.metrics.traced_forward`."""
-    images = val.eval_batch(np.arange(len(val)), size)
-    progress = progress or Progress(enabled=False)
-    forwards: dict[int, tuple] = {}  # id(model) -> (model, its traced forward pass)
+def val_metrics(val, size: int, strategy=None, progress: Progress | None = None, kernel_arithmetic: bool = True):
+    """``evaluate(model)``: {"val_top1": ...} on the center crops of ``val``,
+    each replica of each worker scoring its share (see
+    :func:`edgevit.train.validation.distributed_top1`)."""
+    from edgevit.train.validation import Validation
 
-    def evaluate(model):
-        if id(model) not in forwards:
-            forwards[id(model)] = (model, traced_forward(model, kernel_arithmetic))
-        with progress.bar("validating", len(images), "images") as advance:
-            logits = logits_of(forwards[id(model)][1], images, on_batch=advance)
-        report = accuracy_report(logits, val.labels, [str(i) for i in range(logits.shape[1])])
-        return {"val_top1": report["top1"]}
-
-    return evaluate
+    return Validation(val, size, strategy, progress or Progress(enabled=False), kernel_arithmetic)

@@ -1,0 +1,143 @@
+"""Training checkpoints: after every epoch the weights, optimizer state and
+epoch go to a folder with a description of the run (``TrainConfig.run``); a
+run started with the same folder resumes after the last finished epoch when
+it is the same run and is refused when it is not. The command removes the
+checkpoint once the trained model is saved. While a run uses the folder it
+holds a lock there (:func:`checkpoint_lock`), so that a second run started
+meanwhile is refused rather than sharing it. In a run across workers only
+the chief reads, writes and locks the folder.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from edgevit.errors import EdgevitError, cause
+
+# Written together through a staging folder (edgevit.writing.staged): a failed or
+# interrupted save leaves the last checkpoint whole and nothing else.
+CHECKPOINT_FILES = ("last.weights.h5", "optimizer.npz", "state.json")
+# Held (flock) by the run that uses the folder; the kernel releases it when that process ends, however it ends.
+LOCK_FILE = ".edgevit-run.lock"
+
+
+def _describe_run(run: dict) -> str:
+    if not run:
+        return "a run this edgevit did not record"
+    classes = run.get("classes") or []
+    return (f"{run.get('command', '?')} of {run.get('model', '?')} at {run.get('input_size', '?')} px, "
+            f"{len(classes)} classes ({', '.join(map(str, classes[:4]))}{' ...' if len(classes) > 4 else ''})")
+
+
+def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
+    """The saved state of ``checkpoint_dir`` when it holds a checkpoint of
+    ``run`` (None when it holds none); an error naming the folder and how to
+    start fresh when it holds another run's or a damaged one."""
+    folder = Path(checkpoint_dir)
+    if folder.exists() and not folder.is_dir():
+        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is a file, not a folder: "
+                           "pass another --checkpoint-dir.")
+    state = folder / "state.json"
+    if not state.exists():
+        return None
+    try:
+        info = json.loads(state.read_text())
+        epochs_done = int(info["epochs_done"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is damaged (state.json unreadable): "
+                           f"{start_fresh(folder)}.") from None
+    saved = info.get("run") or {}
+    if saved != run:
+        raise EdgevitError(f"Checkpoint folder {str(folder)!r} holds another run ({_describe_run(saved)}, "
+                           f"{epochs_done} epoch(s) done; this run: {_describe_run(run)}): {start_fresh(folder)}.")
+    return info
+
+
+@contextmanager
+def checkpoint_lock(checkpoint_dir: str | Path):
+    """Hold ``checkpoint_dir`` for this run while the block runs: another
+    edgevit run that asks for it meanwhile is refused (two runs that had not
+    yet saved a checkpoint both went on, and the first to finish deleted the
+    folder under the other). Made here when missing, and removed afterwards
+    when this made it and nothing is left in it. Only the chief of a run
+    across workers calls it: the other workers leave the folder alone."""
+    folder = Path(checkpoint_dir)
+    if folder.exists() and not folder.is_dir():
+        yield  # a file there is refused by checkpoint_state, in words
+        return
+    made = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = _locked(folder / LOCK_FILE)
+    except OSError as err:
+        raise EdgevitError(f"Could not make the checkpoint folder {str(folder)!r}: {cause(err)}.") from None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            _remove_own_lock(folder / LOCK_FILE, fd)
+            os.close(fd)
+        if made:
+            try:
+                folder.rmdir()
+            except OSError:  # it holds a checkpoint to resume from, or files of the user's
+                pass
+
+
+def _locked(lock: Path) -> int | None:
+    """A descriptor of ``lock`` holding an exclusive flock with this
+    process's id in it; None on a file system without locks."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                return None
+            raise EdgevitError(f"Checkpoint folder {str(lock.parent)!r} is in use by another edgevit run (process "
+                               f"{holder}): wait for it to end, or pass another --checkpoint-dir.") from None
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the run that held it ended and removed it meanwhile: take a fresh one
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _remove_own_lock(lock: Path, fd: int) -> None:
+    """Remove ``lock`` before its flock is released (a run that starts then
+    finds a free folder), unless it is already another run's."""
+    try:
+        if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+            lock.unlink()
+    except FileNotFoundError:  # removed with the checkpoint
+        pass
+
+
+def start_fresh(folder: Path) -> str:
+    """How to start afresh, deleting only what a Trainer wrote."""
+    if folder.is_dir() and any(p.name not in (*CHECKPOINT_FILES, LOCK_FILE) for p in folder.iterdir()):
+        return (f"delete its checkpoint files ({', '.join(CHECKPOINT_FILES)}) to start fresh, "
+                "or pass another --checkpoint-dir")
+    return f"delete it (rm -r {str(folder)!r}) to start fresh, or pass another --checkpoint-dir"
+
+
+def remove_checkpoint(checkpoint_dir: str | Path) -> None:
+    """Delete the files a Trainer wrote to ``checkpoint_dir`` and the run's
+    lock, and the folder when nothing else is in it."""
+    folder = Path(checkpoint_dir)
+    for name in (*CHECKPOINT_FILES, LOCK_FILE):
+        (folder / name).unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:  # absent, or holds files of the user's: left as it is
+        pass

@@ -1,0 +1,209 @@
+"""Training on several devices and machines with ``tf.distribute``.
+
+- :func:`strategy_for_environment` picks MultiWorkerMirroredStrategy when
+  ``TF_CONFIG`` is set, MirroredStrategy when several GPUs are visible, the
+  default strategy otherwise. A command creates it before TensorFlow runs
+  any op (collective ops must be configured at program startup) and builds
+  the model, the QAT rewrite, calibration and the optimizer in its scope.
+- Workers: the chief (:func:`is_chief`) alone reads and writes the
+  checkpoint folder and writes the output; at the start of training every
+  worker takes the chief's weights, optimizer state and epoch
+  (:func:`broadcast_from_chief`), so that what the chief restored or
+  computed is what every worker trains from, whatever each machine's
+  arithmetic. A collective that waits longer than the worker timeout for a
+  worker (one that never came up, or was killed) ends the run with an error
+  naming the cause.
+- BatchNorm statistics are those of the global batch on every replica
+  (:func:`synchronised_batchnorm`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+
+from edgevit.errors import EdgevitError, first_line
+
+# How long a worker waits for the others in one collective op (the start's broadcast, a step's all-reduce)
+# before the run ends with an error. It bounds a wait for a worker that never came up or was killed, and must
+# exceed the longest gap between workers (a QAT step's first trace took up to 134 s on a 2-core host).
+WORKER_TIMEOUT = 600.0
+
+
+def cluster_of_environment() -> dict | None:
+    """The cluster ``TF_CONFIG`` describes (None when it is not set); an
+    error naming what is wrong with it."""
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        return None
+    try:
+        config = json.loads(text)
+        if not (isinstance(config, dict) and "cluster" in config and "task" in config):
+            raise ValueError("a JSON object with cluster and task is expected")
+        task = config["task"]
+        addresses = config["cluster"][task["type"]]
+        addresses[int(task["index"])]
+    except (ValueError, KeyError, TypeError, IndexError) as err:  # bad JSON, a task outside the cluster ...
+        raise EdgevitError(f"TF_CONFIG does not describe a cluster this process is part of "
+                           f"({first_line(err)}): fix it, or unset it to train on this machine alone.") from None
+    return config
+
+
+def strategy_for_environment(worker_timeout: float = WORKER_TIMEOUT):
+    import tensorflow as tf
+
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:  # take GPU memory as it is needed, not all of it at the first op
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:  # devices already initialised (a library caller ran ops first): left as they are
+            pass
+    cluster = cluster_of_environment()
+    if cluster is not None:
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=worker_timeout)
+        task = cluster["task"]
+        addresses = [a for kind in ("chief", "worker") for a in cluster["cluster"].get(kind, [])]
+        try:
+            with deadline(worker_timeout, f"Training across workers (TF_CONFIG) did not start: not every worker "
+                                          f"of the cluster ({', '.join(addresses)}) came up within "
+                                          f"{worker_timeout:g} s (this is {task['type']} {task['index']}). Start "
+                                          "each of them, or wait longer with --worker-timeout."):
+                return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        except (ValueError, RuntimeError) as err:  # "Collective ops must be configured at program startup"
+            raise EdgevitError(f"Training across workers (TF_CONFIG) failed to start ({first_line(err)}): unset "
+                               "TF_CONFIG to train on this machine alone.") from None
+    if len(tf.config.list_logical_devices("GPU")) > 1:
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+# A process that ends the one it watches, with an error line, unless told in time that it may stop watching.
+_WATCHDOG = """
+import os, select, signal, sys
+watched, seconds, message = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+if not select.select([sys.stdin], [], [], seconds)[0]:
+    sys.stderr.write("error: " + message + "\\n")
+    sys.stderr.flush()
+    os.kill(watched, signal.SIGKILL)
+"""
+
+
+@contextmanager
+def deadline(seconds: float, message: str):
+    """End this process with ``error: message`` (and exit status 137) if the
+    block has not ended within ``seconds``. A watchdog process does it: while
+    TensorFlow waits for the other workers to connect it holds the Python
+    interpreter, so no Python timer or signal handler can run."""
+    watchdog = subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, str(os.getpid()), str(seconds), message],
+                                stdin=subprocess.PIPE)
+    try:
+        yield
+    finally:
+        watchdog.stdin.close()  # the block ended: the watchdog goes
+        watchdog.wait()
+
+
+def workers(strategy) -> int:
+    """How many machines (processes) train together."""
+    cluster = cluster_of_environment() if _is_multi_worker(strategy) else None
+    if cluster is None:
+        return 1
+    return sum(len(cluster["cluster"].get(kind, [])) for kind in ("chief", "worker"))
+
+
+def _is_multi_worker(strategy) -> bool:
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def is_chief(strategy) -> bool:
+    """Whether this process writes what the run leaves: the output,
+    checkpoints, the report (every process, unless it is a worker of a run
+    across machines other than the chief)."""
+    return bool(strategy.extended.should_checkpoint)
+
+
+def broadcast_from_chief(strategy, variables, values=()) -> list:
+    """Give every replica of every worker the chief's value of each of
+    ``variables``; returns the chief's value of each tensor of ``values``
+    (numbers this process computed, such as the epoch to resume from)."""
+    import tensorflow as tf
+
+    variables = list(variables)
+
+    def replica_values():
+        context = tf.distribute.get_replica_context()
+        chief = tf.equal(context.replica_id_in_sync_group, 0)
+        local = [tf.convert_to_tensor(v) for v in variables] + [tf.convert_to_tensor(v) for v in values]
+        # a sum with zeros from every other replica: the chief's value, exactly; one all-reduce per dtype
+        summed = [None] * len(local)
+        for dtype in {v.dtype for v in local}:
+            places = [i for i, v in enumerate(local) if v.dtype == dtype]
+            for i, value in zip(places, context.all_reduce("SUM", [tf.where(chief, local[i], tf.zeros_like(local[i]))
+                                                                   for i in places])):
+                summed[i] = value
+        return summed
+
+    def run():
+        first = strategy.experimental_local_results(strategy.run(replica_values))[0]
+        for variable, value in zip(variables, first):
+            variable.assign(value)
+        return first[len(variables):]
+
+    try:
+        return [v.numpy() for v in tf.function(run, autograph=False)()]
+    except tf.errors.OpError as err:
+        raise worker_failure(err) from None
+
+
+@contextmanager
+def worker_failures(strategy):
+    """In a run across workers, a collective op that failed because a worker
+    did not answer (TensorFlow's heartbeat noticed it stop, or the worker
+    timeout passed) ends the run as one error line."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.OpError as err:
+        if workers(strategy) > 1:
+            raise worker_failure(err) from None
+        raise
+
+
+def worker_failure(err) -> EdgevitError:
+    """A collective op that failed because a worker is missing, in words."""
+    return EdgevitError(f"Training across workers (TF_CONFIG) stopped: a worker did not answer "
+                        f"({first_line(err)}); a worker that never came up or was stopped ends the run of every "
+                        "worker. Start them all again with the same --checkpoint-dir to resume after the last "
+                        "finished epoch.")
+
+
+def synchronise_batchnorm(strategy, model) -> list:
+    """On several replicas, make ``model``'s BatchNormalization layers
+    normalise with and track the statistics of the global batch (an
+    all-reduce per layer), so every replica keeps the same statistics.
+    Returns the layers changed."""
+    import keras
+
+    if strategy.num_replicas_in_sync == 1:
+        return []
+    norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)
+             and not layer.synchronized]
+    for layer in norms:
+        layer.synchronized = True
+    return norms
+
+
+@contextmanager
+def synchronised_batchnorm(strategy, model):
+    """:func:`synchronise_batchnorm` while the block runs (the saved model
+    keeps its layers' setting)."""
+    norms = synchronise_batchnorm(strategy, model)
+    try:
+        yield
+    finally:
+        for layer in norms:
+            layer.synchronized = False
