@@ -18,6 +18,11 @@ class MissingPackage(EdgevitError):
     """An optional package the input needs is not installed (the input itself may be fine)."""
 
 
+class OutOfMemory(EdgevitError):
+    """A stage ran out of memory: TensorFlow may be left holding locks its
+    exit waits for, so the command ends at once after saying so."""
+
+
 # What a write that failed half-way raises: a full disk or quota, the shell's file-size limit, a read-only mount.
 WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 

@@ -923,8 +923,8 @@ def test_qat_under_an_address_space_limit_ends_in_an_out_of_memory_line(tmp_path
                            limit_address_space=3_100_000 * 1024)
     assert proc.returncode == 1, proc.stderr
     error = proc.stderr.splitlines()[-1]
-    assert error.startswith("error: Out of memory in the training stage: this shell limits a process to 3100000 "
-                            "KiB of address space (`ulimit -v`), "), proc.stderr
+    assert error.startswith("error: Out of memory in the quantization-aware training stage: this shell limits a "
+                            "process to 3100000 KiB of address space (`ulimit -v`), "), proc.stderr
     assert error.endswith("raise the limit (`ulimit -v unlimited`), or use a smaller --batch-size or --input-size.")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
 

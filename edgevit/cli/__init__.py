@@ -7,13 +7,14 @@ it, not by the group, so ``edgevit --help`` starts without it.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from edgevit.cli import models, profile, train, weights
 from edgevit import keras_backend_problem
-from edgevit.cli.output import (INTERRUPTED_EXIT, GuardedStdout, escape_unencodable_output,
+from edgevit.cli.output import (INTERRUPTED_EXIT, ExitAtOnce, GuardedStdout, escape_unencodable_output,
                                 reopen_closed_standard_streams, report_error)
 from edgevit.errors import EdgevitError
 
@@ -47,6 +48,12 @@ class EdgevitGroup(click.Group):
         except click.Abort:
             click.echo("interrupted", err=True)
             sys.exit(INTERRUPTED_EXIT)
+        except ExitAtOnce as exit:
+            if args is not None:  # called with its arguments (a test's runner), not as this process's command line
+                raise
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(exit.code)
         finally:
             sys.stdout = stdout
         sys.exit(code if isinstance(code, int) else 0)

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import click
 
-from edgevit.errors import EdgevitError, cause, printable
+from edgevit.errors import EdgevitError, OutOfMemory, cause, printable
 
 USER_ERROR_EXIT = 1
 INTERRUPTED_EXIT = 130
@@ -127,10 +127,18 @@ def escape_unencodable_output() -> None:
         reconfigure(errors="backslashreplace")
 
 
-def report_error(message: str) -> None:
-    """One ``error:`` line on stderr and exit status 1."""
+class ExitAtOnce(SystemExit):
+    """An exit the command line's process makes without Python's shutdown
+    (see :func:`report_error`)."""
+
+
+def report_error(message: str, at_once: bool = False) -> None:
+    """One ``error:`` line on stderr and exit status 1; ``at_once``: the
+    process exits without Python's shutdown, which after an allocation
+    TensorFlow could not make waited for ever on a lock its finalizers take
+    (`edgevit qat` under `ulimit -v`; the group's ``main`` makes the exit)."""
     click.echo("error: " + printable(" ".join(message.split())), err=True)
-    sys.exit(USER_ERROR_EXIT)
+    raise (ExitAtOnce if at_once else SystemExit)(USER_ERROR_EXIT)
 
 
 @contextmanager
@@ -155,11 +163,13 @@ def user_errors(fn):
         try:
             with sigterm_unwinds(), warnings_as_lines():
                 return fn(*args, **kwargs)
+        except OutOfMemory as err:
+            report_error(str(err), at_once=True)
         except EdgevitError as err:
             report_error(str(err))
         except MemoryError:
             report_error("Out of memory: close other programs, raise the shell's limit (`ulimit -v`), or ask for "
-                         "less (a smaller --input-size or --batch-size, fewer images).")
+                         "less (a smaller --input-size or --batch-size, fewer images).", at_once=True)
         except Terminated:
             click.echo("terminated", err=True)
             sys.exit(TERMINATED_EXIT)

@@ -196,7 +196,8 @@ def finetune_command(model, data_dir, weights, epochs, steps_per_epoch, batch_si
                                         sizes=sizes)
     size = int(keras_model.inputs[0].shape[1])
     run = _run("finetune", spec, dataset.classes, size, sizes, steps_per_epoch, mixed_precision)
-    with _training(strategy, checkpoint, run):
+    # BatchNorm estimation runs batches as large as training's: the stage's need is checked before it
+    with _training(strategy, checkpoint, run), memory_of("training", keras_model, batch_size):
         train, val = load_data(dataset, spec, size, sizes, log)
         with strategy.scope():
             if weights is None and not (model.endswith(".keras") or Path(model).is_file()):
@@ -217,8 +218,7 @@ def finetune_command(model, data_dir, weights, epochs, steps_per_epoch, batch_si
                           warmup_epochs=min(1.0, epochs / 10), checkpoint_dir=checkpoint, run=run,
                           mixed_precision=mixed_precision)
         trainer = Trainer(trained, build, size, cfg, strategy, log=progress.step, progress=progress)
-        with memory_of("training", trained, batch_size):
-            history = trainer.fit(train, val_metrics(val, size, strategy, progress), started)
+        history = trainer.fit(train, val_metrics(val, size, strategy, progress), started)
         if mixed_precision:
             keras_model.set_weights(trained.get_weights())  # the float32 model is saved
         if is_chief(strategy):
@@ -273,7 +273,8 @@ def qat_command(model, data_dir, weights, epochs, steps_per_epoch, batch_size, l
         keras_model, spec = build_model(model, dataset.classes, weights=weights, input_size=input_size, log=log)
     size = int(keras_model.inputs[0].shape[1])
     run = _run("qat", spec, dataset.classes, size, [], steps_per_epoch)
-    with _training(strategy, checkpoint, run):
+    # calibration and validation run batches as large as training's: the stage's need is checked before them
+    with _training(strategy, checkpoint, run), memory_of("quantization-aware training", keras_model, batch_size):
         train, val = load_data(dataset, spec, size, [], log)
         # the fake-quant graph alone: the exact kernel arithmetic's first call took 35-50 s, this ~12 s (issue 40)
         evaluate = val_metrics(val, size, strategy, progress, kernel_arithmetic=False)
@@ -293,8 +294,7 @@ def qat_command(model, data_dir, weights, epochs, steps_per_epoch, batch_size, l
         cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, warmup_epochs=0.0,
                           steps_per_epoch=steps_per_epoch, checkpoint_dir=checkpoint, run=run)
         trainer = Trainer(qat, None, size, cfg, strategy, log=progress.step, progress=progress)
-        with memory_of("training", qat, batch_size):
-            history = trainer.fit(train, evaluate, started)
+        history = trainer.fit(train, evaluate, started)
         if is_chief(strategy):
             progress.step(f"Saving {out}")
             _save_trained(qat, out, checkpoint)

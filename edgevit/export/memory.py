@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgevit.errors import EdgevitError
+from edgevit.errors import EdgevitError, OutOfMemory
 
 GB = 1e9
 
@@ -34,6 +34,7 @@ OUT_OF_MEMORY_ADVICE = {
     "top-5 on the sample photos": "use a smaller --input-size",
     "layer-by-layer diagnosis": "skip it with --no-diagnosis, or use a smaller --input-size",
     "training": "use a smaller --batch-size or --input-size",
+    "quantization-aware training": "use a smaller --batch-size or --input-size",
 }
 
 # What a stage takes beyond what the process holds before it: (bytes per
@@ -63,15 +64,22 @@ STAGE_NEEDS = {
     # QAT model), 0.91 GB at 128 px and batch 16 (20 MB), 2.0 GB at 256 px
     # and batch 8 (80 MB), its resident memory by about as much
     "training": (4.0, 1.0, 0.55e9),
+    "quantization-aware training": (4.0, 1.0, 0.55e9),
 }
 
 # What a stage takes of the address space (`ulimit -v`) where it maps more
 # than it touches, measured (as STAGE_NEEDS); other stages: STAGE_NEEDS.
 # Where the limit leaves less, TensorFlow crashes (SIGSEGV) instead of
-# failing an allocation: qat at 64 px, batch 8 died so under 3.9 GB with
-# 0.92 GB left, and trained under 4.2 GB (1.23 GB left); so high ends here.
+# failing an allocation, so high ends here. Checked before the images load
+# (the float model; calibration and validation run batches as training
+# does), the address space of mobilevit_v3_xxs grew, streamed through
+# tf.data (its threads' stacks and the traced steps included): finetune by
+# 0.98 GB at 64 px and batch 8 (3.8 MB of activations an image), 1.09 GB at
+# 128 px and batch 16 (15 MB); qat by 2.15 GB and 2.37 GB (qat at 64 px,
+# batch 8 died of SIGSEGV under a limit of 4.2 GB that left it 1.8 GB).
 ADDRESS_SPACE_NEEDS = {
-    "training": (4.0, 2.0, 1.0e9),
+    "training": (4.0, 1.0, 1.05e9),
+    "quantization-aware training": (4.0, 1.0, 2.2e9),
 }
 
 MEMINFO = Path("/proc/meminfo")
@@ -203,4 +211,4 @@ def memory_of(stage: str, model, images: int = 1):
     except out_of_memory + (EdgevitError,) as err:
         if isinstance(err, EdgevitError) and not isinstance(err.__cause__, out_of_memory):
             raise
-        raise EdgevitError(f"Out of memory in the {stage} stage: {OUT_OF_MEMORY_ADVICE[stage]}.") from None
+        raise OutOfMemory(f"Out of memory in the {stage} stage: {OUT_OF_MEMORY_ADVICE[stage]}.") from None
