@@ -122,7 +122,7 @@ for name, strategy in (("one", tf.distribute.get_strategy()),
         batches = strategy.distribute_datasets_from_function(
             lambda context: tf.data.Dataset.from_tensor_slices((x, y)).batch(4 if name == "two" else 8))
         with synchronised_batchnorm(strategy, trained):
-            loss = trainer._step_fn(16, batches.element_spec)(*next(iter(batches)))[0]
+            loss = trainer._step_fn(16, batches.element_spec, lambda inputs: inputs)(*next(iter(batches)))[0]
         result[f"{name}.{kind}.loss"] = float(loss)
         result[f"{name}.{kind}.weights"] = [w.tolist() for w in trained.get_weights()]
         if name == "two":  # every replica holds the same values

@@ -102,7 +102,9 @@ class Trainer:
             self.models[size] = model
         return self.models[size]
 
-    def _step_fn(self, size: int, element_spec):
+    def _step_fn(self, size: int, element_spec, normalised):
+        """The training step at ``size`` px, on the uint8 batches of
+        ``element_spec``, which ``normalised`` makes model inputs."""
         if size in self._steps:
             return self._steps[size]
         import keras
@@ -123,7 +125,7 @@ class Trainer:
 
         def replica_step(x, y):
             context = tf.distribute.get_replica_context()
-            x = tf.ensure_shape(x, (None, size, size, 3))
+            x = normalised(tf.ensure_shape(x, (None, size, size, 3)))
             images = context.all_reduce("SUM", tf.cast(tf.shape(y)[0], tf.float32))
             if shared:
                 for dst, src in zip(model.weights, base.weights):
@@ -269,7 +271,7 @@ class Trainer:
                     advance()
                     continue
                 self.optimizer.learning_rate = self._lr_at(epoch + i / len(plan))
-                loss, correct, images = self._step_fn(int(size), batches.element_spec)(x, y)
+                loss, correct, images = self._step_fn(int(size), batches.element_spec, train.normalised)(x, y)
                 loss = float(loss)
                 if not math.isfinite(loss):
                     raise EdgevitError(f"Training diverged (loss {loss}) in epoch {epoch + 1}; try a lower --lr.")
