@@ -78,30 +78,40 @@ def strategy_for_environment(worker_timeout: float = WORKER_TIMEOUT):
     return tf.distribute.get_strategy()
 
 
-# A process that ends the one it watches, with an error line, unless told in time that it may stop watching.
+# A process that says why the one it watches ends, unless told in time that it may stop watching; the watched
+# process ends itself a second later (faulthandler), or is killed should it not.
 _WATCHDOG = """
-import os, select, signal, sys
+import os, select, signal, sys, time
 watched, seconds, message = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 if not select.select([sys.stdin], [], [], seconds)[0]:
     sys.stderr.write("error: " + message + "\\n")
     sys.stderr.flush()
-    os.kill(watched, signal.SIGKILL)
+    if not select.select([sys.stdin], [], [], 5.0)[0]:
+        os.kill(watched, signal.SIGKILL)
 """
 
 
 @contextmanager
 def deadline(seconds: float, message: str):
-    """End this process with ``error: message`` (and exit status 137) if the
-    block has not ended within ``seconds``. A watchdog process does it: while
-    TensorFlow waits for the other workers to connect it holds the Python
-    interpreter, so no Python timer or signal handler can run."""
+    """End this process with ``error: message`` and exit status 1 if the
+    block has not ended within ``seconds``. While TensorFlow waits for the
+    other workers to connect it holds the Python interpreter, so no Python
+    timer or signal handler can run: a watchdog process prints the line, and
+    faulthandler's timer, a thread of its own that needs no interpreter,
+    ends this process a second later (the watchdog kills it, status 137,
+    should that fail)."""
+    import faulthandler
+
     watchdog = subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, str(os.getpid()), str(seconds), message],
                                 stdin=subprocess.PIPE)
-    try:
-        yield
-    finally:
-        watchdog.stdin.close()  # the block ended: the watchdog goes
-        watchdog.wait()
+    with open(os.devnull, "w") as nowhere:  # the threads' stacks are no news to the user
+        faulthandler.dump_traceback_later(seconds + 1.0, exit=True, file=nowhere)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+            watchdog.stdin.close()  # the block ended: the watchdog goes
+            watchdog.wait()
 
 
 def workers(strategy) -> int:
