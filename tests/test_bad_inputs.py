@@ -935,7 +935,7 @@ def test_a_stage_beyond_the_address_space_left_is_refused_before_it_runs(monkeyp
     monkeypatch.setattr(memory, "address_space_left", lambda: (3_100_000 * 1024, 200_000_000))
     with pytest.raises(EdgevitError, match=r"^Out of memory in the training stage: this shell limits a process to "
                                            r"3100000 KiB of address space \(`ulimit -v`\), 0.2 GB of it is left, and "
-                                           r"the stage needs about 1.0 GB: raise the limit"):
+                                           r"the stage needs about 1.1 GB: raise the limit"):
         with memory.memory_of("training", tiny_classifier(), 8):
             raise AssertionError("the stage ran")
 
