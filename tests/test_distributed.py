@@ -213,9 +213,6 @@ def test_a_worker_that_never_comes_up_ends_the_run_with_one_error_line(tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="TensorFlow 2.21 aborted a worker (SIGABRT, std::system_error: Resource "
-                   "temporarily unavailable) in 2 of 2 runs on a busy 2-core host: once the survivor of the kill, "
-                   "once the chief in the third epoch after the restart")
 def test_a_worker_killed_mid_epoch_ends_the_others_and_a_restart_resumes(tmp_path):
     data = image_folder(tmp_path / "data", per_class=32)
     args = ["finetune", "mobilevit_v3_xxs", "--input-size", "32", "--data", str(data), "--epochs", "3",

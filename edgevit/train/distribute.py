@@ -11,8 +11,9 @@
   (:func:`broadcast_from_chief`), so that what the chief restored or
   computed is what every worker trains from, whatever each machine's
   arithmetic. A collective that waits longer than the worker timeout for a
-  worker (one that never came up, or was killed) ends the run with an error
-  naming the cause.
+  worker that never came up ends the run with an error naming the cause; a
+  worker killed mid-run is noticed by TensorFlow's coordination-service
+  heartbeat, which fails every worker's pending collectives.
 - BatchNorm statistics are those of the global batch on every replica
   (:func:`synchronised_batchnorm`).
 """
@@ -26,9 +27,13 @@ from contextlib import contextmanager
 
 from edgevit.errors import EdgevitError, first_line
 
-# How long a worker waits for the others in one collective op (the start's broadcast, a step's all-reduce)
-# before the run ends with an error. It bounds a wait for a worker that never came up or was killed, and must
-# exceed the longest gap between workers (a QAT step's first trace took up to 134 s on a 2-core host).
+# How long a worker waits for the others at the start (to connect, then in the broadcast of the chief's
+# weights) before the run ends with an error. It must exceed the longest gap between workers there (building
+# and calibrating a QAT model on a busy host). The steps' collectives have no timeout: TensorFlow gives every
+# collective op with a timeout a thread that sleeps through it, so 600 s of training on a 2-core host held
+# 16,000 threads (about 400 a step of mobilevit_v3_xxs, an all-reduce per gradient and per BatchNorm layer)
+# and the process aborted ("std::system_error: Resource temporarily unavailable"). A worker killed mid-run
+# is noticed by the coordination service's heartbeat instead.
 WORKER_TIMEOUT = 600.0
 
 
@@ -61,7 +66,6 @@ def strategy_for_environment(worker_timeout: float = WORKER_TIMEOUT):
             pass
     cluster = cluster_of_environment()
     if cluster is not None:
-        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=worker_timeout)
         task = cluster["task"]
         addresses = [a for kind in ("chief", "worker") for a in cluster["cluster"].get(kind, [])]
         try:
@@ -69,7 +73,9 @@ def strategy_for_environment(worker_timeout: float = WORKER_TIMEOUT):
                                           f"of the cluster ({', '.join(addresses)}) came up within "
                                           f"{worker_timeout:g} s (this is {task['type']} {task['index']}). Start "
                                           "each of them, or wait longer with --worker-timeout."):
-                return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+                strategy = tf.distribute.MultiWorkerMirroredStrategy()
+            strategy.worker_timeout = worker_timeout  # for broadcast_from_chief
+            return strategy
         except (ValueError, RuntimeError) as err:  # "Collective ops must be configured at program startup"
             raise EdgevitError(f"Training across workers (TF_CONFIG) failed to start ({first_line(err)}): unset "
                                "TF_CONFIG to train on this machine alone.") from None
@@ -138,10 +144,13 @@ def is_chief(strategy) -> bool:
 def broadcast_from_chief(strategy, variables, values=()) -> list:
     """Give every replica of every worker the chief's value of each of
     ``variables``; returns the chief's value of each tensor of ``values``
-    (numbers this process computed, such as the epoch to resume from)."""
+    (numbers this process computed, such as the epoch to resume from).
+    Across workers it waits the strategy's worker timeout for the others."""
     import tensorflow as tf
 
     variables = list(variables)
+    options = tf.distribute.experimental.CommunicationOptions(
+        timeout_seconds=getattr(strategy, "worker_timeout", None))
 
     def replica_values():
         context = tf.distribute.get_replica_context()
@@ -151,8 +160,8 @@ def broadcast_from_chief(strategy, variables, values=()) -> list:
         summed = [None] * len(local)
         for dtype in {v.dtype for v in local}:
             places = [i for i, v in enumerate(local) if v.dtype == dtype]
-            for i, value in zip(places, context.all_reduce("SUM", [tf.where(chief, local[i], tf.zeros_like(local[i]))
-                                                                   for i in places])):
+            chiefs = [tf.where(chief, local[i], tf.zeros_like(local[i])) for i in places]
+            for i, value in zip(places, context.all_reduce("SUM", chiefs, options=options)):
                 summed[i] = value
         return summed
 
