@@ -24,7 +24,7 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     from edgevit.litert.flatbuffer import read_file
     from edgevit.litert.metadata import preprocessing_of
     from edgevit.saving import existing_file
-    from edgevit.train.data import find_evaluation_images, stored_side
+    from edgevit.train.data import find_evaluation_images, left_out_summary, stored_side
     from edgevit.train.pipeline import ImageStream
 
     progress = progress or Progress(enabled=False)
@@ -58,6 +58,8 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     tally = AccuracyTally([str(label) for label in labels])
     found = len(stream)
     progress.step(f"Running {path.name} on the {found} images of {data_dir} ({images.source})")
+    if images.left_out:
+        progress.step(left_out_summary(images.left_out))
     with contextlib.ExitStack() as stack:
         if path.suffix == ".tflite":
             from edgevit.export.run_model import StreamedRun
@@ -81,7 +83,8 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     report["per_class"] = {c: v for c, v in report["per_class"].items() if v["images"]}
     report.update({"model": name, "file": str(path), "data": str(data_dir), "split": images.source,
                    "input_size": pre.input_size, "found": found,
-                   "unreadable_skipped": len(skipped), "skipped_reasons": skipped.counts()})
+                   "unreadable_skipped": len(skipped), "skipped_reasons": skipped.counts(),
+                   "left_out": images.left_out})
     return report
 
 

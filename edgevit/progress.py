@@ -8,20 +8,27 @@ Two kinds, as Keras's ``verbose="auto"`` has them:
   then keeps only warnings and errors.
 - ``bar(description, total)``: a live line for work done in counted pieces
   (training steps, calibration batches, evaluated images): the count, the
-  time spent and an estimate of the time left. Shown only on a terminal: in a
-  log file or a pipe a redrawn line is noise.
+  time spent and an estimate of the time left. In a log file or a pipe a
+  redrawn line is noise: there a bar is a plain line of its count and status
+  every ``PLAIN_LINE_SECONDS`` while it runs.
 
 Imports nothing heavy (rich only when it speaks), so any module may take one.
 """
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 # advance(count=1, status=None): ``count`` more pieces done; ``status`` (a
 # running loss, the sub-step under way) shown after the estimate.
 Advance = Callable[..., None]
+
+
+# Off a terminal, how often a running bar prints its state as a line: a log shows the work moving without
+# a line per step.
+PLAIN_LINE_SECONDS = 30.0
 
 
 def _ignore(count: int = 1, status: str | None = None) -> None:
@@ -57,8 +64,11 @@ class Progress:
     def bar(self, description: str, total: int | None, unit: str = "") -> Iterator[Advance]:
         """A bar of ``total`` pieces (None: a count not known beforehand, the
         bar then shows the time spent and the status); yields ``advance``."""
-        if not self.live:
+        if self._console is None:
             yield _ignore
+            return
+        if not self.live:
+            yield self._plain_lines(description, total, unit)
             return
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn,
                                    TimeRemainingColumn)
@@ -77,3 +87,27 @@ class Progress:
                 bar.update(task, advance=count, **({} if status is None else {"status": status}))
 
             yield advance
+
+    def _plain_lines(self, description: str, total: int | None, unit: str) -> Advance:
+        """``advance`` of a bar off a terminal: a line of the count, the time
+        spent and the status when ``PLAIN_LINE_SECONDS`` have passed since
+        the bar started or printed."""
+        from rich.text import Text
+
+        started = last = time.monotonic()
+        done, shown = 0, ""
+
+        def advance(count: int = 1, status: str | None = None) -> None:
+            nonlocal done, shown, last
+            done += count
+            shown = shown if status is None else status
+            now = time.monotonic()
+            if now - last < PLAIN_LINE_SECONDS:
+                return
+            last = now
+            minutes, seconds = divmod(int(now - started), 60)
+            count_text = f"{done}/{total}" if total is not None else f"{done}"
+            self._console.print(Text(f"  {description}: {count_text} {unit}, {minutes}:{seconds:02d} spent"
+                                     + (f", {shown}" if shown else "")))
+
+        return advance

@@ -234,6 +234,20 @@ def test_finetune_streams_with_steps_per_epoch_and_reports_the_unreadable_images
     assert result["steps_per_epoch"] == 2 and result["replicas"] == 1 and result["workers"] == 1
     assert result["unreadable_skipped"] >= 2 and set(result["skipped_reasons"]) == {NOT_AN_IMAGE}
     assert result["seconds_to_first_step"] > 0 and (tmp_path / "m.keras").exists()
+    assert result["kept_epoch"] == 2 and result["best_val_epoch"] in (1, 2) and "epoch 2" in result["kept"]
+
+
+def test_the_saved_epoch_is_named_and_a_better_earlier_one_is_explained():
+    from edgevit.cli.train import _kept_epoch
+
+    history = [{"epoch": 1, "val_top1": 0.673}, {"epoch": 2, "val_top1": 0.65}, {"epoch": 3, "val_top1": 0.634}]
+    kept = _kept_epoch(history)
+    assert kept["kept_epoch"] == 3 and kept["best_val_epoch"] == 1
+    assert kept["kept"].startswith("the last epoch's weights (epoch 3, val top-1 0.634); epoch 1 scored higher "
+                                   "(0.673), but the run ends where its learning-rate schedule does")
+    assert kept["kept"].endswith("(to stop earlier, train with --epochs 1)")
+    assert _kept_epoch(history[:1])["kept"] == "the last epoch's weights (epoch 1, val top-1 0.673)"
+    assert _kept_epoch([]) == {}
 
 
 def test_mixed_precision_trains_a_float16_copy_and_the_saved_model_computes_in_float32(tmp_path):
@@ -254,3 +268,23 @@ def test_mixed_precision_trains_a_float16_copy_and_the_saved_model_computes_in_f
     assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
     assert {layer.dtype_policy.name for layer in model.layers[1:]} == {"float32"}
     assert model(np.zeros((1, 32, 32, 3), np.float32)).dtype == "float32"
+
+
+def test_files_without_an_image_suffix_in_class_folders_are_named_not_dropped_silently(tmp_path):
+    from edgevit.train.data import find_evaluation_images, left_out_summary
+    from edgevit.train.prepare import load_data
+    from edgevit.registry import get_spec
+
+    make_folder(tmp_path, per_class=2)
+    (tmp_path / "train" / "ants" / "README").write_bytes(b"")    # an empty file without a suffix
+    (tmp_path / "val" / "bees" / "labels.csv").write_text("x")
+    (tmp_path / "train" / "ants" / ".DS_Store").write_bytes(b"")  # hidden: left out without a word
+    dataset = find_dataset(tmp_path)
+    assert dataset.left_out == ["train/ants/README", "val/bees/labels.csv"]
+    assert len(dataset.train.files) == 4 and len(dataset.val.files) == 4
+    lines = []
+    load_data(dataset, get_spec("mobilevit_v3_xxs"), 32, [], lines.append)
+    assert lines[1] == left_out_summary(dataset.left_out)
+    assert lines[1].startswith("2 file(s) without an image suffix (") and lines[1].endswith(
+        "left out: train/ants/README, val/bees/labels.csv")
+    assert find_evaluation_images(tmp_path).left_out == ["val/bees/labels.csv"]

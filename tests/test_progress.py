@@ -45,10 +45,21 @@ def test_a_bar_shows_the_count_time_and_estimate_on_a_terminal():
 def test_off_a_terminal_only_the_step_lines_print_and_disabled_nothing():
     stream = io.StringIO()
     counted(Progress(stream=stream))
-    assert stream.getvalue() == "> Calibrating the [activation] ranges\n"
+    assert stream.getvalue() == "> Calibrating the [activation] ranges\n"  # a bar shorter than a plain line's gap
     quiet = Terminal()
     counted(Progress(enabled=False, stream=quiet))
     assert quiet.getvalue() == ""
+
+
+def test_off_a_terminal_a_long_bar_prints_plain_lines_of_its_state(monkeypatch):
+    from edgevit import progress as module
+
+    monkeypatch.setattr(module, "PLAIN_LINE_SECONDS", 0.0)
+    stream = io.StringIO()
+    counted(Progress(stream=stream))
+    assert stream.getvalue().splitlines() == ["> Calibrating the [activation] ranges",
+                                              *[f"  calibrating: {i}/3 batches, 0:00 spent, loss 0.6931"
+                                                for i in (1, 2, 3)]]
 
 
 def tiny_classifier(size=16):
@@ -83,6 +94,7 @@ def test_training_shows_its_steps_and_traces_one_graph_for_a_smaller_last_batch(
     text = stream.shown()
     assert "epoch 1/1" in text and "3/3 steps" in text and f"loss {history[0]['loss']:.4f}" in text
     assert "validating" in text and "10/10 images" in text and "> epoch 1/1: loss" in text
+    assert text.count("> Building the training step's graph at 16 px") == 1
     assert trainer._steps[16].experimental_get_tracing_count() == 1
     evaluate(trainer.base)  # the next epoch's evaluation runs the same graph
     assert [step.experimental_get_tracing_count() for _, step in evaluate._steps.values()] == [1]

@@ -80,6 +80,23 @@ def _save_trained(model, out: Path, checkpoint: str) -> None:
     remove_checkpoint(checkpoint)
 
 
+def _kept_epoch(history: list[dict]) -> dict:
+    """Which epoch's weights the output holds (the last) and, when an
+    earlier epoch scored higher on the validation images, which one and why
+    it is not the one kept."""
+    if not history or "val_top1" not in history[-1]:
+        return {}
+    last = history[-1]
+    best = max(history, key=lambda record: record["val_top1"])  # the first of equals
+    kept = {"kept_epoch": last["epoch"], "best_val_epoch": best["epoch"]}
+    note = f"the last epoch's weights (epoch {last['epoch']}, val top-1 {last['val_top1']})"
+    if best["val_top1"] > last["val_top1"]:
+        note += (f"; epoch {best['epoch']} scored higher ({best['val_top1']}), but the run ends where its "
+                 "learning-rate schedule does, and a model chosen by its validation images would make their top-1 "
+                 f"an optimistic estimate (to stop earlier, train with --epochs {best['epoch']})")
+    return {**kept, "kept": note}
+
+
 def _run(command: str, spec, classes: list[str], size: int, sizes: list[int], steps_per_epoch: int | None,
          mixed_precision: bool = False) -> dict:
     """What a training run is, as its checkpoint records it."""
@@ -222,11 +239,13 @@ def finetune_command(model, data_dir, weights, epochs, steps_per_epoch, batch_si
         if mixed_precision:
             keras_model.set_weights(trained.get_weights())  # the float32 model is saved
         if is_chief(strategy):
-            progress.step(f"Saving {out}")
+            kept = _kept_epoch(history)
+            progress.step(f"Saving {out}" + (f": {kept['kept']}" if kept else ""))
             _save_trained(keras_model, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "multiscale": sizes, "mixed_precision": mixed_precision, **_run_facts(trainer, train),
-              "history": history, "val_top1": history[-1].get("val_top1") if history else None}
+              "history": history, "val_top1": history[-1].get("val_top1") if history else None,
+              **_kept_epoch(history)}
     _print_result(result, as_json, strategy)
 
 
@@ -296,12 +315,13 @@ def qat_command(model, data_dir, weights, epochs, steps_per_epoch, batch_size, l
         trainer = Trainer(qat, None, size, cfg, strategy, log=progress.step, progress=progress)
         history = trainer.fit(train, evaluate, started)
         if is_chief(strategy):
-            progress.step(f"Saving {out}")
+            kept = _kept_epoch(history)
+            progress.step(f"Saving {out}" + (f": {kept['kept']}" if kept else ""))
             _save_trained(qat, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "float_val_top1": float_top1, "qat_val_top1_calibrated": before, **_run_facts(trainer, train),
               "history": history, "val_top1": history[-1].get("val_top1") if history else before,
-              "val_top1_of": FAKE_QUANT_TOP1}
+              "val_top1_of": FAKE_QUANT_TOP1, **_kept_epoch(history)}
     if export_int8 and is_chief(strategy):
         from edgevit.export.pipeline import ExportOptions, export
 
@@ -367,7 +387,8 @@ def _print_result(result: dict, as_json: bool, strategy) -> None:
     if as_json:
         print_json(result)
         return
-    rows = [[k, v] for k, v in result.items() if k not in ("history", "export", "classes", "skipped_reasons")]
+    rows = [[k, v] for k, v in result.items()
+            if k not in ("history", "export", "classes", "skipped_reasons", "kept")]
     rows.append(["classes", ", ".join(result["classes"][:10])])
     if "export" in result:
         a = result["export"]["agreement"]

@@ -43,14 +43,16 @@ class ImageFolder:
     train: Split
     val: Split
     val_source: str
+    left_out: list[str]     # files of the class folders without an image suffix, named relative to root
 
 
-def image_paths(folder: str) -> list[str]:
+def image_paths(folder: str, others: list[str] | None = None) -> list[str]:
     """Image files below ``folder``, recursively, sorted, hidden entries left
     out, as strings (a million Path objects cost seconds and hundreds of MB).
     Symbolic links to folders are not followed (a link back up would loop);
     a link to a file is listed even when it leads nowhere, and is counted as
-    unreadable when an image is read from it."""
+    unreadable when an image is read from it. Files without an image suffix
+    are appended to ``others`` when given."""
     found, pending = [], [folder]
     while pending:
         try:
@@ -68,6 +70,8 @@ def image_paths(folder: str) -> list[str]:
                 pending.append(entry.path)
             elif os.path.splitext(entry.name)[1].lower() in IMAGE_SUFFIXES:
                 found.append(entry.path)
+            elif others is not None:
+                others.append(entry.path)
     found.sort()
     return found
 
@@ -89,12 +93,13 @@ def _existing_folder(root: str | os.PathLike) -> str:
     return root
 
 
-def _images_by_class(base: str, layout: str) -> dict[str, list[str]]:
+def _images_by_class(base: str, layout: str, others: list[str] | None = None) -> dict[str, list[str]]:
     """The image files of each class folder of ``base`` that holds at least
-    one (listed once); an error naming the expected ``layout`` when none does."""
+    one (listed once); an error naming the expected ``layout`` when none does.
+    The class folders' other files are appended to ``others`` when given."""
     by_class = {}
     for name in _class_dirs(base):
-        files = image_paths(os.path.join(base, name))
+        files = image_paths(os.path.join(base, name), others)
         if not files:
             continue
         problem = label_problem(name)
@@ -130,7 +135,8 @@ def find_dataset(root: str | os.PathLike, val_split: float | None = None, seed: 
         raise EdgevitError(f"Dataset folder {root!r} has val/, which validates the training; --val-split "
                            "holds out part of the training images only where there is none: leave it out.")
     base = train_dir if has_split else root
-    by_class = _images_by_class(base, "train/<class>/*.jpg (and val/<class>/*.jpg) or <class>/*.jpg")
+    others: list[str] = []
+    by_class = _images_by_class(base, "train/<class>/*.jpg (and val/<class>/*.jpg) or <class>/*.jpg", others)
     classes = list(by_class)
     if len(classes) < 2:
         empty = [name for name in _class_dirs(base) if name not in classes]
@@ -143,10 +149,10 @@ def find_dataset(root: str | os.PathLike, val_split: float | None = None, seed: 
         extra = sorted(set(_class_dirs(val_dir)) - set(classes))
         if extra:
             raise EdgevitError(f"val/ has classes that train/ lacks: {', '.join(extra[:5])}.")
-        val = _split({name: image_paths(os.path.join(val_dir, name)) for name in classes}, classes)
+        val = _split({name: image_paths(os.path.join(val_dir, name), others) for name in classes}, classes)
         if not val.files:
             raise EdgevitError(f"{val_dir!r} has no images.")
-        return ImageFolder(root, classes, train, val, "val/")
+        return ImageFolder(root, classes, train, val, "val/", _relative(others, root))
     fraction = 0.1 if val_split is None else float(val_split)
     if not 0.0 < fraction < 1.0:
         raise EdgevitError(f"--val-split must be between 0 and 1, got {fraction}.")
@@ -157,7 +163,21 @@ def find_dataset(root: str | os.PathLike, val_split: float | None = None, seed: 
     val_idx, train_idx = np.sort(order[:count]), np.sort(order[count:])
     return ImageFolder(root, classes, Split([train.files[i] for i in train_idx], train.labels[train_idx]),
                        Split([train.files[i] for i in val_idx], train.labels[val_idx]),
-                       f"{fraction:.0%} of {os.path.basename(base)}/ held out (seed {seed})")
+                       f"{fraction:.0%} of {os.path.basename(base)}/ held out (seed {seed})", _relative(others, root))
+
+
+def _relative(paths: list[str], root: str) -> list[str]:
+    return sorted(os.path.relpath(p, root) for p in paths)
+
+
+def left_out_summary(left_out: list[str]) -> str:
+    """The files of the class folders without an image suffix, in words
+    ("" when there are none)."""
+    if not left_out:
+        return ""
+    names = ", ".join(left_out[:3]) + (" ..." if len(left_out) > 3 else "")
+    return (f"{len(left_out)} file(s) without an image suffix ({', '.join(sorted(IMAGE_SUFFIXES))}) left out: "
+            f"{names}")
 
 
 @dataclass
@@ -165,6 +185,7 @@ class EvaluationImages:
     classes: list[str]      # the class folders, sorted
     split: Split
     source: str             # which images, in words
+    left_out: list[str]     # files of the class folders without an image suffix, named relative to root
 
 
 def find_evaluation_images(root: str | os.PathLike) -> EvaluationImages:
@@ -179,8 +200,9 @@ def find_evaluation_images(root: str | os.PathLike) -> EvaluationImages:
                            "training images.")
     else:
         base, source = root, "every image"
-    by_class = _images_by_class(base, "val/<class>/*.jpg or <class>/*.jpg")
-    return EvaluationImages(list(by_class), _split(by_class, list(by_class)), source)
+    others: list[str] = []
+    by_class = _images_by_class(base, "val/<class>/*.jpg or <class>/*.jpg", others)
+    return EvaluationImages(list(by_class), _split(by_class, list(by_class)), source, _relative(others, root))
 
 
 class SkipTally:

@@ -85,6 +85,7 @@ class Trainer:
             self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if cfg.mixed_precision else optimizer
             self.optimizer.build(self.base.trainable_variables)
         self._steps: dict[int, Callable] = {}
+        self._traced: set[int] = set()  # sizes whose step has run once
         self.start_epoch = 0
         self.history: list[dict] = []
         self.seconds_to_first_step: float | None = None
@@ -271,6 +272,10 @@ class Trainer:
                     advance()
                     continue
                 self.optimizer.learning_rate = self._lr_at(epoch + i / len(plan))
+                if int(size) not in self._traced:
+                    self.progress.step(f"Building the training step's graph at {int(size)} px (once per "
+                                       "resolution: a minute or two on a CPU)")
+                    self._traced.add(int(size))
                 loss, correct, images = self._step_fn(int(size), batches.element_spec, train.normalised)(x, y)
                 loss = float(loss)
                 if not math.isfinite(loss):

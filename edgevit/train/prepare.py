@@ -57,7 +57,7 @@ def load_data(dataset, spec, size: int, sizes, log):
     """(train images, val images) streamed from ``dataset``'s file lists:
     nothing is read here (unreadable files are counted in the shared
     ``tally`` as the pipeline meets them)."""
-    from edgevit.train.data import SkipTally, stored_side
+    from edgevit.train.data import SkipTally, left_out_summary, stored_side
     from edgevit.train.pipeline import ImageStream
 
     pre = spec.preprocessing_at(size)
@@ -65,6 +65,8 @@ def load_data(dataset, spec, size: int, sizes, log):
     warnings.filterwarnings("ignore", module=r"PIL\.")
     log(f"Dataset {dataset.root}: {len(dataset.classes)} classes, {len(dataset.train.files)} train / "
         f"{len(dataset.val.files)} val images ({dataset.val_source})")
+    if dataset.left_out:
+        log(left_out_summary(dataset.left_out))
     tally = SkipTally()
     return (ImageStream(dataset.train, pre, stored_side(pre, max([size, *sizes])), tally),
             ImageStream(dataset.val, pre, stored_side(pre, size), tally))
