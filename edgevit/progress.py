@@ -58,7 +58,8 @@ class Progress:
         if self._console:
             from rich.text import Text
 
-            self._console.print(Text.assemble((">", "bold"), " ", message))  # a message's [brackets] are text
+            # a message's [brackets] are text; a long line stays one line in a log (the terminal wraps its own)
+            self._console.print(Text.assemble((">", "bold"), " ", message), soft_wrap=True)
 
     @contextmanager
     def bar(self, description: str, total: int | None, unit: str = "") -> Iterator[Advance]:
@@ -108,6 +109,6 @@ class Progress:
             minutes, seconds = divmod(int(now - started), 60)
             count_text = f"{done}/{total}" if total is not None else f"{done}"
             self._console.print(Text(f"  {description}: {count_text} {unit}, {minutes}:{seconds:02d} spent"
-                                     + (f", {shown}" if shown else "")))
+                                     + (f", {shown}" if shown else "")), soft_wrap=True)
 
         return advance

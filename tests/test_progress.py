@@ -46,6 +46,9 @@ def test_off_a_terminal_only_the_step_lines_print_and_disabled_nothing():
     stream = io.StringIO()
     counted(Progress(stream=stream))
     assert stream.getvalue() == "> Calibrating the [activation] ranges\n"  # a bar shorter than a plain line's gap
+    long = Progress(stream=io.StringIO())
+    long.step("epoch 1/3: " + "loss 0.3925, " * 20)
+    assert long._console.file.getvalue().count("\n") == 1  # one line in a log, not wrapped at 80 columns
     quiet = Terminal()
     counted(Progress(enabled=False, stream=quiet))
     assert quiet.getvalue() == ""
