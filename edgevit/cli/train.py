@@ -167,7 +167,7 @@ def _common_options(lr: float):
         click.option("--worker-timeout", type=click.FloatRange(1, 86400), default=WORKER_TIMEOUT, show_default=True,
                      metavar="SECONDS",
                      help="Across workers (TF_CONFIG): how long a worker waits for the others to start before the "
-                          "run ends with an error (a worker lost later ends the run within seconds)."),
+                          "run ends with an error (a worker lost later ends the run within a minute)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
         overwrite_option,
     ]
