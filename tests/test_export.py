@@ -372,3 +372,12 @@ def test_a_failed_run_on_one_place_rules_out_that_place_and_the_verdict_says_wha
              for failed in ([], [gpu_failed], [gpu_failed, arm_failed])
              for agreement in (result.agreement, poor) for weights in ("random-init", "trained.keras")]
     assert max(len(line) for line in lines) <= 80, lines
+
+
+def test_logit_rows_that_are_both_zero_agree_and_a_zero_row_against_another_does_not():
+    from edgevit.export.agreement import agreement
+
+    reference = np.array([[0.0, 0.0], [0.0, 0.0], [0.5, -0.2]])
+    result = agreement(reference, np.array([[0.0, 0.0], [0.1, 0.0], [0.5, -0.2]]))
+    assert result["cosine_min"] == 0.0 and result["cosine_mean"] == pytest.approx(2 / 3)
+    assert agreement(reference, reference.copy())["cosine_min"] == pytest.approx(1.0)

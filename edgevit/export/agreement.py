@@ -9,7 +9,9 @@ def agreement(reference: np.ndarray, candidate: np.ndarray) -> dict:
     batch of [N, classes] outputs."""
     ref, cand = reference.astype(np.float64), candidate.astype(np.float64)
     norms = np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1)
-    cosine = np.where(norms > 0, (ref * cand).sum(axis=1) / np.maximum(norms, 1e-30), 0.0)
+    # two all-zero rows agree (an int8 file's logits can be exactly zero where the model's are); one is no direction
+    both_zero = ~ref.any(axis=1) & ~cand.any(axis=1)
+    cosine = np.where(norms > 0, (ref * cand).sum(axis=1) / np.maximum(norms, 1e-30), both_zero.astype(np.float64))
     top5_ref = np.argsort(-ref, axis=1)[:, :5]
     top5_cand = np.argsort(-cand, axis=1)[:, :5]
     top5_overlap = np.mean([len(set(a) & set(b)) / len(a) for a, b in zip(top5_ref, top5_cand)])
