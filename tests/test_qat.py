@@ -437,6 +437,46 @@ def test_int8_file_computes_exactly_what_a_convolutional_qat_model_computes(conv
     np.testing.assert_array_equal(run_in_child(path, x), outputs(qat, x))
 
 
+def relu_convnet_qat(folder):
+    """A QAT model whose ReLU and ReLU6 the converter fuses into the ops
+    before them: a convolution + BN + ReLU layer, a convolution and a dense
+    layer with their own ReLU6 / ReLU; its inputs and int8 file."""
+    keras.utils.set_random_seed(4)
+    inputs = keras.Input((16, 16, 8), name="features")
+    x = keras.layers.Conv2D(16, 3, padding="same", use_bias=False, name="conv")(inputs)
+    x = keras.layers.Activation("relu", name="act")(keras.layers.BatchNormalization(name="bn")(x))
+    x = keras.layers.Conv2D(16, 1, activation="relu6", name="pointwise")(x)
+    model = keras.Model(inputs, keras.layers.Dense(8, activation="relu", name="head")(x), name="relu_convnet")
+    for w in model.weights:  # trained-like
+        w.assign(np.asarray(w) + np.random.default_rng(1).normal(0, 0.1, w.shape).astype(np.float32))
+    x = np.random.default_rng(2).normal(0, 1, (16, 16, 16, 8)).astype(np.float32)
+    qat = quantize_model(model, x, input_range=(-4.0, 4.2))
+    path = folder / "relu_convnet.tflite"
+    path.write_bytes(convert(qat, "int8", None, "int8"))
+    return qat, x, path
+
+
+def test_a_relu_fused_into_the_op_before_it_rounds_once_as_the_int8_file_does(tmp_path, monkeypatch):
+    """LiteRT's converter fuses a ReLU or ReLU6 into the convolution or
+    dense layer before it: one rounding onto the activation's grid. The QAT
+    model gives the tensor before such an activation no range of its own,
+    and every output equals the int8 file's; with a range of its own (the
+    rewrite before, here by emptying FUSED_ACTIVATIONS) the accumulator is
+    rounded twice and outputs differ (DeepViT's ReLU stem: 13 of 16 logits)."""
+    from edgevit.quantize import qat as rewrite
+
+    qat, x, path = relu_convnet_qat(tmp_path)
+    names = {layer.name for layer in qat.layers}
+    assert "bn.quant" not in names and "pointwise.quant" not in names and "head.quant" not in names
+    assert {"act.act.quant", "pointwise.act.quant", "head.act.quant"} <= names
+    np.testing.assert_array_equal(run_in_child(path, x), outputs(qat, x))
+    monkeypatch.setattr(rewrite, "FUSED_ACTIVATIONS", ())
+    (tmp_path / "twice").mkdir()
+    qat, x, path = relu_convnet_qat(tmp_path / "twice")
+    assert "bn.quant" in {layer.name for layer in qat.layers}
+    assert not np.array_equal(run_in_child(path, x), outputs(qat, x))
+
+
 @needs_arm
 def test_on_arm64_kernels_the_int8_files_compute_what_the_qat_models_compute(trained, attention_qat, convnet_qat,
                                                                               tmp_path):

@@ -34,6 +34,8 @@ from edgevit.quantize.export_trace import fake_quant_only
 from edgevit.quantize.registry import rule_for, rule_of_quantized
 
 CONV_TYPES = ("Conv2D", "DepthwiseConv2D")
+# The activations LiteRT's converter fuses into the CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED before them
+FUSED_ACTIVATIONS = ("relu", "relu6")
 
 
 def is_qat_model(model) -> bool:
@@ -61,8 +63,9 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
         if rules[id(layer)].ranges == "folded" and id(layer) not in folded:
             raise EdgevitError(f"BatchNormalization {layer.name!r} does not directly follow a convolution "
                                "that feeds only it; QAT folds BatchNorm into that convolution.")
+    fused = _fused_activations(model, bn_of_conv)
     ranges = _RangePlan(model, rules, bn_of_conv, momentum,
-                        _preprocessing_range(model) if input_range is None else input_range)
+                        _preprocessing_range(model) if input_range is None else input_range, set(fused.values()))
     rewrite = _Rewrite(model, rules, bn_of_conv, momentum)
     constant_operands: dict[int, object] = {}
     try:
@@ -83,7 +86,8 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
                 outputs = keras.tree.flatten(rewrite(node.operation, args, kwargs, input_params))
                 matmul = rewrite.output_matmul(node.operation, input_params)
                 for old, new in zip(node.outputs, outputs):
-                    accumulator = rewrite.accumulators.get(id(new)) or _sum_operands(node, args, kwargs, input_params)
+                    accumulator = rewrite.accumulators.get(id(args[0]) if id(node.operation) in fused else id(new)) \
+                        or _sum_operands(node, args, kwargs, input_params)
                     tensors[id(old)] = ranges.quantize(old, new, input_params[0], matmul, accumulator)
         outputs = keras.tree.pack_sequence_as(model._outputs_struct, [tensors[id(t)] for t in model.outputs])
         qat = keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=model.name)
@@ -162,11 +166,16 @@ class _Rewrite:
             if accumulator is not None:
                 self.accumulators[id(out)] = accumulator
             return out
-        out = ActivationQuantizer(self.momentum, name=f"{layer.name}.quant" + (f".{site}" if site else ""))(
-            out, **(accumulator or {}))
+        fused = activation in FUSED_ACTIVATIONS
+        if not fused:
+            out = ActivationQuantizer(self.momentum, name=f"{layer.name}.quant" + (f".{site}" if site else ""))(
+                out, **(accumulator or {}))
         act = self.replacement((id(layer), "act"), lambda: QuantActivation(
             activation, momentum=self.momentum, sites=sites, name=f"{layer.name}.act"))
-        return act(out, site=site)
+        out = act(out, site=site)
+        if fused and accumulator is not None:  # the activation's output quantizer rounds the accumulator
+            self.accumulators[id(out)] = accumulator
+        return out
 
 
 class _RangePlan:
@@ -189,8 +198,10 @@ class _RangePlan:
     CONCATENATION it joins.
     """
 
-    def __init__(self, model, rules, bn_of_conv, momentum: float, input_range):
+    def __init__(self, model, rules, bn_of_conv, momentum: float, input_range, unquantized: set[int]):
         self.momentum = momentum
+        # the outputs of the convolutions and dense layers whose activation the converter fuses into them
+        self.unquantized = unquantized
         self.needs_range: dict[int, tuple] = {}   # tensor id -> (name, fixed range or None)
         self.model_inputs = {id(t) for t in model.inputs}
         for t in model.inputs:
@@ -223,6 +234,8 @@ class _RangePlan:
                 # a Dense or Conv2D with an activation: its own output range is "NAME.quant"
                 base = f"{layer.name}.act" if _activation(layer) not in (None, "linear") else layer.name
                 for index, t in enumerate(node.outputs):
+                    if id(t) in unquantized:
+                        continue
                     name = f"{base}.quant" + (str(index) if len(node.outputs) > 1 else "") + \
                            (f".{site}" if site else "")
                     self.needs_range[id(t)] = (name, fixed)
@@ -265,7 +278,7 @@ class _RangePlan:
         from edgevit.quantize.quantizers import ActivationQuantizer
 
         if id(old) not in self.needs_range:
-            if input_params is not None and id(old) not in self.constant:
+            if input_params is not None and id(old) not in self.constant and id(old) not in self.unquantized:
                 self.params[id(new)] = input_params
             return new
         root = self._root(id(old))
@@ -453,6 +466,32 @@ def _conv_batchnorm_pairs(model) -> list:
             continue
         pairs.append((conv, layer))
     return pairs
+
+
+def _fused_activations(model, bn_of_conv) -> dict[int, int]:
+    """id(activation layer) -> id(the tensor it reads), for each ReLU or
+    ReLU6 Activation layer that the converter fuses into the convolution or
+    dense layer before it (through a folded BatchNorm): that op writes the
+    activation's output on the activation's grid, rounded once, and the
+    tensor before the activation has no range of its own (a range of its
+    own would round the accumulator twice: a level off in about one element
+    in five of DeepViT's ReLU stem)."""
+    folded = {id(bn) for bn in bn_of_conv.values()}
+    fused = {}
+    for layer in model.operations:
+        if type(layer).__name__ != "Activation" or _activation(layer) not in FUSED_ACTIVATIONS \
+                or len(layer._inbound_nodes) != 1 or len(layer._inbound_nodes[0].input_tensors) != 1:
+            continue
+        tensor = layer._inbound_nodes[0].input_tensors[0]
+        producer = _producer(tensor)
+        if producer is None or len(producer._outbound_nodes) != 1 or len(producer._inbound_nodes) != 1:
+            continue
+        kind = type(producer).__name__
+        writes = id(producer) in folded or (kind in (*CONV_TYPES, "Dense") and id(producer) not in bn_of_conv
+                                            and _activation(producer) in (None, "linear"))
+        if writes:
+            fused[id(layer)] = id(tensor)
+    return fused
 
 
 def _input_shape(layer):
