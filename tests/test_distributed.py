@@ -219,7 +219,7 @@ def test_a_worker_killed_mid_epoch_ends_the_others_and_a_restart_resumes(tmp_pat
             "--steps-per-epoch", "40", "--batch-size", "8", "-o", "m.keras"]
     procs = workers(tmp_path, args)
     seen = ""
-    while "epoch 1/3" not in seen:
+    while "> epoch 1/3: loss" not in seen:  # the epoch's result, not a progress line of it
         line = procs[0].stderr.readline()
         assert line, "the chief ended before its first epoch"
         seen += line
