@@ -233,19 +233,18 @@ def finetune_command(model, data_dir, weights, epochs, steps_per_epoch, batch_si
             trained = mixed_precision_copy(keras_model) if mixed_precision else keras_model
         cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, sizes=sizes, steps_per_epoch=steps_per_epoch,
                           warmup_epochs=min(1.0, epochs / 10), checkpoint_dir=checkpoint, run=run,
-                          mixed_precision=mixed_precision)
+                          mixed_precision=mixed_precision, worker_timeout=worker_timeout)
         trainer = Trainer(trained, build, size, cfg, strategy, log=progress.step, progress=progress)
         history = trainer.fit(train, val_metrics(val, size, strategy, progress), started)
         if mixed_precision:
             keras_model.set_weights(trained.get_weights())  # the float32 model is saved
+        kept = _kept_epoch(history)
         if is_chief(strategy):
-            kept = _kept_epoch(history)
             progress.step(f"Saving {out}" + (f": {kept['kept']}" if kept else ""))
             _save_trained(keras_model, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "multiscale": sizes, "mixed_precision": mixed_precision, **_run_facts(trainer, train),
-              "history": history, "val_top1": history[-1].get("val_top1") if history else None,
-              **_kept_epoch(history)}
+              "history": history, "val_top1": history[-1].get("val_top1") if history else None, **kept}
     _print_result(result, as_json, strategy)
 
 
@@ -311,17 +310,18 @@ def qat_command(model, data_dir, weights, epochs, steps_per_epoch, batch_size, l
         before = evaluate(qat)["val_top1"]
         progress.step(f"QAT model after range calibration: val top-1 {before} (fake quantization)")
         cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, warmup_epochs=0.0,
-                          steps_per_epoch=steps_per_epoch, checkpoint_dir=checkpoint, run=run)
+                          steps_per_epoch=steps_per_epoch, checkpoint_dir=checkpoint, run=run,
+                          worker_timeout=worker_timeout)
         trainer = Trainer(qat, None, size, cfg, strategy, log=progress.step, progress=progress)
         history = trainer.fit(train, evaluate, started)
+        kept = _kept_epoch(history)
         if is_chief(strategy):
-            kept = _kept_epoch(history)
             progress.step(f"Saving {out}" + (f": {kept['kept']}" if kept else ""))
             _save_trained(qat, out, checkpoint)
     result = {"model": spec.name, "output": str(out), "classes": dataset.classes, "input_size": size,
               "float_val_top1": float_top1, "qat_val_top1_calibrated": before, **_run_facts(trainer, train),
               "history": history, "val_top1": history[-1].get("val_top1") if history else before,
-              "val_top1_of": FAKE_QUANT_TOP1, **_kept_epoch(history)}
+              "val_top1_of": FAKE_QUANT_TOP1, **kept}
     if export_int8 and is_chief(strategy):
         from edgevit.export.pipeline import ExportOptions, export
 

@@ -171,10 +171,7 @@ def _relative(paths: list[str], root: str) -> list[str]:
 
 
 def left_out_summary(left_out: list[str]) -> str:
-    """The files of the class folders without an image suffix, in words
-    ("" when there are none)."""
-    if not left_out:
-        return ""
+    """The files of the class folders without an image suffix, in words."""
     names = ", ".join(left_out[:3]) + (" ..." if len(left_out) > 3 else "")
     return (f"{len(left_out)} file(s) without an image suffix ({', '.join(sorted(IMAGE_SUFFIXES))}) left out: "
             f"{names}")

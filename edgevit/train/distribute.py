@@ -73,9 +73,7 @@ def strategy_for_environment(worker_timeout: float = WORKER_TIMEOUT):
                                           f"of the cluster ({', '.join(addresses)}) came up within "
                                           f"{worker_timeout:g} s (this is {task['type']} {task['index']}). Start "
                                           "each of them, or wait longer with --worker-timeout."):
-                strategy = tf.distribute.MultiWorkerMirroredStrategy()
-            strategy.worker_timeout = worker_timeout  # for broadcast_from_chief
-            return strategy
+                return tf.distribute.MultiWorkerMirroredStrategy()
         except (ValueError, RuntimeError) as err:  # "Collective ops must be configured at program startup"
             raise EdgevitError(f"Training across workers (TF_CONFIG) failed to start ({first_line(err)}): unset "
                                "TF_CONFIG to train on this machine alone.") from None
@@ -141,16 +139,16 @@ def is_chief(strategy) -> bool:
     return bool(strategy.extended.should_checkpoint)
 
 
-def broadcast_from_chief(strategy, variables, values=()) -> list:
+def broadcast_from_chief(strategy, variables, values=(), timeout: float | None = None) -> list:
     """Give every replica of every worker the chief's value of each of
     ``variables``; returns the chief's value of each tensor of ``values``
     (numbers this process computed, such as the epoch to resume from).
-    Across workers it waits the strategy's worker timeout for the others."""
+    Across workers it waits ``timeout`` seconds for the others (None: as
+    long as they take)."""
     import tensorflow as tf
 
     variables = list(variables)
-    options = tf.distribute.experimental.CommunicationOptions(
-        timeout_seconds=getattr(strategy, "worker_timeout", None))
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
 
     def replica_values():
         context = tf.distribute.get_replica_context()

@@ -57,6 +57,7 @@ class TrainConfig:
     run: dict = field(default_factory=dict)
     seed: int = 0
     mixed_precision: bool = False   # the models compute in float16; the loss is scaled
+    worker_timeout: float | None = None   # across workers, how long the start's broadcast waits (None: no limit)
 
 
 class Trainer:
@@ -85,7 +86,6 @@ class Trainer:
             self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if cfg.mixed_precision else optimizer
             self.optimizer.build(self.base.trainable_variables)
         self._steps: dict[int, Callable] = {}
-        self._traced: set[int] = set()  # sizes whose step has run once
         self.start_epoch = 0
         self.history: list[dict] = []
         self.seconds_to_first_step: float | None = None
@@ -175,7 +175,7 @@ class Trainer:
         if workers(self.strategy) > 1:
             with self.strategy.scope():
                 (epoch,) = broadcast_from_chief(self.strategy, [*self.base.weights, *self.optimizer.variables],
-                                                [np.int64(self.start_epoch)])
+                                                [np.int64(self.start_epoch)], self.cfg.worker_timeout)
             self.start_epoch = int(epoch)
         if self.start_epoch >= self.cfg.epochs:
             self.log(f"{self.cfg.checkpoint_dir} holds all {self.start_epoch} epoch(s) of this run "
@@ -272,10 +272,9 @@ class Trainer:
                     advance()
                     continue
                 self.optimizer.learning_rate = self._lr_at(epoch + i / len(plan))
-                if int(size) not in self._traced:
+                if int(size) not in self._steps:  # its first call traces it
                     self.progress.step(f"Building the training step's graph at {int(size)} px (once per "
                                        "resolution: a minute or two on a CPU)")
-                    self._traced.add(int(size))
                 loss, correct, images = self._step_fn(int(size), batches.element_spec, train.normalised)(x, y)
                 loss = float(loss)
                 if not math.isfinite(loss):
