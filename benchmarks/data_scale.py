@@ -93,18 +93,20 @@ def pipeline_rates(train_root: Path, size: int, images: int, rounds: int = 3) ->
     import tensorflow as tf
 
     from edgevit.registry import get_spec
-    from edgevit.train.data import find_dataset, stored_side
-    from edgevit.train.pipeline import ImageStream, plan_epoch
+    from edgevit.data.folders import find_dataset
+    from edgevit.data.stream import ImageStream, plan_epoch
+    from edgevit.data.transforms import transform
 
     pre = get_spec("mobilevit_v3_xxs").preprocessing_at(size)
-    stream = ImageStream(find_dataset(train_root).train, pre, stored_side(pre, size))
+    stream = ImageStream(find_dataset(train_root).train, pre)
     draws = np.random.default_rng(0).random((images, 4))
+    place = transform(pre, size, is_training=True)
     plan = plan_epoch(len(stream), 32, 1, size, [], np.random.default_rng(0), steps=images // 32)
     singles, pipelines = [], []
     for _ in range(rounds):
         start = time.perf_counter()
         for index, draw in enumerate(draws):  # what the pipeline does per image (the training step normalises)
-            stream._training_pixels(index * 7919 % len(stream), draw, size)
+            place(stream.files[index * 7919 % len(stream)], 0, draw)
         singles.append(images / (time.perf_counter() - start))
         batches = stream.training_dataset(plan, 0)
         start = time.perf_counter()

@@ -42,12 +42,12 @@ def edgevit(*args: str, log: Path) -> None:
 
 
 def run(name: str, size: int, epochs: int, data: Path, out: Path) -> dict:
-    from edgevit.export.agreement import agreement
-    from edgevit.export.run_model import run_in_child
+    from edgevit.litert.agreement import agreement
+    from edgevit.litert.run_model import run_in_child
     from edgevit.registry import get_spec
     from edgevit.saving import load_model
-    from edgevit.train.data import find_dataset, stored_side
-    from edgevit.train.pipeline import ImageStream
+    from edgevit.data.folders import find_dataset
+    from edgevit.data.stream import ImageStream
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -59,7 +59,7 @@ def run(name: str, size: int, epochs: int, data: Path, out: Path) -> dict:
             "--no-arm-run", log=log)
 
     pre = get_spec(name).preprocessing_at(size)
-    x, _ = ImageStream(find_dataset(data).val, pre, stored_side(pre, size)).read_all(size)
+    x, _ = ImageStream(find_dataset(data).val, pre).read_all(size)
     keras_logits = load_model(keras_path).predict(x, batch_size=16, verbose=0)
     file_logits = run_in_child(tflite_path, x, num_threads=2)
     agree = agreement(keras_logits, file_logits)

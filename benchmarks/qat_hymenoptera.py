@@ -52,21 +52,20 @@ def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, 
 
     from edgevit.export.convert import convert
     from edgevit.export.graph import describe
-    from edgevit.export.run_model import run_in_child
+    from edgevit.litert.run_model import run_in_child
     from edgevit.models.batchnorm import recalibrate_batchnorm
     from edgevit.quantize.qat import calibrate, quantize_model
     from edgevit.registry import create_model, get_spec
-    from edgevit.train.data import stored_side
     from edgevit.train.loop import TrainConfig, Trainer
     from edgevit.train.metrics import accuracy_report
-    from edgevit.train.pipeline import ImageStream
+    from edgevit.data.stream import ImageStream
 
     keras.utils.set_random_seed(0)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     pre = get_spec(name).preprocessing_at(size)
-    train = ImageStream(data.train, pre, stored_side(pre, size))
-    x_val, val_labels = ImageStream(data.val, pre, stored_side(pre, size)).read_all(size)
+    train = ImageStream(data.train, pre)
+    x_val, val_labels = ImageStream(data.val, pre).read_all(size)
     x_cal, _ = train.subset(np.random.default_rng(0).permutation(len(train))[:64]).read_all(size)
     classes = len(data.classes)
 
@@ -118,7 +117,7 @@ def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, 
 
 def vs_file(qat_logits, file_logits) -> dict:
     """How the QAT model's logits predict its int8 file's."""
-    from edgevit.export.agreement import agreement
+    from edgevit.litert.agreement import agreement
 
     agree = agreement(qat_logits, file_logits)
     return {"images_disagreeing": int((qat_logits.argmax(1) != file_logits.argmax(1)).sum()),
@@ -129,7 +128,7 @@ def vs_file(qat_logits, file_logits) -> dict:
 def file_on_emulated_kernels(path: Path, x) -> dict:
     """The file's logits on an AVX2 CPU's x86 kernels and a Cortex-A76's
     Arm64 kernels, each where its emulator is installed."""
-    from edgevit.export.run_model import run_in_child
+    from edgevit.litert.run_model import run_in_child
     from edgevit.litert.arm import PROFILES, emulator_missing, find_emulator, run_guest
     from edgevit.litert.x86_levels import x86_emulator_missing
 
@@ -170,7 +169,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="/tmp/edgevit-qat-hymenoptera")
     args = p.parse_args(argv)
 
-    from edgevit.train.data import find_dataset
+    from edgevit.data.folders import find_dataset
 
     data = find_dataset(args.data)
     out = Path(args.out)

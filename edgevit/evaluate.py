@@ -15,7 +15,8 @@ import numpy as np
 from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError, about
 from edgevit.progress import Progress
-from edgevit.train.metrics import BATCH_SIZE, AccuracyTally, traced_forward
+from edgevit.data.stream import BATCH_SIZE
+from edgevit.train.metrics import AccuracyTally, traced_forward
 
 
 def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None) -> dict:
@@ -24,8 +25,9 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     from edgevit.litert.flatbuffer import read_file
     from edgevit.litert.metadata import preprocessing_of
     from edgevit.saving import existing_file
-    from edgevit.train.data import find_evaluation_images, left_out_summary, stored_side
-    from edgevit.train.pipeline import ImageStream
+    from edgevit.data.folders import find_evaluation_images
+    from edgevit.data.listing import left_out_summary
+    from edgevit.data.stream import ImageStream
 
     progress = progress or Progress(enabled=False)
     path = existing_file(model_path, "Model file")
@@ -54,7 +56,7 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
         from edgevit.native_output import import_tensorflow_quietly
 
         import_tensorflow_quietly()  # the input pipeline is tf.data
-    stream = ImageStream(images.split, pre, stored_side(pre, pre.input_size))
+    stream = ImageStream(images.split, pre)
     tally = AccuracyTally([str(label) for label in labels])
     found = len(stream)
     progress.step(f"Running {path.name} on the {found} images of {data_dir} ({images.source})")
@@ -62,7 +64,7 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
         progress.step(left_out_summary(images.left_out))
     with contextlib.ExitStack() as stack:
         if path.suffix == ".tflite":
-            from edgevit.export.run_model import StreamedRun
+            from edgevit.litert.run_model import StreamedRun
             from edgevit.litert.inputs import file_input_values
 
             # probabilities or logits: either ranks the classes alike
@@ -75,7 +77,7 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
         for inputs, batch_labels in stream.batches(pre.input_size, BATCH_SIZE):
             tally.add(np.asarray(forward(inputs)), to_output[batch_labels])
             advance(len(batch_labels))
-    skipped = stream.tally.skipped
+    skipped = stream.tally
     report = tally.report()
     if not report["images"]:
         raise EdgevitError(f"None of the {found} images could be read"

@@ -43,10 +43,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from edgevit.errors import WRITE_FAILURES, EdgevitError, MissingPackage, cause, first_line
-from edgevit.registry import ModelSpec, Pretrained, Unpublished
+from edgevit.registry import IMAGENET, ModelSpec, Pretrained, Unpublished, is_imagenet  # noqa: F401  (callers' names)
 from edgevit.writing import remove_stale_staging, staging_prefix
 
-IMAGENET = "imagenet"
 RANDOM_INIT = "random-init"  # the weights label of a model built without weights
 IMAGENET_CLASSES = 1000
 CACHE_ENV = "EDGEVIT_CACHE"
@@ -59,10 +58,6 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
-
-
-def is_imagenet(weights) -> bool:
-    return isinstance(weights, str) and weights.lower() == IMAGENET
 
 
 def entry_of(spec: ModelSpec) -> Pretrained:

@@ -60,6 +60,14 @@ class Preprocessing:
         return d
 
 
+# What --weights names for a model's official ImageNet weights.
+IMAGENET = "imagenet"
+
+
+def is_imagenet(weights) -> bool:
+    return isinstance(weights, str) and weights.lower() == IMAGENET
+
+
 @dataclass(frozen=True)
 class Pretrained:
     """Where a variant's official ImageNet weights live (``weights="imagenet"``).

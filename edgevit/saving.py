@@ -16,8 +16,9 @@ import warnings
 import zipfile
 from pathlib import Path
 
-from edgevit.errors import WRITE_FAILURES, EdgevitError, cause, file_problem, first_line, is_control
-from edgevit.registry import ModelSpec, create_model, get_spec
+from edgevit.errors import WRITE_FAILURES, EdgevitError, cause, file_problem, first_line
+from edgevit.data.labels import label_problem
+from edgevit.registry import ModelSpec, create_model, get_spec, is_imagenet
 from edgevit.writing import staged
 
 MODEL_SUFFIX = ".keras"
@@ -68,21 +69,6 @@ def set_class_names(model, names) -> None:
         if problem:
             raise EdgevitError(f"Class name {name!r} cannot be a label: {problem}.")
     model.edgevit_class_names = tuple(names)
-
-
-def label_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a line of a labels file (None: it can). Labels
-    are UTF-8 text, one non-empty line each, read by the Android app and
-    shown on terminals (where control characters would act, not print)."""
-    if not name.strip() or "\n" in name or "\r" in name:
-        return "labels are one non-empty line each"
-    if any(map(is_control, name)):
-        return "it holds control characters"
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:  # a file name's undecodable bytes, kept by Python as lone surrogates
-        return "it is not valid UTF-8 text, which labels files are"
-    return None
 
 
 def save_model(model, path: str | Path) -> Path:
@@ -302,7 +288,6 @@ def resolve_model(name_or_path: str, num_classes: int | None = None, input_size:
     """A registered name or a ``.keras`` file -> (model, spec). A ``.keras``
     model is rebuilt when another input size is asked for."""
     if name_or_path.endswith(MODEL_SUFFIX) or Path(name_or_path).is_file():
-        from edgevit.pretrained import is_imagenet
 
         if is_imagenet(weights):
             raise EdgevitError(f"--weights imagenet starts a registered model (e.g. `edgevit list --pretrained`) "

@@ -277,6 +277,10 @@ def writing(path: str | Path) -> Iterator[None]:
         raise write_error(path, err) from None
 
 
+# Rows of an array-like written at once by save_array (an ImageSet reads its images then).
+WRITE_ROWS = 8
+
+
 def save_array(path: Path, array, dtype=None) -> None:
     """``np.save`` (as ``dtype`` where given) that fails as any other write
     (numpy's own file writes report a short write, "N requested and M
@@ -285,15 +289,13 @@ def save_array(path: Path, array, dtype=None) -> None:
     slice at a time."""
     import numpy as np
 
-    from edgevit.data.images import READ_BATCH
-
-    first = np.ascontiguousarray(array[:READ_BATCH], dtype)
+    first = np.ascontiguousarray(array[:WRITE_ROWS], dtype)
     header = {**np.lib.format.header_data_from_array_1_0(first), "shape": (len(array), *first.shape[1:])}
     with writing(path), open(path, "wb") as file:
         np.lib.format.write_array_header_1_0(file, header)
         file.write(first.tobytes())
-        for start in range(READ_BATCH, len(array), READ_BATCH):
-            file.write(np.ascontiguousarray(array[start:start + READ_BATCH], dtype).tobytes())
+        for start in range(WRITE_ROWS, len(array), WRITE_ROWS):
+            file.write(np.ascontiguousarray(array[start:start + WRITE_ROWS], dtype).tobytes())
 
 
 class _NamedBuffer(io.BytesIO):

@@ -162,7 +162,7 @@ def int8_and_qat_outputs(tmp_path, model, x, input_range):
     """Outputs on ``x`` of ``model``'s int8 file (LiteRT's XNNPACK kernels,
     in a child process) and of the QAT model it was converted from (see
     :func:`int8_file_and_qat`)."""
-    from edgevit.export.run_model import run_in_child
+    from edgevit.litert.run_model import run_in_child
 
     path, qat = int8_file_and_qat(tmp_path, model, x, input_range)
     return run_in_child(path, x), outputs(qat, x)

@@ -137,7 +137,7 @@ def test_an_x86_kernel_set_that_aborts_leaves_the_floor_to_the_others(plain_file
     check then takes its floor from the builtin kernels, not the abort."""
     from types import SimpleNamespace
 
-    from edgevit.export import run_model
+    from edgevit.litert import run_model
 
     x86 = np.array([[1.0, 0.5, -0.5]], np.float32)
     builtin = np.array([[1.0, 0.6, -0.5]], np.float32)

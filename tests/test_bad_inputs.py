@@ -34,7 +34,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from edgevit.cli import main
-from edgevit.data.images import FLOAT_PIXELS, NOT_AN_IMAGE, TOO_LARGE, open_rgb
+from edgevit.data.decode import FLOAT_PIXELS, NOT_AN_IMAGE, TOO_LARGE, open_rgb
 from edgevit.errors import EdgevitError
 from edgevit.export import pipeline
 from edgevit.writing import replace_all
@@ -1008,10 +1008,10 @@ def test_unusual_images_are_read_as_the_app_reads_them(tmp_path, kind):
 
 
 def test_unreadable_images_are_skipped_and_counted_by_reason(tmp_path):
-    from edgevit.data.images import NOT_OPENED
+    from edgevit.data.decode import NOT_OPENED
     from edgevit.registry import Preprocessing
-    from edgevit.train.data import Split
-    from edgevit.train.pipeline import ImageStream
+    from edgevit.data.folders import Split
+    from edgevit.data.stream import ImageStream
 
     Image.new("RGB", (16, 16), (10, 20, 30)).save(tmp_path / "good.png")
     png_claiming(tmp_path / "huge.png", 15000, 15000)
@@ -1019,10 +1019,10 @@ def test_unreadable_images_are_skipped_and_counted_by_reason(tmp_path):
     Image.fromarray(np.full((8, 8), 0.5, np.float32)).save(tmp_path / "float.tif")
     (tmp_path / "gone.jpg").symlink_to(tmp_path / "removed.jpg")
     files = sorted(str(p) for p in tmp_path.iterdir())
-    stream = ImageStream(Split(files, np.arange(len(files))), Preprocessing(8, 8), 8)
+    stream = ImageStream(Split(files, np.arange(len(files))), Preprocessing(8, 8))
     images, labels = stream.read_all(8)
     assert images.shape == (1, 8, 8, 3) and labels.tolist() == [files.index(str(tmp_path / "good.png"))]
-    skipped = stream.tally.skipped
+    skipped = stream.tally
     assert skipped.counts() == {FLOAT_PIXELS: 1, NOT_AN_IMAGE: 1, TOO_LARGE: 1, NOT_OPENED: 1}
     assert "4 unreadable image(s) skipped" in skipped.summary() and "huge.png" in skipped.summary()
 
@@ -1185,7 +1185,7 @@ def test_eval_of_a_tflite_file_streams_its_images_and_writes_no_file_of_them(tmp
 
 
 def test_a_litert_child_that_fails_while_fed_batches_is_one_error(tmp_path):
-    from edgevit.export.run_model import StreamedRun
+    from edgevit.litert.run_model import StreamedRun
 
     (tmp_path / "bad.tflite").write_bytes(b"not a flatbuffer")
     with pytest.raises(EdgevitError, match=r"^LiteRT failed running bad.tflite: exit status 1"):
@@ -1298,11 +1298,14 @@ def test_wide_and_tall_images_decode_in_bounded_memory(tmp_path):
         import numpy as np
         from edgevit.data.images import load_images
         from edgevit.registry import Preprocessing
-        from edgevit.train.data import stored_square
+        from edgevit.data.transforms import transform
         files = [{str(tmp_path / "wide.png")!r}, {str(tmp_path / "tall.png")!r}]
-        images = np.stack([stored_square(f, 288, "bicubic") for f in files])  # finetune, qat, eval
-        batch, used = load_images(files, Preprocessing(256, 288, "bilinear"))  # calibration, validation
-        print(images.shape, batch.shape, 0, images[0, 0, 0].tolist(), images[1, 0, 0].tolist())
+        pre = Preprocessing(288, 288, "bicubic")
+        images = np.stack([transform(pre)(f)[0] for f in files])  # validation, eval
+        crops = np.stack([transform(pre, is_training=True)(f, 0, [0.5] * 4)[0] for f in files])  # finetune, qat
+        batch, used = load_images(files, Preprocessing(256, 288, "bilinear"))  # calibration
+        print(images.shape, batch.shape, int(np.abs(crops.astype(int) - images).max()),
+              images[0, 0, 0].tolist(), images[1, 0, 0].tolist())
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

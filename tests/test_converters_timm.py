@@ -106,7 +106,8 @@ def test_position_embedding_resampled_like_timm(tmp_path, size):
 @needs_timm
 @pytest.mark.shared_data
 def test_timm_parity_on_imagenet_photos(tmp_path, shared_data):
-    from edgevit.data.images import list_images, load_images
+    from edgevit.data.images import load_images
+    from edgevit.data.listing import list_images
 
     name = "mobilevit_v2_050"
     photos, _ = load_images(list_images(shared_data / "imagenet-sample"), get_spec(name).preprocessing, limit=8)

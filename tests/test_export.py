@@ -16,7 +16,7 @@ from edgevit.export import pipeline
 from edgevit.export.convert import convert
 from edgevit.export.graph import describe
 from edgevit.export.pipeline import ExportOptions, export
-from edgevit.export.run_model import run_in_child
+from edgevit.litert.run_model import run_in_child
 from edgevit.layers import HeadAttention
 from edgevit.litert.metadata import read_embedded
 from edgevit.models.batchnorm import recalibrate_batchnorm
@@ -106,7 +106,7 @@ def test_logits_and_int8_input_keep_the_models_own_graph(tmp_path):
 def test_a_uint8_file_computes_what_the_int8_file_does_from_the_bytes(tmp_path):
     """The bytes' normalisation inside the file costs at most one input step
     where it rounds otherwise than the float normalisation."""
-    from edgevit.export.run_model import run_in_process
+    from edgevit.litert.run_model import run_in_process
     from edgevit.litert.inputs import file_inputs
 
     model = tiny_model()
@@ -375,7 +375,7 @@ def test_a_failed_run_on_one_place_rules_out_that_place_and_the_verdict_says_wha
 
 
 def test_logit_rows_that_are_both_zero_agree_and_a_zero_row_against_another_does_not():
-    from edgevit.export.agreement import agreement
+    from edgevit.litert.agreement import agreement
 
     reference = np.array([[0.0, 0.0], [0.0, 0.0], [0.5, -0.2]])
     result = agreement(reference, np.array([[0.0, 0.0], [0.1, 0.0], [0.5, -0.2]]))

@@ -11,11 +11,14 @@ from PIL import Image
 
 from edgevit.cli import main
 from edgevit.errors import EdgevitError
-from edgevit.data.images import NOT_AN_IMAGE, NOT_OPENED, center_crop, normalise, open_rgb
+from edgevit.data.decode import NOT_AN_IMAGE, NOT_OPENED, open_rgb
+from edgevit.data.transforms import center_crop, normalise
 from edgevit.registry import Preprocessing
-from edgevit.train.data import Split, find_dataset, image_paths, stored_side
+from edgevit.data.folders import Split, find_dataset
+from edgevit.data.listing import image_paths
 from edgevit.train.loop import TrainConfig, Trainer
-from edgevit.train.pipeline import ImageStream, crop_draws, plan_epoch, scaled_batch_size
+from edgevit.data.stream import ImageStream, plan_epoch, scaled_batch_size
+from edgevit.data.transforms import crop_draws
 
 
 def make_folder(root, classes=("ants", "bees"), per_class=4, splits=("train", "val"), broken=0):
@@ -64,25 +67,27 @@ def test_the_pipeline_reads_every_image_of_an_epoch_once_and_counts_the_unreadab
     make_folder(tmp_path, per_class=10, broken=1)
     ds = find_dataset(tmp_path)
     pre = Preprocessing(32, 36)
-    train = ImageStream(ds.train, pre, stored_side(pre, 32))
+    train = ImageStream(ds.train, pre)
     plan = plan_epoch(len(train), 8, 1, 32, [], np.random.default_rng(0))
-    labels = np.concatenate([y.numpy() for _, y in train.training_dataset(plan, 7)])
+    labels = np.concatenate([y.numpy()[real.numpy()] for _, y, real in train.training_dataset(plan, 7)])
     assert len(labels) == 22  # an unreadable image's place goes to another image
-    assert len(train.tally) == 2 and train.tally.skipped.counts() == {NOT_AN_IMAGE: 2}
+    assert len(train.tally) == 2 and train.tally.counts() == {NOT_AN_IMAGE: 2}
     # the next epoch meets them again: still two
     list(train.training_dataset(plan, 8))
     assert len(train.tally) == 2
     # two input pipelines of one replica each read disjoint halves of every step
     plan = plan_epoch(len(train), 8, 2, 32, [], np.random.default_rng(0))
-    shards = [[len(y) for _, y in train.training_dataset(plan, 7, pipeline=p)] for p in range(2)]
+    shards = [[len(y) for _, y, _ in train.training_dataset(plan, 7, pipeline=p)] for p in range(2)]
     assert shards == [[4, 4, 3], [4, 4, 3]]
 
 
 def test_pipeline_pixels_are_the_reference_transforms_on_the_same_crop_box(tmp_path):
-    """The resize and crop arithmetic of the in-memory loader it replaced:
-    shorter side resized and center square kept (Pillow), then a random
-    crop of that square resized with Pillow's bilinear filter and mirrored,
-    or resized and center-cropped for evaluation; then normalised."""
+    """Training: a random crop of the image's centre square (area, position
+    and mirror from the epoch's counter-based draws) resized once from the
+    decoded image with Pillow's bilinear filter. Evaluation: the shorter side
+    resized and the centre square cropped straight from the file, the
+    transform the exported files describe. Both leave uint8 pixels, which
+    numpy and TensorFlow normalise by the same formula to the same values."""
     rng = np.random.default_rng(1)
     folder = tmp_path / "data" / "train"
     for name, shape in (("a", (61, 97, 3)), ("b", (120, 45, 3))):
@@ -90,25 +95,57 @@ def test_pipeline_pixels_are_the_reference_transforms_on_the_same_crop_box(tmp_p
         Image.fromarray(rng.integers(0, 256, shape).astype(np.uint8)).save(folder / name / "x.jpg", quality=90)
     ds = find_dataset(tmp_path / "data", val_split=0.5)
     pre = Preprocessing(32, 37, "bicubic", mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))
-    side = stored_side(pre, 48)  # crops for sizes up to 48 (multi-scale)
-    stream = ImageStream(ds.train, pre, side)
+    stream = ImageStream(ds.train, pre)
     path = ds.train.files[0]
-    square = np.asarray(center_crop(open_rgb(path), side, side, "bicubic"))
+    img = open_rgb(path)
+    w, h = img.size
+    side = min(w, h)
     plan = plan_epoch(1, 1, 1, 40, [], np.random.default_rng(0))
     for epoch_seed in range(6):
-        (x, _), = list(stream.training_dataset(plan, epoch_seed))
+        (x, _, real), = list(stream.training_dataset(plan, epoch_seed))
         u, a, b, mirror = crop_draws(epoch_seed, 0).numpy()
         crop = int(side * np.sqrt(0.35 + 0.65 * u))
-        x0, y0 = int(a * (side - crop + 1)), int(b * (side - crop + 1))
-        expected = np.asarray(Image.fromarray(square[y0:y0 + crop, x0:x0 + crop]).resize(
-            (40, 40), Image.Resampling.BILINEAR))
+        x0, y0 = (w - side) // 2 + int(a * (side - crop + 1)), (h - side) // 2 + int(b * (side - crop + 1))
+        expected = np.asarray(img.resize((40, 40), Image.Resampling.BILINEAR, box=(x0, y0, x0 + crop, y0 + crop)))
         expected = expected[:, ::-1] if mirror < 0.5 else expected
+        assert real.numpy().tolist() == [True]
         np.testing.assert_array_equal(x.numpy()[0], expected)  # uint8: the training step normalises
-        np.testing.assert_array_equal(stream.normalised(x).numpy()[0], normalise(expected, pre))
+        np.testing.assert_array_equal(normalise(x, pre).numpy()[0], normalise(expected, pre))
     resize = round(40 * 37 / 32)
-    evaluated = np.asarray(center_crop(Image.fromarray(square), resize, 40, "bicubic"))
-    (x, _), = list(stream.evaluation_dataset(40))
-    np.testing.assert_array_equal(x.numpy()[0], normalise(evaluated, pre))
+    evaluated = np.asarray(center_crop(open_rgb(path), resize, 40, "bicubic"))
+    (x, _, real), = list(stream.evaluation_dataset(40))
+    np.testing.assert_array_equal(x.numpy()[0], evaluated)
+    (inputs, _), = list(stream.batches(40))
+    np.testing.assert_array_equal(inputs[0], normalise(evaluated, pre))
+
+
+def test_a_mask_and_boxes_are_placed_with_their_image(tmp_path):
+    """The transforms take an image and its target: a mask is cropped,
+    resized (nearest) and mirrored with its image, boxes are moved and
+    clipped with it, a label is left as it is."""
+    from edgevit.data.transforms import placed_boxes, transform
+
+    img = Image.fromarray(np.tile(np.arange(80, dtype=np.uint8)[None, :, None], (60, 1, 3)))  # x in every pixel
+    mask = Image.fromarray(np.tile(np.arange(80, dtype=np.uint8)[None, :], (60, 1)))
+    pre = Preprocessing(30, 30, "bilinear")
+    training = transform(pre, 30, is_training=True)
+    for draws in ([0.2, 0.1, 0.9, 0.3], [0.9, 0.7, 0.2, 0.8]):
+        placement = training.placement(img.size, draws)
+        pixels = np.asarray(placement.apply(img, Image.Resampling.BILINEAR))[..., 0].astype(int)
+        placed = np.asarray(placement.apply(mask, Image.Resampling.NEAREST)).astype(int)
+        assert np.abs(pixels - placed).max() <= 1  # the same geometry, each with its filter
+        assert (np.diff(placed[0]) <= 0).all() == placement.mirror  # mirrored rows run right to left
+        left, top, right, bottom = placement.box
+        (x0, y0, x1, y1), = placed_boxes(placement, img.size, np.array([[left, top, right, bottom]]))
+        assert (x0, y0, x1, y1) == (0, 0, 30, 30)  # the crop box itself fills the input
+        assert placed_boxes(placement, img.size, np.array([[0, 0, left, 60]]))[0, 2 if not placement.mirror else 0] \
+            in (0, 30)  # a box left of the crop is empty
+    img.save(tmp_path / "x.png")
+    pixels, placed = training(tmp_path / "x.png", mask, [0.5, 0.5, 0.5, 0.9])
+    assert pixels.shape == (30, 30, 3) and placed.shape == (30, 30) and placed.dtype == np.uint8
+    assert np.abs(pixels[..., 0].astype(int) - placed).max() <= 1
+    pixels, label = transform(pre, 30)(tmp_path / "x.png", np.int64(3))
+    assert label == 3 and pixels.shape == (30, 30, 3)
 
 
 def test_dataset_without_split_holds_out_a_fraction(tmp_path):
@@ -169,7 +206,7 @@ def tiny_classifier(size):
 def image_stream(root, per_class=12, size=32):
     make_folder(root, per_class=per_class, splits=("train",))
     pre = Preprocessing(size, 36)
-    return ImageStream(find_dataset(root, val_split=0.1).train, pre, stored_side(pre, size))
+    return ImageStream(find_dataset(root, val_split=0.1).train, pre)
 
 
 def test_training_shares_weights_across_scales_and_resumes_after_interruption(tmp_path):
@@ -201,12 +238,12 @@ def test_epochs_of_fixed_steps_resume_and_a_class_folder_emptied_meanwhile_is_co
     cfg.epochs = 3
     history = Trainer(tiny_classifier(32), None, 32, cfg, log=lambda m: None).fit(data)
     assert [h["epoch"] for h in history] == [1, 2, 3] and [h["images"] for h in history] == [12, 12, 12]
-    assert len(data.tally) > 0 and set(data.tally.skipped.counts()) == {NOT_OPENED}
+    assert len(data.tally) > 0 and set(data.tally.counts()) == {NOT_OPENED}
 
 
 def test_an_epoch_of_unreadable_images_is_one_error(tmp_path):
     make_folder(tmp_path, per_class=0, broken=3, splits=("",))
-    stream = ImageStream(find_dataset(tmp_path, val_split=0.2).train, Preprocessing(16, 16), 16)
+    stream = ImageStream(find_dataset(tmp_path, val_split=0.2).train, Preprocessing(16, 16))
     with pytest.raises(EdgevitError, match=rf"^None of the images of epoch 1 could be read: 5 unreadable image\(s\) "
                                            rf"skipped: 5 {NOT_AN_IMAGE} \(broken"):
         Trainer(tiny_classifier(16), None, 16, TrainConfig(epochs=1, batch_size=2), log=lambda m: None).fit(stream)
@@ -218,9 +255,9 @@ def test_listing_neither_follows_a_folder_link_back_up_nor_drops_a_file_link_loo
     os.symlink("loop.jpg", tmp_path / "bees" / "loop.jpg")  # a file that links to itself
     files = image_paths(str(tmp_path))
     assert len(files) == 5 and str(tmp_path / "bees" / "loop.jpg") in files
-    stream = ImageStream(Split(files, np.zeros(5, np.int64)), Preprocessing(16, 16), 16)
-    assert sum(len(y) for _, y in stream.evaluation_dataset(16)) == 4
-    assert stream.tally.skipped.counts() == {NOT_OPENED: 1}
+    stream = ImageStream(Split(files, np.zeros(5, np.int64)), Preprocessing(16, 16))
+    assert sum(int(real.numpy().sum()) for _, _, real in stream.evaluation_dataset(16)) == 4
+    assert stream.tally.counts() == {NOT_OPENED: 1}
 
 
 def test_finetune_streams_with_steps_per_epoch_and_reports_the_unreadable_images(tmp_path, monkeypatch):
@@ -271,7 +308,8 @@ def test_mixed_precision_trains_a_float16_copy_and_the_saved_model_computes_in_f
 
 
 def test_files_without_an_image_suffix_in_class_folders_are_named_not_dropped_silently(tmp_path):
-    from edgevit.train.data import find_evaluation_images, left_out_summary
+    from edgevit.data.folders import find_evaluation_images
+    from edgevit.data.listing import left_out_summary
     from edgevit.train.prepare import load_data
     from edgevit.registry import get_spec
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from edgevit.data.images import READ_BATCH, ImageSet
+from edgevit.data.images import ImageSet, READ_BATCH
 from edgevit.errors import EdgevitError
 from edgevit.export import memory, pipeline
 from edgevit.export.pipeline import ExportOptions, export
@@ -75,7 +75,7 @@ IMAGE_SET_GROWTH = textwrap.dedent("""
     from edgevit.data.images import image_set
     from edgevit.data.sample_photos import sample_images
     from edgevit.export.convert import _representative
-    from edgevit.export.run_model import saved_rows
+    from edgevit.litert.run_model import saved_rows
     from edgevit.registry import Preprocessing
     from edgevit.writing import save_array
 

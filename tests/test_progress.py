@@ -12,9 +12,9 @@ import numpy as np
 
 from edgevit.progress import Progress
 from edgevit.registry import Preprocessing
-from edgevit.train.data import Split
+from edgevit.data.folders import Split
 from edgevit.train.loop import TrainConfig, Trainer
-from edgevit.train.pipeline import ImageStream
+from edgevit.data.stream import ImageStream
 from edgevit.train.prepare import val_metrics
 
 
@@ -84,7 +84,7 @@ def ants_and_bees(folder, count: int, size: int = 16) -> ImageStream:
         pixels[..., 0] = 255 if label else pixels[..., 0]
         files.append(str(folder / f"{index}.png"))
         Image.fromarray(pixels).save(files[-1])
-    return ImageStream(Split(files, labels), Preprocessing(size, size), size)
+    return ImageStream(Split(files, labels), Preprocessing(size, size))
 
 
 def test_training_shows_its_steps_and_traces_one_graph_for_a_smaller_last_batch(tmp_path):

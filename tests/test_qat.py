@@ -14,10 +14,10 @@ import tensorflow as tf
 
 import edgevit
 from edgevit.errors import EdgevitError
-from edgevit.export.agreement import agreement
+from edgevit.litert.agreement import agreement
 from edgevit.export.convert import convert
 from edgevit.export.graph import describe
-from edgevit.export.run_model import run_in_child
+from edgevit.litert.run_model import run_in_child
 from edgevit.layers import (Fold, HeadAttention, LayerNorm, TokenSlice, Unfold, conv_norm_act, inverted_residual,
                             separable_attention_block, transformer_encoder)
 from edgevit.litert.flatbuffer import read
@@ -31,8 +31,8 @@ from edgevit.quantize.quantizers import ActivationQuantizer
 from edgevit.quantize.registry import QuantizeRule, register
 from edgevit.registry import get_spec
 from edgevit.saving import load_model
-from edgevit.train.data import find_dataset, stored_side
-from edgevit.train.pipeline import ImageStream
+from edgevit.data.folders import find_dataset
+from edgevit.data.stream import ImageStream
 from tests.helpers import FEW_BLOCKS, SMALLEST, needs_arm, outputs, with_few_blocks
 
 SIZE = 32
@@ -532,7 +532,7 @@ def test_every_family_trains_saves_and_converts_with_trained_ranges(name, photos
     size = SMALLEST[name]
     pre = get_spec(name).preprocessing_at(size)
     dataset = find_dataset(photos)
-    x, y = ImageStream(dataset.train, pre, stored_side(pre, size)).read_all(size)
+    x, y = ImageStream(dataset.train, pre).read_all(size)
     model = edgevit.create_model(name, num_classes=2, input_size=size)
     qat = quantize_model(model, x, input_range=pre.value_range)
     qat.compile(keras.optimizers.Adam(1e-4), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -564,7 +564,7 @@ def test_int8_mixed_conversion_of_a_qat_model_keeps_attention_and_rsqrt_in_float
 
 def test_eval_runs_a_qat_model_eagerly_where_tracing_it_would_cost_more():
     from edgevit.evaluate import QAT_TRACE_IN_EAGER_BATCHES, keras_forward
-    from edgevit.train.metrics import BATCH_SIZE
+    from edgevit.data.stream import BATCH_SIZE
 
     inputs = keras.Input((SIZE, SIZE, 3))
     x = keras.layers.Conv2D(8, 3, use_bias=False)(inputs)

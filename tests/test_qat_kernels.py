@@ -10,9 +10,9 @@ from click.testing import CliRunner
 import edgevit
 from edgevit.cli import main
 from edgevit.data.sample_photos import sample_batch
-from edgevit.export.agreement import agreement
+from edgevit.litert.agreement import agreement
 from edgevit.export.convert import convert
-from edgevit.export.run_model import run_in_child
+from edgevit.litert.run_model import run_in_child
 from edgevit.litert.x86_levels import LEVELS
 from edgevit.registry import get_spec
 from edgevit.saving import load_model

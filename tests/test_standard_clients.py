@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 import edgevit
-from edgevit.data.images import list_images, normalise, read_crops
+from edgevit.data.images import read_crops
+from edgevit.data.listing import list_images
+from edgevit.data.transforms import normalise
 from edgevit.export.pipeline import ExportOptions, export
-from edgevit.export.run_model import run_in_process
+from edgevit.litert.run_model import run_in_process
 from edgevit.litert.inputs import file_inputs
 from edgevit.litert.metadata import read_embedded
 from edgevit.litert.standard_metadata import read_standard

@@ -21,9 +21,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from edgevit.data.images import open_rgb, resize_and_crop, to_model_input
+from edgevit.data.decode import open_rgb
+
+from edgevit.data.images import to_model_input
+from edgevit.data.transforms import center_crop
 from edgevit.litert.metadata import build_metadata
-from edgevit.export.run_model import dequantize, quantize
+from edgevit.litert.run_model import dequantize, quantize
 from edgevit.registry import Preprocessing
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "app" / "src" / "test" / "resources" / "golden"
@@ -82,7 +85,7 @@ def write_golden(out_dir: str | Path) -> list[str]:
     for seed, (name, (width, height, pre)) in enumerate(CASES.items()):
         png = out / f"{name}.png"
         _image(width, height, seed).save(png)
-        cropped = resize_and_crop(open_rgb(png), pre)
+        cropped = center_crop(open_rgb(png), pre.resize_size, pre.input_size, pre.interpolation)
         (out / f"{name}.rgb").write_bytes(np.asarray(cropped, np.uint8).tobytes())
         values = to_model_input(cropped, pre)[None]
         for dtype in ("float32", "int8", "uint8"):

@@ -52,7 +52,7 @@ def _check_inputs(data_dir: str, val_split: float | None, weights: str | None):
     loads (seconds) and the model is built."""
     from edgevit.pretrained import is_imagenet
     from edgevit.saving import existing_file
-    from edgevit.train.data import find_dataset
+    from edgevit.data.folders import find_dataset
 
     if weights is not None and not is_imagenet(weights):
         existing_file(weights, "Weights file")
@@ -339,7 +339,7 @@ def _run_facts(trainer, train) -> dict:
     """What the report says of the run besides its history."""
     from edgevit.train.distribute import workers
 
-    skipped = train.tally.skipped
+    skipped = train.tally
     return {"replicas": trainer.strategy.num_replicas_in_sync, "workers": workers(trainer.strategy),
             "steps_per_epoch": trainer.cfg.steps_per_epoch, "seconds_to_first_step": trainer.seconds_to_first_step,
             "unreadable_skipped": len(skipped), "skipped_reasons": skipped.counts()}

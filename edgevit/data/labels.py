@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from importlib import resources
 
+from edgevit.errors import is_control
+
 
 def imagenet_classes() -> list[tuple[str, str]]:
     """(WordNet id, label) of the 1000 ImageNet-1k classes, in index order."""
@@ -15,3 +17,18 @@ def default_labels(num_classes: int) -> list[str]:
     if num_classes == 1000:
         return [label for _, label in imagenet_classes()]
     return [f"class_{i}" for i in range(num_classes)]
+
+
+def label_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a line of a labels file (None: it can). Labels
+    are UTF-8 text, one non-empty line each, read by the Android app and
+    shown on terminals (where control characters would act, not print)."""
+    if not name.strip() or "\n" in name or "\r" in name:
+        return "labels are one non-empty line each"
+    if any(map(is_control, name)):
+        return "it holds control characters"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a file name's undecodable bytes, kept by Python as lone surrogates
+        return "it is not valid UTF-8 text, which labels files are"
+    return None

@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from edgevit.data.images import ImageSet, load_images, open_rgb, to_model_input
+from edgevit.data.decode import open_rgb
+
+from edgevit.data.images import ImageSet, load_images, to_model_input
 from edgevit.registry import Preprocessing
 
 # file name in skimage/data -> licence stated by scikit-image

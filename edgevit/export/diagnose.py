@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgevit.export.run_model import quantize
+from edgevit.litert.run_model import quantize
 from edgevit.litert.interpreter import load_interpreter
 
 

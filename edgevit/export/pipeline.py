@@ -21,17 +21,18 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.data import sample_photos
-from edgevit.data.images import ImageSet, batches, image_set, list_images
+from edgevit.data.images import ImageSet, batches, image_set
+from edgevit.data.listing import list_images
 from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
-from edgevit.export.agreement import agreement, probability_agreement
+from edgevit.litert.agreement import agreement, probability_agreement
 from edgevit.export.audit import Audit, audit
 from edgevit.export.convert import (FLOAT_PRECISIONS, check_io_dtype, check_qat_precision, convert,
                                     default_io_dtype, input_takes, needs_calibration)
 from edgevit.export.diagnose import layerwise_comparison
 from edgevit.export.memory import memory_of
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
-from edgevit.export.run_model import run_in_child
+from edgevit.litert.run_model import run_in_child
 from edgevit.export.verdict import GPU_PRECISIONS, verdict
 from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_file_on_gpu

@@ -1,5 +1,6 @@
 """Everything edgevit does with LiteRT files, in one place. Used by export/
-and profile/; imports neither.
+and profile/; imports neither: running a file and comparing its outputs
+are litert's job.
 
 Reading and running files:
 
@@ -8,6 +9,9 @@ Reading and running files:
 - ``interpreter``: the one way to build a LiteRT interpreter, and how a
   child process that ran one failed.
 - ``inputs``: what to run a file on when checking it on other kernels.
+- ``run_model``: running a file on inputs, in this process or in a child
+  process (the crash of a kernel is the child's), streamed or at once.
+- ``agreement``: how closely two sets of outputs agree (top-1, cosine).
 - ``logits_view``: a file that outputs probabilities, seen with its logits
   as the output (what comparisons read).
 - ``xnnpack``: which ops XNNPACK takes on this machine, read from a real
@@ -16,6 +20,7 @@ Reading and running files:
 - ``arm``: LiteRT's Arm64 CPU kernels run here under emulation;
   ``arm_guest`` is the standalone script that runs inside the emulated
   Python.
+- ``emulator_home``: where the emulators are installed, and how to install them.
 - ``x86_levels``: this machine's LiteRT on the x86 kernels of older CPUs
   (AVX2, SSE4), under emulation: XNNPACK's int8 arithmetic differs by CPU.
 

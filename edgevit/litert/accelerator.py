@@ -172,7 +172,7 @@ def run_on_gpu(model_path: str | Path, inputs: np.ndarray, precision: str, image
         if proc.returncode != 0:
             return GpuRun(False, _failure(proc.returncode, log))
         outputs = np.load(out_path)
-        from edgevit.export.agreement import agreement
+        from edgevit.litert.agreement import agreement
 
         placement = _PLACEMENT.search(log)
         adapter = _ADAPTER.search(log)
@@ -298,7 +298,7 @@ def _child_main(argv: list[str]) -> int:
     inputs = np.load(in_path)
     outputs = {}
     if with_reference == "1":
-        from edgevit.export.run_model import run_in_process
+        from edgevit.litert.run_model import run_in_process
 
         outputs["reference"] = run_in_process(Path(model_path).read_bytes(), inputs, kernels="reference")
     try:

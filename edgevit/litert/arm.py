@@ -36,11 +36,9 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.errors import EdgevitError
+from edgevit.litert.emulator_home import HOME_ENV, HOW_TO_INSTALL, arm_home  # noqa: F401  (arm.HOME_ENV: tests)
 from edgevit.litert.accelerator import AGREEMENT_FLOOR, INTEGER_AGREEMENT_FLOOR, integer_floor, precision_of
 
-HOME_ENV = "EDGEVIT_ARM_HOME"
-HOW_TO_INSTALL = ("install it with `bash scripts/install-arm-emulator.sh` from the edgevit repository "
-                  "(about 2 minutes, 140 MB under ~/.cache/edgevit-arm)")
 MARKER_SYSCALL = 0xE7E7
 KERNEL_SETS = ("xnnpack", "builtin", "reference")
 REFERENCE = "LiteRT XNNPACK on this machine (x86-64)"
@@ -106,8 +104,6 @@ def parse_profiles(text: str) -> list[ArmProfile]:
 
 
 # ---------------------------------------------------------------- the emulator
-def arm_home() -> Path:
-    return Path(os.environ.get(HOME_ENV) or Path.home() / ".cache" / "edgevit-arm")
 
 
 @dataclass(frozen=True)
@@ -380,7 +376,7 @@ class ArmCheck:
 
 def compare(profile: str, kernels: str, x86: np.ndarray, arm: np.ndarray, floor: float,
             scale: float | None) -> ArmAgreement:
-    from edgevit.export.agreement import agreement
+    from edgevit.litert.agreement import agreement
 
     n = len(x86)
     a, b = x86.reshape(n, -1), arm.reshape(n, -1)
@@ -413,7 +409,7 @@ def check_on_arm(model_path: str | Path, profiles: list[ArmProfile], kernels: tu
 
 
 def _check_on_arm(path: Path, profiles, kernels, inputs, images_note, x86_outputs, step, timeout) -> ArmCheck:
-    from edgevit.export.run_model import run_in_child
+    from edgevit.litert.run_model import run_in_child
 
     emulator = find_emulator()
     start = time.perf_counter()
@@ -425,7 +421,7 @@ def _check_on_arm(path: Path, profiles, kernels, inputs, images_note, x86_output
     kernels_cosine = None
     if floor is None:
         # the floor of another kernel set's answers: see integer_floor
-        from edgevit.export.agreement import agreement
+        from edgevit.litert.agreement import agreement
 
         step(f"x86: running {path.name} with the builtin and reference kernels")
         cosines = []

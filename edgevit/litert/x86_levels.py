@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from edgevit.errors import EdgevitError
-from edgevit.litert.arm import HOW_TO_INSTALL, arm_home
+from edgevit.litert.emulator_home import HOW_TO_INSTALL, arm_home
 
 # level -> qemu's CPU model: the newest x86 level without AVX-512, and one without AVX
 LEVELS = {"avx2": "Haswell-noTSX", "sse4": "Nehalem"}

@@ -37,7 +37,8 @@ from edgevit.progress import Progress
 from edgevit.train.checkpoints import CHECKPOINT_FILES, checkpoint_state, remove_checkpoint, start_fresh
 from edgevit.train.distribute import (broadcast_from_chief, is_chief, synchronise_batchnorm, synchronised_batchnorm,
                                       workers)
-from edgevit.train.pipeline import ImageStream, plan_epoch
+from edgevit.data.stream import ImageStream, plan_epoch
+from edgevit.data.transforms import normalise
 from edgevit.writing import staged, weights_h5
 
 
@@ -103,9 +104,9 @@ class Trainer:
             self.models[size] = model
         return self.models[size]
 
-    def _step_fn(self, size: int, element_spec, normalised):
-        """The training step at ``size`` px, on the uint8 batches of
-        ``element_spec``, which ``normalised`` makes model inputs."""
+    def _step_fn(self, size: int, element_spec, pre):
+        """The training step at ``size`` px, on the (uint8 pixels, labels,
+        real) batches of ``element_spec``, normalised by ``pre``."""
         if size in self._steps:
             return self._steps[size]
         import keras
@@ -124,9 +125,11 @@ class Trainer:
         # which variables get a gradient is known when the step is traced
         trained: list[int] = []
 
-        def replica_step(x, y):
+        def replica_step(x, y, real):
             context = tf.distribute.get_replica_context()
-            x = normalised(tf.ensure_shape(x, (None, size, size, 3)))
+            # a place no image could fill (every substitute unreadable) is left out of the step
+            x = normalise(tf.boolean_mask(tf.ensure_shape(x, (None, size, size, 3)), real), pre)
+            y = tf.boolean_mask(y, real)
             images = context.all_reduce("SUM", tf.cast(tf.shape(y)[0], tf.float32))
             if shared:
                 for dst, src in zip(model.weights, base.weights):
@@ -146,8 +149,8 @@ class Trainer:
             correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), y), tf.float32))
             return loss, correct, images, grads
 
-        def step(x, y):
-            loss, correct, images, grads = strategy.run(replica_step, args=(x, y))
+        def step(x, y, real):
+            loss, correct, images, grads = strategy.run(replica_step, args=(x, y, real))
             summed = strategy.experimental_local_results(grads)[0] if trained else []
             variables = base.trainable_variables
             optimizer.apply(list(summed), [variables[i] for i in trained])
@@ -267,15 +270,15 @@ class Trainer:
         start, total_loss, total_correct, seen = time.perf_counter(), 0.0, 0.0, 0
         single = self.strategy.num_replicas_in_sync == 1
         with self.progress.bar(f"epoch {epoch + 1}/{cfg.epochs}", len(plan), "steps") as advance:
-            for i, (size, (x, y)) in enumerate(zip(plan.sizes, batches)):
-                if single and not len(y):  # every image of the batch unreadable
+            for i, (size, batch) in enumerate(zip(plan.sizes, batches)):
+                if single and not bool(np.any(batch[2])):  # every image of the batch unreadable
                     advance()
                     continue
                 self.optimizer.learning_rate = self._lr_at(epoch + i / len(plan))
                 if int(size) not in self._steps:  # its first call traces it
                     self.progress.step(f"Building the training step's graph at {int(size)} px (once per "
                                        "resolution: a minute or two on a CPU)")
-                loss, correct, images = self._step_fn(int(size), batches.element_spec, train.normalised)(x, y)
+                loss, correct, images = self._step_fn(int(size), batches.element_spec, train.pre)(*batch)
                 loss = float(loss)
                 if not math.isfinite(loss):
                     raise EdgevitError(f"Training diverged (loss {loss}) in epoch {epoch + 1}; try a lower --lr.")
@@ -287,7 +290,7 @@ class Trainer:
                 advance(status=f"loss {total_loss / max(seen, 1):.4f}")
         if not seen:
             raise EdgevitError(f"None of the images of epoch {epoch + 1} could be read"
-                               + (f": {train.tally.skipped.summary()}." if len(train.tally) else "."))
+                               + (f": {train.tally.summary()}." if len(train.tally) else "."))
         record = {"epoch": epoch + 1, "loss": round(total_loss / seen, 4), "train_top1": round(total_correct / seen, 4),
                   "images": seen, "seconds": round(time.perf_counter() - start, 1)}
         if cfg.sizes:

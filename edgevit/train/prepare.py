@@ -57,8 +57,9 @@ def load_data(dataset, spec, size: int, sizes, log):
     """(train images, val images) streamed from ``dataset``'s file lists:
     nothing is read here (unreadable files are counted in the shared
     ``tally`` as the pipeline meets them)."""
-    from edgevit.train.data import SkipTally, left_out_summary, stored_side
-    from edgevit.train.pipeline import ImageStream
+    from edgevit.data.decode import UnreadableTally
+    from edgevit.data.listing import left_out_summary
+    from edgevit.data.stream import ImageStream
 
     pre = spec.preprocessing_at(size)
     # Pillow's notes on odd files (EXIF, palettes), from the pipeline's threads, where catch_warnings races
@@ -67,9 +68,9 @@ def load_data(dataset, spec, size: int, sizes, log):
         f"{len(dataset.val.files)} val images ({dataset.val_source})")
     if dataset.left_out:
         log(left_out_summary(dataset.left_out))
-    tally = SkipTally()
-    return (ImageStream(dataset.train, pre, stored_side(pre, max([size, *sizes])), tally),
-            ImageStream(dataset.val, pre, stored_side(pre, size), tally))
+    tally = UnreadableTally()
+    return (ImageStream(dataset.train, pre, tally),
+            ImageStream(dataset.val, pre, tally))
 
 
 def first_images(images, size: int, count: int, seed: int | None = None, batch_size: int = 32) -> list:

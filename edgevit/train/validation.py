@@ -9,7 +9,8 @@ import math
 
 from edgevit.progress import Progress
 from edgevit.train.distribute import workers
-from edgevit.train.pipeline import EVAL_BATCH, ImageStream
+from edgevit.data.stream import BATCH_SIZE, ImageStream
+from edgevit.data.transforms import normalise
 
 
 class Validation:
@@ -39,12 +40,11 @@ class Validation:
         pipelines = workers(strategy)
         local = replicas // pipelines
         per_pipeline = math.ceil(len(self.images) / pipelines)
-        steps = max(1, math.ceil(per_pipeline / (EVAL_BATCH * local)))
+        steps = max(1, math.ceil(per_pipeline / (BATCH_SIZE * local)))
 
         def dataset(context):
-            return self.images.evaluation_dataset(self.size, EVAL_BATCH, context.num_input_pipelines,
-                                                  context.input_pipeline_id, length=steps * EVAL_BATCH * local,
-                                                  kept=False)
+            return self.images.evaluation_dataset(self.size, BATCH_SIZE, context.num_input_pipelines,
+                                                  context.input_pipeline_id, length=steps * BATCH_SIZE * local)
 
         return steps, strategy.distribute_datasets_from_function(dataset)
 
@@ -56,11 +56,11 @@ class Validation:
         from edgevit.quantize import graph_rewrites
         from edgevit.quantize.export_trace import fake_quant_only
 
-        strategy, exact = self.strategy, self.kernel_arithmetic
+        strategy, exact, pre = self.strategy, self.kernel_arithmetic, self.images.pre
 
         def replica(x, y, real):
             with contextlib.nullcontext() if exact else fake_quant_only():
-                logits = model(tf.ensure_shape(x, (None, *model.inputs[0].shape[1:])), training=False)
+                logits = model(normalise(tf.ensure_shape(x, (None, *model.inputs[0].shape[1:])), pre), training=False)
             real = tf.cast(real, tf.float32)  # unreadable images and padding keep their places, uncounted
             correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), y), tf.float32) * real)
             return correct, tf.reduce_sum(real)

@@ -2,36 +2,26 @@
 or ``DIR/<class>/*`` split with ``val_split``, for training; and the images an
 evaluation scores: every image of ``DIR/val/<class>/*`` or ``DIR/<class>/*``.
 
-A dataset is its file list (paths and labels); nothing here holds an image.
-Each image is made when the input pipeline (:mod:`edgevit.train.pipeline`)
-asks for it, by the transforms below: read with :mod:`edgevit.data.images`,
-resized so the shorter side is the preprocessing's resize size at the
-largest resolution asked for, center square kept (the *stored square*, as
-the reference training recipes decode once); then a random resized crop and
-mirror for training, or a center crop for evaluation. Unreadable files are
-skipped and counted by reason where they are met (:class:`SkipTally`).
+A dataset is its file lists (paths and targets, see :class:`Split`):
+nothing here opens an image. The images are listed by the one rule of
+:mod:`edgevit.data.listing`, and read when the input pipeline asks for them
+(:mod:`edgevit.data.stream`).
 """
 from __future__ import annotations
 
-import math
 import os
-import threading
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image
 
-from edgevit.data.images import (IMAGE_SUFFIXES, SkippedImages, UnreadableImage, center_crop, open_rgb)
+from edgevit.data.listing import image_paths
 from edgevit.errors import EdgevitError
-from edgevit.registry import Preprocessing
-from edgevit.saving import label_problem
-
-# The random resized crop keeps this fraction of the stored square's area at least (the MobileViT recipes' 0.35).
-MIN_CROP_AREA = 0.35
+from edgevit.data.labels import label_problem
 
 
 @dataclass
 class Split:
+    """The images of a split and their targets, in the same order."""
     files: list[str]
     labels: np.ndarray
 
@@ -44,36 +34,6 @@ class ImageFolder:
     val: Split
     val_source: str
     left_out: list[str]     # files of the class folders without an image suffix, named relative to root
-
-
-def image_paths(folder: str, others: list[str] | None = None) -> list[str]:
-    """Image files below ``folder``, recursively, sorted, hidden entries left
-    out, as strings (a million Path objects cost seconds and hundreds of MB).
-    Symbolic links to folders are not followed (a link back up would loop);
-    a link to a file is listed even when it leads nowhere, and is counted as
-    unreadable when an image is read from it. Files without an image suffix
-    are appended to ``others`` when given."""
-    found, pending = [], [folder]
-    while pending:
-        try:
-            entries = list(os.scandir(pending.pop()))
-        except OSError:  # a folder removed or closed to us meanwhile: its images are not there to train on
-            continue
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            try:
-                is_folder = entry.is_dir(follow_symlinks=False)
-            except OSError:
-                is_folder = False
-            if is_folder:
-                pending.append(entry.path)
-            elif os.path.splitext(entry.name)[1].lower() in IMAGE_SUFFIXES:
-                found.append(entry.path)
-            elif others is not None:
-                others.append(entry.path)
-    found.sort()
-    return found
 
 
 def _class_dirs(folder: str) -> list[str]:
@@ -170,13 +130,6 @@ def _relative(paths: list[str], root: str) -> list[str]:
     return sorted(os.path.relpath(p, root) for p in paths)
 
 
-def left_out_summary(left_out: list[str]) -> str:
-    """The files of the class folders without an image suffix, in words."""
-    names = ", ".join(left_out[:3]) + (" ..." if len(left_out) > 3 else "")
-    return (f"{len(left_out)} file(s) without an image suffix ({', '.join(sorted(IMAGE_SUFFIXES))}) left out: "
-            f"{names}")
-
-
 @dataclass
 class EvaluationImages:
     classes: list[str]      # the class folders, sorted
@@ -200,59 +153,3 @@ def find_evaluation_images(root: str | os.PathLike) -> EvaluationImages:
     others: list[str] = []
     by_class = _images_by_class(base, "val/<class>/*.jpg or <class>/*.jpg", others)
     return EvaluationImages(list(by_class), _split(by_class, list(by_class)), source, _relative(others, root))
-
-
-class SkipTally:
-    """The unreadable files an input pipeline has met, each counted once
-    however often it is met, by reason; safe to add to from the pipeline's
-    threads."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._seen: set[str] = set()
-        self.skipped = SkippedImages()
-
-    def add(self, err: UnreadableImage) -> None:
-        with self._lock:
-            if str(err.path) not in self._seen:
-                self._seen.add(str(err.path))
-                self.skipped.add(err)
-
-    def __len__(self) -> int:
-        return len(self._seen)
-
-
-def stored_square(path: str, side: int, interpolation: str) -> np.ndarray:
-    """uint8 ``[side, side, 3]``: the image resized (shorter side) and
-    center-cropped to a square of ``side``; :class:`UnreadableImage` when it
-    cannot be read."""
-    return np.asarray(center_crop(open_rgb(path), side, side, interpolation), np.uint8)
-
-
-def training_crop(square: np.ndarray, crop: int, x0: int, y0: int, size: int, mirror: bool) -> np.ndarray:
-    """The random resized crop: the ``crop`` square at (``x0``, ``y0``) of
-    the stored square, resized to ``size`` (bilinear), mirrored when asked."""
-    pixels = np.asarray(Image.fromarray(square[y0:y0 + crop, x0:x0 + crop]).resize(
-        (size, size), Image.Resampling.BILINEAR))
-    return pixels[:, ::-1] if mirror else pixels
-
-
-def crop_box(side: int, draws) -> tuple[int, int, int]:
-    """(crop, x0, y0) of a random resized crop of a ``side`` square from
-    three uniform draws in [0, 1): an area of MIN_CROP_AREA to 1 of the
-    square, anywhere in it."""
-    crop = int(side * math.sqrt(MIN_CROP_AREA + (1.0 - MIN_CROP_AREA) * float(draws[0])))
-    span = side - crop + 1
-    return crop, min(int(float(draws[1]) * span), span - 1), min(int(float(draws[2]) * span), span - 1)
-
-
-def evaluation_crop(square: np.ndarray, pre: Preprocessing, size: int) -> np.ndarray:
-    """Center crop: resize the stored square to the evaluation resize size
-    for ``size``, crop ``size`` (the registered evaluation transform)."""
-    resize = round(size * pre.resize_size / pre.input_size)
-    return np.asarray(center_crop(Image.fromarray(square), resize, size, pre.interpolation))
-
-
-def stored_side(pre: Preprocessing, max_size: int) -> int:
-    """The stored square's side for crops up to ``max_size``."""
-    return round(max_size * pre.resize_size / pre.input_size)

@@ -2,20 +2,23 @@
 tf.data over a file list, so that memory does not grow with the number of
 images and reading overlaps the step.
 
-batch of file indices -> for each, read and decode -> stored square ->
-random resized crop and mirror (training) or center crop (evaluation), a
-batch per call, one call per core in parallel -> drop unreadable images ->
-normalise -> prefetch.
+batch of file indices -> for each, open, decode and place (the training or
+evaluation transform of :mod:`edgevit.data.transforms`), a batch per call,
+one call per core in parallel -> prefetch. Every dataset yields one batch
+shape: ``(pixels, targets, real)``, uint8 pixels ``[N, size, size, 3]``, a
+target per image and whether each place holds an image (an unreadable
+image or a place padding a shard does not); the step that consumes a batch
+normalises it (:func:`edgevit.data.transforms.normalise`) and counts only
+the real places.
 
-The decoding and resizing are Pillow's (:mod:`edgevit.train.data`), called
-through ``tf.numpy_function``: the pixels are exactly those of the
+The decoding and resizing are Pillow's, called through
+``tf.numpy_function``: evaluation pixels are exactly those of the
 preprocessing the exported files describe and `edgevit convert --calib`
-uses, which TensorFlow's own JPEG decoder and resize do not reproduce. Pillow
-releases the GIL while it decodes and resamples, so the parallel calls run
-on several cores. A call makes a whole batch: per image, tf.data's own work
-around a call (its ops, the call, the batching) took as long as a third of
-the image, and the pipeline ran 1.24-1.39x the single-thread rate on 2
-cores where two plain threads ran 2.1x.
+uses, which TensorFlow's own JPEG decoder and resize do not reproduce.
+Pillow releases the GIL while it decodes and resamples, so the parallel
+calls run on several cores. A call makes a whole batch: per image, tf.data's
+own work around a call (its ops, the call, the batching) took as long as a
+third of the image.
 
 An epoch is a :class:`EpochPlan`: the resolution and global batch of each
 step. The images of an epoch are a permutation of the file list computed
@@ -32,11 +35,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgevit.data.images import UnreadableImage
+from edgevit.data.decode import UnreadableImage, UnreadableTally
+from edgevit.data.folders import Split
+from edgevit.data.transforms import crop_draws, normalise, transform
 from edgevit.registry import Preprocessing
-from edgevit.train.data import SkipTally, Split, crop_box, evaluation_crop, stored_square, training_crop
 
-EVAL_BATCH = 32
+# Images a batch of evaluation, calibration or validation holds.
+BATCH_SIZE = 32
+
 # Other images tried in a training batch for one that cannot be read, before its place is left empty.
 SUBSTITUTES = 16
 
@@ -92,56 +98,54 @@ def plan_epoch(samples: int, batch_size: int, replicas: int, base_size: int, siz
 
 
 class ImageStream:
-    """The images of a split, made when the pipeline reads them, from
-    ``side``-pixel stored squares (see :mod:`edgevit.train.data`).
-    Unreadable files are counted in ``tally`` (shared by the streams of a run)."""
+    """The images of a split, made when the pipeline reads them with the
+    transforms of ``pre``. Unreadable files are counted in ``tally``
+    (shared by the streams of a run)."""
 
-    def __init__(self, split: Split, pre: Preprocessing, side: int, tally: SkipTally | None = None):
+    def __init__(self, split: Split, pre: Preprocessing, tally: UnreadableTally | None = None):
         self.files, self.labels = split.files, np.asarray(split.labels, np.int64)
-        self.pre, self.side = pre, side
-        self.tally = tally if tally is not None else SkipTally()
+        self.pre = pre
+        self.tally = tally if tally is not None else UnreadableTally()
 
     def __len__(self) -> int:
         return len(self.files)
 
     def subset(self, indices) -> ImageStream:
         return ImageStream(Split([self.files[i] for i in indices], self.labels[np.asarray(indices, np.int64)]),
-                           self.pre, self.side, self.tally)
+                           self.pre, self.tally)
 
     # -- a batch, in a pipeline thread -----------------------------------------------------------
-    def _square(self, index: int):
+    def _placed(self, index: int, place, draws=None):
+        """(pixels, target) of image ``index``, or None when it cannot be read (counted)."""
         try:
-            return stored_square(self.files[index], self.side, self.pre.interpolation)
+            return place(self.files[index], self.labels[index], draws)
         except UnreadableImage as err:
             self.tally.add(err)
             return None
 
-    def _training_pixels(self, index, draws, size):
-        index, size = int(index), int(size)
+    def _training_batch(self, indices, draws, size):
+        place, size = transform(self.pre, int(size), is_training=True), int(size)
         # an unreadable image's place goes to another one, far off in the file list (another class folder)
         stride = max(1, int(len(self.files) * 0.618)) | 1
-        for candidate in range(SUBSTITUTES + 1):
-            square = self._square((index + candidate * stride) % len(self.files))
-            if square is not None:
-                index = (index + candidate * stride) % len(self.files)
-                break
-        else:
-            return np.zeros((size, size, 3), np.uint8), self.labels[index], False
-        crop, x0, y0 = crop_box(self.side, draws)
-        return training_crop(square, crop, x0, y0, size, bool(draws[3] < 0.5)), self.labels[index], True
-
-    def _evaluation_pixels(self, index, size):
-        index, size = int(index), int(size)
-        square = self._square(index) if index >= 0 else None  # -1: a place padding a shard
-        if square is None:
-            return np.zeros((size, size, 3), np.uint8), np.int64(0), False
-        return evaluation_crop(square, self.pre, size), self.labels[index], True
-
-    def _training_batch(self, indices, draws, size):
-        return _stacked([self._training_pixels(index, draw, size) for index, draw in zip(indices, draws)], size)
+        images = []
+        for index, draw in zip(indices, draws):
+            for candidate in range(SUBSTITUTES + 1):
+                placed = self._placed((int(index) + candidate * stride) % len(self.files), place, draw)
+                if placed is not None:
+                    images.append((*placed, True))
+                    break
+            else:
+                images.append((np.zeros((size, size, 3), np.uint8), self.labels[int(index)], False))
+        return _stacked(images, size)
 
     def _evaluation_batch(self, indices, size):
-        return _stacked([self._evaluation_pixels(index, size) for index in indices], size)
+        place, size = transform(self.pre, int(size)), int(size)
+        images = []
+        for index in indices:
+            placed = self._placed(int(index), place) if index >= 0 else None  # -1: a place padding a shard
+            images.append((*placed, True) if placed is not None else
+                          (np.zeros((size, size, 3), np.uint8), np.int64(0), False))
+        return _stacked(images, size)
 
     # -- datasets ---------------------------------------------------------------------------------
     def training_dataset(self, plan: EpochPlan, epoch_seed: int, pipeline: int = 0, local_replicas: int = 1):
@@ -172,15 +176,13 @@ class ImageStream:
 
         ds = tf.data.Dataset.from_tensor_slices((np.asarray(starts, np.int64), np.asarray(counts, np.int64),
                                                  np.asarray(sizes, np.int64)))
-        return self._finished(ds.map(batch, num_parallel_calls=parallel_calls()), normalise=False)
+        return ds.map(batch, num_parallel_calls=parallel_calls()).prefetch(tf.data.AUTOTUNE)
 
-    def evaluation_dataset(self, size: int, batch_size: int = EVAL_BATCH, pipelines: int = 1, pipeline: int = 0,
-                           length: int | None = None, kept: bool = True):
-        """Every image (of input pipeline ``pipeline``'s shard), center-cropped
-        at ``size``, in batches of ``batch_size``; ``length``: the shard padded
-        to that many images with empty places. ``kept``: unreadable images and
-        empty places left out of the batches; else batches keep their size
-        and come with whether each image is one: (inputs, labels, real)."""
+    def evaluation_dataset(self, size: int, batch_size: int = BATCH_SIZE, pipelines: int = 1, pipeline: int = 0,
+                           length: int | None = None):
+        """Every image (of input pipeline ``pipeline``'s shard) placed by the
+        evaluation transform at ``size``, in batches of ``batch_size``;
+        ``length``: the shard padded to that many places."""
         import tensorflow as tf
 
         def batch(indices):
@@ -191,57 +193,22 @@ class ImageStream:
         if length is not None:
             ds = ds.concatenate(tf.data.Dataset.from_tensors(tf.constant(-1, tf.int64)).repeat(
                 length - len(range(pipeline, len(self.files), pipelines))))
-        return self._finished(ds.batch(batch_size).map(batch, num_parallel_calls=parallel_calls()), kept)
+        return ds.batch(batch_size).map(batch, num_parallel_calls=parallel_calls()).prefetch(tf.data.AUTOTUNE)
 
-    def _finished(self, ds, kept: bool = True, normalise: bool = True):
-        """Unreadable images out (``kept``), pixels normalised (else left
-        uint8 for the consumer to normalise: :meth:`normalised`), batches
-        prefetched."""
-        import tensorflow as tf
-
-        def only_kept(pixels, labels, ok):
-            pixels = tf.ensure_shape(tf.boolean_mask(pixels, ok), [None, None, None, 3])
-            return (self.normalised(pixels) if normalise else pixels), tf.boolean_mask(labels, ok)
-
-        def all_places(pixels, labels, ok):
-            return self.normalised(pixels), labels, ok
-
-        return ds.map(only_kept if kept else all_places, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
-            tf.data.AUTOTUNE)
-
-    def normalised(self, pixels):
-        """uint8 pixels as the model's input. Training batches leave the
-        pipeline as uint8 and the training step normalises them: on 2 cores
-        the float normalisation of each batch (4 ops over 4 bytes a value) in
-        the pipeline cut its rate from 1.62x one thread's to 1.16x."""
-        import tensorflow as tf
-
-        mean, std = np.asarray(self.pre.mean, np.float32), np.asarray(self.pre.std, np.float32)
-        return (tf.cast(pixels, tf.float32) / 255.0 - mean) / std
+    def batches(self, size: int, batch_size: int = BATCH_SIZE):
+        """(normalised inputs, labels) of the readable images as numpy, a
+        batch at a time: what calibration, BatchNorm estimation and
+        evaluation read."""
+        for pixels, labels, real in self.evaluation_dataset(size, batch_size):
+            real = real.numpy()
+            if real.any():
+                yield normalise(pixels.numpy()[real], self.pre), labels.numpy()[real]
 
     def read_all(self, size: int) -> tuple[np.ndarray, np.ndarray]:
-        """Every readable image at once, center-cropped at ``size``, and its
-        label: for the small sets of tests and benchmarks."""
+        """Every readable image at once, as :meth:`batches`: for the small
+        sets of tests and benchmarks."""
         read = list(self.batches(size))
         return np.concatenate([x for x, _ in read]), np.concatenate([y for _, y in read])
-
-    def batches(self, size: int, batch_size: int = EVAL_BATCH):
-        """(inputs, labels) as numpy, a batch at a time: what calibration,
-        BatchNorm estimation and evaluation read."""
-        for x, y in self.evaluation_dataset(size, batch_size):
-            if len(y):
-                yield x.numpy(), y.numpy()
-
-
-def crop_draws(epoch_seed: int, position):
-    """Four uniform draws in [0, 1) for the image at ``position`` of an
-    epoch's order: its crop box (see :func:`edgevit.train.data.crop_box`)
-    and whether it is mirrored (the last below 0.5). Counter-based: the same
-    for the same epoch and position, in whichever thread or worker."""
-    import tensorflow as tf
-
-    return tf.random.stateless_uniform([4], tf.stack([tf.constant(epoch_seed, tf.int64),
-                                                      tf.cast(position, tf.int64)]), dtype=tf.float64)
 
 
 def _stacked(images: list, size) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,223 @@
+"""What becomes of an image, and of its target, before a model sees it.
+
+One factory, :func:`transform`, with a training flag:
+
+- evaluation (``is_training=False``): the shorter side resized to the
+  preprocessing's resize size for the input size, the centre square of the
+  input size kept (:func:`center_crop`); the pixels the exported files
+  describe in their metadata, and what calibration, validation and
+  ``edgevit eval`` read;
+- training: a random resized crop of the image's centre square, mirrored
+  or not, from four uniform draws (:func:`crop_draws`, counter-based: the
+  same for the same epoch and position in whichever thread or worker). The
+  crop's box is taken in the upright image's pixels and resized once with
+  Pillow's bilinear filter (a JPEG is decoded at a reduced scale when it is
+  at least twice the size the crop needs).
+
+A :class:`Placement` says where the model's input comes from in the
+upright image; a target travels with its image through the same placement:
+a class label unchanged, a mask placed with the nearest-neighbour filter,
+boxes moved and clipped (:meth:`Placement.boxes`).
+
+Normalisation is one formula, :func:`normalise`, for numpy arrays and
+TensorFlow tensors alike: batches leave the input pipeline as uint8 and
+the step that consumes them normalises them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from edgevit.data.decode import open_rgb
+from edgevit.registry import Preprocessing
+
+PIL_FILTERS = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+}
+# the resampling filters a preprocessing recipe may name
+INTERPOLATIONS = tuple(PIL_FILTERS)
+# Up to this aspect ratio (16:1) the evaluation resize makes the whole
+# resized image (at 288 px: 1.3 M pixels, 4 MB) and crops it, as the
+# reference code does; beyond, it resizes the cropped part alone, which
+# rounds a pixel value or two differently.
+MAX_RESIZED_SIDES = 16
+# The random resized crop keeps this fraction of the centre square's area at least (the MobileViT recipes' 0.35).
+MIN_CROP_AREA = 0.35
+# Uniform draws a training crop takes: its area, its x and y position, and whether it is mirrored.
+DRAWS = 4
+
+
+def center_crop(img: Image.Image, resize_size: int, crop_size: int, interpolation: str) -> Image.Image:
+    """Resize the shorter side to ``resize_size`` then center-crop a
+    ``crop_size`` square. Where the resized image would be more than
+    MAX_RESIZED_SIDES times the square of ``resize_size`` (a 20000x1 strip
+    resized to 288 px high: 5.8 M x 288 pixels, 5 GB), only the part the crop
+    keeps is resized, straight from the original (Pillow's resize box)."""
+    return CenterCrop(resize_size, crop_size).apply(img, PIL_FILTERS[interpolation])
+
+
+def evaluation_resize(pre: Preprocessing, size: int) -> int:
+    """The shorter side the evaluation transform resizes to for ``size`` px
+    crops (the preprocessing's resize-to-crop ratio)."""
+    return pre.resize_size if size == pre.input_size else round(size * pre.resize_size / pre.input_size)
+
+
+def normalise(pixels, pre: Preprocessing):
+    """uint8 RGB pixels ``[..., H, W, 3]`` -> float32 model input: scaled to
+    [0, 1], then ``(x - mean) / std``. A numpy array (or anything array-like)
+    gives a numpy array, a TensorFlow tensor a tensor, by the same formula."""
+    mean, std = np.asarray(pre.mean, np.float32), np.asarray(pre.std, np.float32)
+    if isinstance(pixels, np.ndarray) or hasattr(pixels, "__array_interface__") or isinstance(pixels, list):
+        x = np.asarray(pixels, dtype=np.float32)
+    else:
+        import tensorflow as tf
+
+        x = tf.cast(pixels, tf.float32)
+    return (x / 255.0 - mean) / std
+
+
+def crop_draws(epoch_seed: int, position):
+    """The DRAWS uniform draws in [0, 1) of the image at ``position`` of an
+    epoch's order (see :meth:`Transform.placement`). Counter-based: the same
+    for the same epoch and position, in whichever thread or worker."""
+    import tensorflow as tf
+
+    return tf.random.stateless_uniform([DRAWS], tf.stack([tf.constant(epoch_seed, tf.int64),
+                                                          tf.cast(position, tf.int64)]), dtype=tf.float64)
+
+
+def crop_box(side: int, draws) -> tuple[int, int, int]:
+    """(crop, x0, y0) of a random resized crop of a ``side`` square from
+    three uniform draws in [0, 1): an area of MIN_CROP_AREA to 1 of the
+    square, anywhere in it."""
+    crop = max(1, int(side * math.sqrt(MIN_CROP_AREA + (1.0 - MIN_CROP_AREA) * float(draws[0]))))
+    span = side - crop + 1
+    return crop, min(int(float(draws[1]) * span), span - 1), min(int(float(draws[2]) * span), span - 1)
+
+
+@dataclass(frozen=True)
+class BoxCrop:
+    """The ``box`` (left, top, right, bottom, in the upright image's pixels)
+    resized to a ``size`` square, mirrored when ``mirror``: a training crop."""
+    box: tuple[float, float, float, float]
+    size: int
+    mirror: bool = False
+
+    def apply(self, img: Image.Image, resample) -> Image.Image:
+        placed = img.resize((self.size, self.size), resample, box=self.box)
+        return placed.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if self.mirror else placed
+
+    def affine(self, image_size: tuple[int, int]) -> tuple[float, float, float, float]:
+        """(scale x, scale y, offset x, offset y): output = input * scale + offset, before mirroring."""
+        left, top, right, bottom = self.box
+        sx, sy = self.size / (right - left), self.size / (bottom - top)
+        return sx, sy, -left * sx, -top * sy
+
+
+@dataclass(frozen=True)
+class CenterCrop:
+    """The shorter side resized to ``resize``, the centre ``size`` square kept: the evaluation transform."""
+    resize: int
+    size: int
+
+    def _geometry(self, image_size: tuple[int, int]):
+        w, h = image_size
+        scale = self.resize / min(w, h)
+        new_w, new_h = max(self.size, round(w * scale)), max(self.size, round(h * scale))
+        return new_w, new_h, (new_w - self.size) // 2, (new_h - self.size) // 2
+
+    def apply(self, img: Image.Image, resample) -> Image.Image:
+        new_w, new_h, left, top = self._geometry(img.size)
+        if new_w * new_h <= MAX_RESIZED_SIDES * self.resize ** 2:
+            img = img.resize((new_w, new_h), resample)
+            return img.crop((left, top, left + self.size, top + self.size))
+        x_step, y_step = img.size[0] / new_w, img.size[1] / new_h
+        box = (left * x_step, top * y_step, (left + self.size) * x_step, (top + self.size) * y_step)
+        return img.resize((self.size, self.size), resample, box=box)
+
+    def affine(self, image_size: tuple[int, int]) -> tuple[float, float, float, float]:
+        new_w, new_h, left, top = self._geometry(image_size)
+        sx, sy = new_w / image_size[0], new_h / image_size[1]
+        return sx, sy, -float(left), -float(top)
+
+    mirror = False
+
+
+Placement = BoxCrop | CenterCrop
+
+
+def placed_boxes(placement: Placement, image_size: tuple[int, int], boxes: np.ndarray) -> np.ndarray:
+    """``boxes`` [N, 4] (x0, y0, x1, y1 in the upright image's pixels) where
+    ``placement`` puts them in the model's input, clipped to it (a box the
+    crop leaves out becomes empty: x0 == x1 or y0 == y1)."""
+    sx, sy, ox, oy = placement.affine(image_size)
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+    moved = boxes * [sx, sy, sx, sy] + [ox, oy, ox, oy]
+    if placement.mirror:
+        moved = np.stack([placement.size - moved[:, 2], moved[:, 1], placement.size - moved[:, 0], moved[:, 3]], 1)
+    return np.clip(moved, 0, placement.size).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Transform:
+    """An image file and its target -> the model's uint8 input at ``size`` px
+    and the target placed with it (see the module docstring)."""
+    pre: Preprocessing
+    size: int
+    is_training: bool
+
+    def placement(self, image_size: tuple[int, int], draws=None) -> Placement:
+        """Where the input comes from in an upright image of ``image_size``
+        (``draws``: a training crop's DRAWS uniform draws)."""
+        if not self.is_training:
+            return CenterCrop(evaluation_resize(self.pre, self.size), self.size)
+        w, h = image_size
+        side = min(w, h)
+        crop, x0, y0 = crop_box(side, draws)
+        left, top = (w - side) // 2 + x0, (h - side) // 2 + y0
+        return BoxCrop((left, top, left + crop, top + crop), self.size, bool(float(draws[3]) < 0.5))
+
+    def draft_size(self, draws) -> tuple[int, int] | None:
+        """The least size whose centre square still gives this crop at least
+        ``size`` pixels (a JPEG is decoded no smaller: see :func:`open_rgb`)."""
+        if not self.is_training:
+            return None  # evaluation reads every pixel, as the exported file's preprocessing describes
+        need = math.ceil(self.size / math.sqrt(MIN_CROP_AREA + (1.0 - MIN_CROP_AREA) * float(draws[0]))) + 1
+        return need, need
+
+    def __call__(self, path, target=None, draws=None):
+        """(uint8 [size, size, 3] pixels, target placed with them) of the file
+        at ``path``; :class:`~edgevit.data.decode.UnreadableImage` when it
+        cannot be read. A target is a class label (unchanged), a mask
+        (a PIL image of the image's size: placed with the nearest filter,
+        returned as a uint8 array) or boxes ([N, 4] array: moved, clipped)."""
+        # a mask or boxes are in the pixels of the whole image: decoded at full scale with them
+        label_only = target is None or np.ndim(target) == 0
+        img = open_rgb(path, self.draft_size(draws) if draws is not None and label_only else None)
+        placement = self.placement(img.size, draws)
+        pixels = np.asarray(placement.apply(img, self._image_filter()), np.uint8)
+        return pixels, self._placed_target(target, placement, img.size)
+
+    def _image_filter(self):
+        return PIL_FILTERS["bilinear" if self.is_training else self.pre.interpolation]
+
+    @staticmethod
+    def _placed_target(target, placement: Placement, image_size: tuple[int, int]):
+        if isinstance(target, Image.Image):
+            if target.size != image_size:
+                raise ValueError(f"a mask of {target.size[0]}x{target.size[1]} for an image of "
+                                 f"{image_size[0]}x{image_size[1]}")
+            return np.asarray(placement.apply(target, Image.Resampling.NEAREST), np.uint8)
+        if isinstance(target, np.ndarray) and target.ndim == 2:
+            return placed_boxes(placement, image_size, target)
+        return target
+
+
+def transform(pre: Preprocessing, size: int | None = None, is_training: bool = False) -> Transform:
+    """The training or evaluation transform of ``pre`` at ``size`` px (default: its input size)."""
+    return Transform(pre, pre.input_size if size is None else int(size), is_training)
