@@ -310,3 +310,15 @@ def weights_h5(model) -> bytes:
     buffer = _NamedBuffer()
     model.save_weights(buffer)
     return buffer.getvalue()
+
+
+def refuse_existing(paths, overwrite: bool) -> None:
+    """An output that exists is replaced only with --overwrite: every command
+    names its outputs after its inputs, so an existing one is usually another
+    run's, which replacing without a word would lose."""
+    existing = [str(p) for p in paths if os.path.lexists(p)]
+    if existing and not overwrite:
+        names = existing[0] if len(existing) == 1 else ", ".join(existing[:-1]) + " and " + existing[-1]
+        exist, them = ("exists", "it") if len(existing) == 1 else ("exist", "them")
+        raise EdgevitError(f"{names} already {exist}: pass --overwrite to replace {them}, or choose another "
+                           "output with -o.")

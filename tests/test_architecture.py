@@ -19,8 +19,8 @@ import pytest
 # the QAT rewrite and its registry, which training uses, come after them.
 STAGES = [
     ("foundation", ("edgevit", "edgevit.errors", "edgevit.native_output", "edgevit.resample", "edgevit.registry",
-                    "edgevit.saving", "edgevit.data", "edgevit.layers", "edgevit.quantize", "edgevit.models",
-                    "edgevit.converters")),
+                    "edgevit.saving", "edgevit.memory", "edgevit.data", "edgevit.layers", "edgevit.quantize",
+                    "edgevit.models", "edgevit.converters")),
     ("training and QAT", ("edgevit.train", "edgevit.quantize.qat", "edgevit.quantize.registry",
                           "edgevit.quantize.graph_rewrites")),
     ("export", ("edgevit.litert", "edgevit.export")),

@@ -930,7 +930,7 @@ def test_qat_under_an_address_space_limit_ends_in_an_out_of_memory_line(tmp_path
 
 
 def test_a_stage_beyond_the_address_space_left_is_refused_before_it_runs(monkeypatch):
-    from edgevit.export import memory
+    from edgevit import memory
 
     monkeypatch.setattr(memory, "address_space_left", lambda: (3_100_000 * 1024, 200_000_000))
     with pytest.raises(EdgevitError, match=r"^Out of memory in the training stage: this shell limits a process to "

@@ -91,6 +91,7 @@ import numpy as np
 from edgevit.export.convert import convert
 from edgevit.litert.flatbuffer import read
 from edgevit.quantize.qat import quantization_ranges, quantize_model
+from edgevit.registry import Preprocessing
 from edgevit.train.distribute import synchronised_batchnorm
 from edgevit.train.loop import TrainConfig, Trainer
 
@@ -107,6 +108,7 @@ def model():
 x = np.concatenate([np.full((4, 16, 16, 3), 0.1, np.float32), np.full((4, 16, 16, 3), 1.0, np.float32)])
 x = x * np.random.default_rng(0).random(x.shape, dtype=np.float32)
 y = np.asarray([0, 1] * 4, np.int64)
+unscaled = Preprocessing(16, 16, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))  # the step's normalisation: x * 255 / 255
 result = {}
 try:
     Trainer(model(), None, 16, TrainConfig(batch_size=7), tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
@@ -120,9 +122,10 @@ for name, strategy in (("one", tf.distribute.get_strategy()),
     for kind, trained in (("float", float_model), ("qat", qat)):
         trainer = Trainer(trained, None, 16, TrainConfig(batch_size=8, lr=1e-3), strategy, log=lambda m: None)
         batches = strategy.distribute_datasets_from_function(
-            lambda context: tf.data.Dataset.from_tensor_slices((x, y)).batch(4 if name == "two" else 8))
+            lambda context: tf.data.Dataset.from_tensor_slices((x * 255, y, np.ones(8, bool))).batch(
+                4 if name == "two" else 8))
         with synchronised_batchnorm(strategy, trained):
-            loss = trainer._step_fn(16, batches.element_spec, lambda inputs: inputs)(*next(iter(batches)))[0]
+            loss = trainer._step_fn(16, batches.element_spec, unscaled)(*next(iter(batches)))[0]
         result[f"{name}.{kind}.loss"] = float(loss)
         result[f"{name}.{kind}.weights"] = [w.tolist() for w in trained.get_weights()]
         if name == "two":  # every replica holds the same values

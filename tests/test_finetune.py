@@ -92,7 +92,7 @@ def test_pipeline_pixels_are_the_reference_transforms_on_the_same_crop_box(tmp_p
     folder = tmp_path / "data" / "train"
     for name, shape in (("a", (61, 97, 3)), ("b", (120, 45, 3))):
         (folder / name).mkdir(parents=True)
-        Image.fromarray(rng.integers(0, 256, shape).astype(np.uint8)).save(folder / name / "x.jpg", quality=90)
+        Image.fromarray(rng.integers(0, 256, shape).astype(np.uint8)).save(folder / name / "x.png")
     ds = find_dataset(tmp_path / "data", val_split=0.5)
     pre = Preprocessing(32, 37, "bicubic", mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))
     stream = ImageStream(ds.train, pre)
@@ -117,6 +117,43 @@ def test_pipeline_pixels_are_the_reference_transforms_on_the_same_crop_box(tmp_p
     np.testing.assert_array_equal(x.numpy()[0], evaluated)
     (inputs, _), = list(stream.batches(40))
     np.testing.assert_array_equal(inputs[0], normalise(evaluated, pre))
+
+
+def test_a_jpeg_training_crop_is_the_same_box_through_tensorflows_decoder(tmp_path):
+    """A whole, upright JPEG is decoded and cropped by TensorFlow: the same
+    box and mirror as Pillow's path, resampled a little differently; an
+    EXIF-rotated or truncated JPEG and a PNG take Pillow's path."""
+    from edgevit.data.transforms import tensorflow_box, transform
+
+    y, x = np.mgrid[0:90, 0:120]
+    smooth = np.stack([x * 2, y * 2, (x + y)], -1).astype(np.uint8)
+    Image.fromarray(smooth).save(tmp_path / "x.jpg", quality=95)
+    rotated = Image.fromarray(smooth)
+    exif = rotated.getexif()
+    exif[0x0112] = 6
+    rotated.save(tmp_path / "rotated.jpg", exif=exif)
+    (tmp_path / "truncated.jpg").write_bytes((tmp_path / "x.jpg").read_bytes()[:-50])
+    Image.fromarray(smooth).save(tmp_path / "x.png")
+    place = transform(Preprocessing(64, 64), 64, is_training=True)  # a crop of 64 px needs every pixel
+    draws = [0.3, 0.8, 0.1, 0.2]
+    for other in ("rotated.jpg", "truncated.jpg", "x.png"):
+        assert tensorflow_box(str(tmp_path / other), place.placement, draws) is None, other
+    assert tensorflow_box(str(tmp_path / "x.jpg"), place.placement, draws) is not None
+    stream = ImageStream(Split([str(tmp_path / "x.jpg"), str(tmp_path / "x.png")], np.array([0, 1])),
+                         Preprocessing(64, 64))
+    plan = plan_epoch(2, 2, 1, 64, [], np.random.default_rng(0))
+    (pixels, labels, real), = list(stream.training_dataset(plan, 3))
+    order = [stream.files.index(str(tmp_path / name)) for name in ("x.jpg", "x.png")]
+    assert real.numpy().all() and sorted(labels.numpy().tolist()) == [0, 1]
+    for position in range(2):
+        draws = crop_draws(3, position).numpy()
+        index = int(labels.numpy()[position])
+        expected, _ = place(stream.files[index], 0, draws)
+        difference = np.abs(pixels.numpy()[position].astype(int) - expected)
+        if index == order[1]:  # the PNG: Pillow's path, exactly
+            assert difference.max() == 0
+        else:
+            assert 0 < difference.max() <= 12 and difference.mean() < 2.0, (difference.mean(), difference.max())
 
 
 def test_a_mask_and_boxes_are_placed_with_their_image(tmp_path):
@@ -275,7 +312,7 @@ def test_finetune_streams_with_steps_per_epoch_and_reports_the_unreadable_images
 
 
 def test_the_saved_epoch_is_named_and_a_better_earlier_one_is_explained():
-    from edgevit.cli.train import _kept_epoch
+    from edgevit.train.run import kept_epoch as _kept_epoch
 
     history = [{"epoch": 1, "val_top1": 0.673}, {"epoch": 2, "val_top1": 0.65}, {"epoch": 3, "val_top1": 0.634}]
     kept = _kept_epoch(history)
@@ -326,3 +363,32 @@ def test_files_without_an_image_suffix_in_class_folders_are_named_not_dropped_si
     assert lines[1].startswith("2 file(s) without an image suffix (") and lines[1].endswith(
         "left out: train/ants/README, val/bees/labels.csv")
     assert find_evaluation_images(tmp_path).left_out == ["val/bees/labels.csv"]
+
+
+def test_the_jpeg_header_reader_agrees_with_pillow(tmp_path):
+    """Size, colour components and EXIF orientation, read from the markers
+    alone, as Pillow reads them; anything else is None (Pillow's path)."""
+    from edgevit.data.jpeg_header import read_jpeg_header
+
+    rgb = Image.fromarray(np.random.default_rng(0).integers(0, 255, (30, 50, 3)).astype(np.uint8))
+    cases = {"baseline.jpg": (rgb, {}), "progressive.jpg": (rgb, {"progressive": True}),
+             "gray.jpg": (rgb.convert("L"), {}), "cmyk.jpg": (rgb.convert("CMYK"), {})}
+    for orientation in (3, 6, 8):
+        exif = rgb.getexif()
+        exif[0x0112] = orientation
+        cases[f"rotated{orientation}.jpg"] = (rgb, {"exif": exif})
+    for name, (image, options) in cases.items():
+        image.save(tmp_path / name, **options)
+        header = read_jpeg_header(str(tmp_path / name))
+        with Image.open(tmp_path / name) as opened:
+            assert (header.width, header.height) == opened.size, name
+            assert header.components == len(opened.getbands()), name
+            assert header.orientation == opened.getexif().get(0x0112, 1), name
+            assert header.whole, name
+    (tmp_path / "cut.jpg").write_bytes((tmp_path / "baseline.jpg").read_bytes()[:-10])
+    assert not read_jpeg_header(str(tmp_path / "cut.jpg")).whole
+    rgb.save(tmp_path / "x.png")
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    (tmp_path / "junk.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00")
+    for name in ("x.png", "empty.jpg", "junk.jpg", "missing.jpg"):
+        assert read_jpeg_header(str(tmp_path / name)) is None, name

@@ -11,7 +11,8 @@ from PIL import Image
 
 from edgevit.data.images import ImageSet, READ_BATCH
 from edgevit.errors import EdgevitError
-from edgevit.export import memory, pipeline
+from edgevit import memory
+from edgevit.export import pipeline
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.registry import ModelSpec, Preprocessing
 

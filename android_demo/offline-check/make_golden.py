@@ -3,7 +3,7 @@
 For each case: a small PNG, the edgevit metadata documents a model with that
 preprocessing would carry (float32, int8 and uint8 input), and the exact bytes
 edgevit's Python preprocessing gives for it (`edgevit.data.images` for
-resize/crop/normalise, `edgevit.export.run_model.quantize` for quantization).
+resize/crop/normalise, `edgevit.litert.run_model.quantize` for quantization).
 The Kotlin test (GoldenPreprocessingTest) must reproduce every byte.
 
     python android_demo/offline-check/make_golden.py [OUT_DIR]
@@ -104,7 +104,7 @@ def write_golden(out_dir: str | Path) -> list[str]:
 
 def _write_postprocessing(out: Path) -> list[str]:
     """Raw int8/uint8 model outputs with what Python makes of them: dequantized
-    scores (`edgevit.export.run_model.dequantize`, exact), softmax probabilities
+    scores (`edgevit.litert.run_model.dequantize`, exact), softmax probabilities
     (float64, compared with a tolerance) and the top-5 classes (ties: lower index)."""
     rng = np.random.default_rng(99)
     written = []

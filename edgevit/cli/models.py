@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from edgevit.cli.options import (IMAGENET_DOWNLOAD, InputSize, classifier_classes, overwrite_option,
-                                 precision_options, refuse_existing)
+from edgevit.cli.options import IMAGENET_DOWNLOAD, InputSize, classifier_classes, overwrite_option, precision_options
 from edgevit.cli.output import log, print_json, print_table, user_errors
 from edgevit.errors import EdgevitError
 from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
 from edgevit.litert.arm import DEFAULT_IMAGES as DEFAULT_ARM_IMAGES
 from edgevit.native_output import import_tensorflow_quietly
+from edgevit.writing import refuse_existing
 
 
 @click.command("list")

@@ -8,7 +8,7 @@ import os
 
 import click
 
-from edgevit.errors import EdgevitError, not_there
+from edgevit.errors import not_there
 
 # Every registered model runs at 224-256 px by default and fine-tuning recipes
 # go up to 384-512; at 1024 a ViT-B/16 already attends over 4096 tokens.
@@ -134,15 +134,3 @@ OVERWRITE_HELP = ("Replace output files that already exist (without it an existi
 
 def overwrite_option(fn):
     return click.option("--overwrite", is_flag=True, help=OVERWRITE_HELP)(fn)
-
-
-def refuse_existing(paths, overwrite: bool) -> None:
-    """An output that exists is replaced only with --overwrite: every command
-    names its outputs after its inputs, so an existing one is usually another
-    run's, which replacing without a word would lose."""
-    existing = [str(p) for p in paths if os.path.lexists(p)]
-    if existing and not overwrite:
-        names = existing[0] if len(existing) == 1 else ", ".join(existing[:-1]) + " and " + existing[-1]
-        exist, them = ("exists", "it") if len(existing) == 1 else ("exist", "them")
-        raise EdgevitError(f"{names} already {exist}: pass --overwrite to replace {them}, or choose another "
-                           "output with -o.")

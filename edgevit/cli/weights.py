@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from edgevit.cli.options import InputSize, classifier_classes, overwrite_option, refuse_existing
+from edgevit.cli.options import InputSize, classifier_classes, overwrite_option
+from edgevit.writing import refuse_existing
 from edgevit.cli.output import print_json, print_table, user_errors
 from edgevit.converters.api import SOURCES
 from edgevit.native_output import import_tensorflow_quietly, native_output_captured

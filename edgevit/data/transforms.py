@@ -10,9 +10,17 @@ One factory, :func:`transform`, with a training flag:
 - training: a random resized crop of the image's centre square, mirrored
   or not, from four uniform draws (:func:`crop_draws`, counter-based: the
   same for the same epoch and position in whichever thread or worker). The
-  crop's box is taken in the upright image's pixels and resized once with
-  Pillow's bilinear filter (a JPEG is decoded at a reduced scale when it is
-  at least twice the size the crop needs).
+  crop's box is taken in the upright image's pixels and resized once,
+  bilinear. A whole, upright RGB or grayscale JPEG (most training sets) is
+  decoded and cropped by TensorFlow's decoder, which decodes the box alone
+  and needs no Python: :func:`tensorflow_box`, :func:`tensorflow_crop`
+  (on 2 cores Pillow's path took 3.6 ms of CPU an image, TensorFlow's
+  2.3, and Python's lock capped Pillow's threads); every other image, and
+  a JPEG at least twice the size the crop needs (decoded by Pillow at 1/2,
+  1/4 or 1/8 scale, far less work), takes Pillow's path. The two resample
+  the same box a little differently; training crops are random already,
+  and evaluation, whose pixels the exported files describe, is Pillow's
+  alone.
 
 A :class:`Placement` says where the model's input comes from in the
 upright image; a target travels with its image through the same placement:
@@ -32,6 +40,7 @@ import numpy as np
 from PIL import Image
 
 from edgevit.data.decode import open_rgb
+from edgevit.data.jpeg_header import read_jpeg_header
 from edgevit.registry import Preprocessing
 
 PIL_FILTERS = {
@@ -216,6 +225,37 @@ class Transform:
         if isinstance(target, np.ndarray) and target.ndim == 2:
             return placed_boxes(placement, image_size, target)
         return target
+
+
+def tensorflow_box(path: str, placement_of, draws) -> tuple[int, int, int, int, bool] | None:
+    """(top, left, height, width, mirror) of the training crop of the image at
+    ``path`` when TensorFlow's decoder gives it (see the module docstring):
+    a JPEG in YCbCr or grayscale, upright, ending in its end-of-image marker
+    (a truncated file goes to Pillow, which counts it as damaged), and not
+    large enough for Pillow's scaled decoding; None otherwise.
+    ``placement_of(image_size, draws)`` places the crop
+    (:meth:`Transform.placement`). Reads the header alone
+    (:mod:`edgevit.data.jpeg_header`)."""
+    header = read_jpeg_header(path)
+    if header is None or header.components not in (1, 3) or header.orientation != 1 or not header.whole:
+        return None
+    size = (header.width, header.height)
+    placement = placement_of(size, draws)
+    left, top, right, bottom = (int(v) for v in placement.box)
+    if min(size) >= 2 * math.ceil(placement.size * min(size) / (right - left)):
+        return None
+    return top, left, bottom - top, right - left, placement.mirror
+
+
+def tensorflow_crop(contents, box, size: int):
+    """uint8 [size, size, 3]: the (top, left, height, width, mirror) ``box``
+    of the JPEG ``contents`` decoded alone and resized, bilinear."""
+    import tensorflow as tf
+
+    pixels = tf.io.decode_and_crop_jpeg(contents, box[:4], channels=3)
+    pixels = tf.image.resize(pixels, (size, size), method="bilinear")
+    pixels = tf.cast(tf.clip_by_value(tf.round(pixels), 0, 255), tf.uint8)
+    return tf.cond(box[4] > 0, lambda: tf.reverse(pixels, [1]), lambda: pixels)
 
 
 def transform(pre: Preprocessing, size: int | None = None, is_training: bool = False) -> Transform:

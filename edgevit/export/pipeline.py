@@ -30,7 +30,7 @@ from edgevit.export.audit import Audit, audit
 from edgevit.export.convert import (FLOAT_PRECISIONS, check_io_dtype, check_qat_precision, convert,
                                     default_io_dtype, input_takes, needs_calibration)
 from edgevit.export.diagnose import layerwise_comparison
-from edgevit.export.memory import memory_of
+from edgevit.memory import memory_of
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.litert.run_model import run_in_child
 from edgevit.export.verdict import GPU_PRECISIONS, verdict

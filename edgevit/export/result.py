@@ -77,7 +77,7 @@ class ExportResult:
     checks: list[Check]
     delegates: dict                 # what the GPU / NNAPI delegates (rules) and XNNPACK (measured) leave on the CPU
     images: ImageSources
-    # the LiteRT file against the Keras model on logits (edgevit.export.agreement); for a file
+    # the LiteRT file against the Keras model on logits (edgevit.litert.agreement); for a file
     # that outputs probabilities, on its softmax's input
     agreement: dict
     convert_seconds: float

@@ -80,7 +80,7 @@ class GpuRun:
     ops_on_cpu: int | None = None
     # ops the accelerator named as left on the CPU: {"op", "reason"}
     cpu_ops: list[dict] = field(default_factory=list)
-    agreement: dict | None = None       # GPU vs XNNPACK (edgevit.export.agreement)
+    agreement: dict | None = None       # GPU vs XNNPACK (edgevit.litert.agreement)
     floor: float | None = None          # the mean cosine the GPU output must reach
     # integer files: mean cosine of XNNPACK vs TFLite's reference kernels
     cpu_kernels_cosine: float | None = None

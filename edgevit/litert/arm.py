@@ -314,7 +314,7 @@ class ArmAgreement:
     """One (profile, kernel set) run against x86 XNNPACK on the same inputs."""
     profile: str
     kernels: str
-    agreement: dict                     # edgevit.export.agreement
+    agreement: dict                     # edgevit.litert.agreement
     floor: float
     int8_steps_max: int | None = None   # integer outputs: largest difference in quantization steps
     int8_outputs_off: float | None = None  # integer outputs: fraction that differ at all

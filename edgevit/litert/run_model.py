@@ -4,10 +4,10 @@ A delegate can abort the whole process (XNNPACK was once seen to die with
 ``double free or corruption``); running in a child turns that into an error
 message instead of a crash of the caller.
 
-Child usage: ``python -m edgevit.export.run_model MODEL INPUTS.npy OUTPUTS.npy
+Child usage: ``python -m edgevit.litert.run_model MODEL INPUTS.npy OUTPUTS.npy
 THREADS KERNELS``: inputs are float model inputs; outputs are float
 (dequantized) model outputs; KERNELS is xnnpack, builtin or reference.
-``python -m edgevit.export.run_model --stream MODEL THREADS KERNELS`` runs
+``python -m edgevit.litert.run_model --stream MODEL THREADS KERNELS`` runs
 batches as they come (:class:`StreamedRun`): each a frame on standard input,
 its outputs a frame on standard output, so that neither side holds more than
 a batch, nor writes the images to a file.
@@ -78,7 +78,7 @@ def run_in_child(model_path: str | Path, inputs, num_threads: int = 1,
     with temporary_folder("edgevit-run-") as tmp:
         in_path, out_path = tmp / "inputs.npy", tmp / "outputs.npy"
         save_array(in_path, inputs, np.float32)
-        cmd = [sys.executable, "-m", "edgevit.export.run_model", str(model_path), str(in_path),
+        cmd = [sys.executable, "-m", "edgevit.litert.run_model", str(model_path), str(in_path),
                str(out_path), str(num_threads), kernels]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         if x86_level is not None:
@@ -102,7 +102,7 @@ class StreamedRun:
     def __init__(self, model_path: str | Path, num_threads: int = 1, kernels: str = "xnnpack",
                  timeout: float = 900):
         self.name, self.timeout = Path(model_path).name, timeout
-        self.command = [sys.executable, "-m", "edgevit.export.run_model", "--stream", str(model_path),
+        self.command = [sys.executable, "-m", "edgevit.litert.run_model", "--stream", str(model_path),
                         str(num_threads), kernels]
 
     def __enter__(self):

@@ -1,5 +1,6 @@
-"""Training checkpoints: after every epoch the weights, optimizer state and
-epoch go to a folder with a description of the run (``TrainConfig.run``); a
+"""Training checkpoints, the one place that names, writes and reads them:
+after every epoch the weights, optimizer state and epoch go to a folder
+with a description of the run (``TrainConfig.run``, :func:`write_checkpoint`); a
 run started with the same folder resumes after the last finished epoch when
 it is the same run and is refused when it is not. The command removes the
 checkpoint once the trained model is saved. While a run uses the folder it
@@ -11,12 +12,16 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import io
 import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from edgevit.errors import EdgevitError, cause
+import numpy as np
+
+from edgevit.errors import EdgevitError, cause, first_line
+from edgevit.writing import staged, weights_h5
 
 # Written together through a staging folder (edgevit.writing.staged): a failed or
 # interrupted save leaves the last checkpoint whole and nothing else.
@@ -48,13 +53,67 @@ def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
         info = json.loads(state.read_text())
         epochs_done = int(info["epochs_done"])
     except (OSError, ValueError, KeyError, TypeError):
-        raise EdgevitError(f"Checkpoint folder {str(folder)!r} is damaged (state.json unreadable): "
-                           f"{start_fresh(folder)}.") from None
+        raise _damaged(folder, "state.json unreadable") from None
     saved = info.get("run") or {}
     if saved != run:
         raise EdgevitError(f"Checkpoint folder {str(folder)!r} holds another run ({_describe_run(saved)}, "
                            f"{epochs_done} epoch(s) done; this run: {_describe_run(run)}): {start_fresh(folder)}.")
     return info
+
+
+def _damaged(folder: Path, why: str) -> EdgevitError:
+    return EdgevitError(f"Checkpoint folder {str(folder)!r} is damaged ({why}): {start_fresh(folder)}.")
+
+
+def read_checkpoint(checkpoint_dir: str | Path, run: dict, model, optimizer) -> dict | None:
+    """Restore ``model``'s weights and ``optimizer``'s state from
+    ``checkpoint_dir`` when it holds a checkpoint of ``run``, and return its
+    state (``epochs_done``, ``history``); None when it holds none."""
+    info = checkpoint_state(checkpoint_dir, run)
+    if info is None:
+        return None
+    folder = Path(checkpoint_dir)
+    weights, opt, _ = (folder / name for name in CHECKPOINT_FILES)
+    try:
+        model.load_weights(weights)
+        saved = np.load(opt)
+    except Exception as err:  # h5py, Keras and NumPy raise many types for missing or damaged files
+        raise _damaged(folder, first_line(err)) from None
+    variables = optimizer.variables
+    if len(saved.files) != len(variables):
+        raise EdgevitError(f"Checkpoint in {checkpoint_dir} does not fit this run "
+                           "(different model or optimizer); use another --checkpoint-dir.")
+    for i, var in enumerate(variables):
+        var.assign(saved[f"v{i}"])
+    return info
+
+
+def write_checkpoint(checkpoint_dir: str | Path, model, optimizer, epochs_done: int, history: list[dict],
+                     run: dict) -> None:
+    """Write the checkpoint of ``epochs_done`` epochs of ``run`` to
+    ``checkpoint_dir``, its files together (a failed or interrupted write
+    leaves the previous checkpoint whole); the folder is made when missing,
+    and removed again when the first write fails."""
+    folder = Path(checkpoint_dir)
+    made = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise EdgevitError(f"Could not make the checkpoint folder {str(folder)!r}: {cause(err)}.") from None
+    optimizer_state = io.BytesIO()
+    np.savez(optimizer_state, **{f"v{i}": np.asarray(v) for i, v in enumerate(optimizer.variables)})
+    state = {"epochs_done": epochs_done, "history": history, "run": run}
+    paths = [folder / name for name in CHECKPOINT_FILES]
+    try:
+        with staged(paths) as staging:
+            weights, opt, state_file = paths
+            staging.write_bytes(weights, weights_h5(model))
+            staging.write_bytes(opt, optimizer_state.getvalue())
+            staging.write_text(state_file, json.dumps(state))
+    except BaseException:
+        if made:  # the first save: nothing of this run is left behind
+            remove_checkpoint(folder)
+        raise
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """The training loop behind `edgevit finetune` and `edgevit qat`.
 
-- Input: an :class:`~edgevit.train.pipeline.ImageStream`, read through
+- Input: an :class:`~edgevit.data.stream.ImageStream`, read through
   tf.data one epoch plan at a time; every worker's input pipeline reads the
   images of its own replicas (``distribute_datasets_from_function``).
 - Distribution (:mod:`edgevit.train.distribute`): models, optimizer and
@@ -22,24 +22,20 @@
 """
 from __future__ import annotations
 
-import io
-import json
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from edgevit.errors import EdgevitError, cause, first_line
+from edgevit.errors import EdgevitError
 from edgevit.progress import Progress
-from edgevit.train.checkpoints import CHECKPOINT_FILES, checkpoint_state, remove_checkpoint, start_fresh
+from edgevit.train.checkpoints import read_checkpoint, write_checkpoint
 from edgevit.train.distribute import (broadcast_from_chief, is_chief, synchronise_batchnorm, synchronised_batchnorm,
                                       workers)
 from edgevit.data.stream import ImageStream, plan_epoch
 from edgevit.data.transforms import normalise
-from edgevit.writing import staged, weights_h5
 
 
 @dataclass
@@ -166,10 +162,6 @@ class Trainer:
         return self._steps[size]
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def _ckpt_paths(self):
-        d = Path(self.cfg.checkpoint_dir)
-        return tuple(d / name for name in CHECKPOINT_FILES)
-
     def restore(self) -> int:
         """Resume from ``checkpoint_dir`` if it holds a finished epoch of this
         run (the chief reads it; every worker takes the chief's state)."""
@@ -188,47 +180,15 @@ class Trainer:
         return self.start_epoch
 
     def _read_checkpoint(self) -> None:
-        info = checkpoint_state(self.cfg.checkpoint_dir, self.cfg.run)
-        if info is None:
-            return
-        weights, opt, _ = self._ckpt_paths()
-        try:
-            self.base.load_weights(weights)
-            saved = np.load(opt)
-        except Exception as err:  # h5py, Keras and NumPy raise many types for missing or damaged files
-            raise EdgevitError(f"Checkpoint folder {self.cfg.checkpoint_dir!r} is damaged ({first_line(err)}): "
-                               f"{start_fresh(Path(self.cfg.checkpoint_dir))}.") from None
-        variables = self.optimizer.variables
-        if len(saved.files) != len(variables):
-            raise EdgevitError(f"Checkpoint in {self.cfg.checkpoint_dir} does not fit this run "
-                               "(different model or optimizer); use another --checkpoint-dir.")
-        for i, var in enumerate(variables):
-            var.assign(saved[f"v{i}"])
-        self.start_epoch = int(info["epochs_done"])
-        self.history = info.get("history", [])
+        state = read_checkpoint(self.cfg.checkpoint_dir, self.cfg.run, self.base, self.optimizer)
+        if state is not None:
+            self.start_epoch = int(state["epochs_done"])
+            self.history = state.get("history", [])
 
     def save_checkpoint(self, epochs_done: int) -> None:
-        if not (self.cfg.checkpoint_dir and self.chief):
-            return
-        folder = Path(self.cfg.checkpoint_dir)
-        made = not folder.exists()
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise EdgevitError(f"Could not make the checkpoint folder {str(folder)!r}: {cause(err)}.") from None
-        optimizer_state = io.BytesIO()
-        np.savez(optimizer_state, **{f"v{i}": np.asarray(v) for i, v in enumerate(self.optimizer.variables)})
-        state = {"epochs_done": epochs_done, "history": self.history, "run": self.cfg.run}
-        try:
-            with staged(list(self._ckpt_paths())) as staging:
-                weights, opt, state_file = self._ckpt_paths()
-                staging.write_bytes(weights, weights_h5(self.base))
-                staging.write_bytes(opt, optimizer_state.getvalue())
-                staging.write_text(state_file, json.dumps(state))
-        except BaseException:
-            if made:  # the first save: nothing of this run is left behind
-                remove_checkpoint(folder)
-            raise
+        if self.cfg.checkpoint_dir and self.chief:
+            write_checkpoint(self.cfg.checkpoint_dir, self.base, self.optimizer, epochs_done, self.history,
+                             self.cfg.run)
 
     # -- the loop -------------------------------------------------------------------------------
     def _lr_at(self, progress: float) -> float:

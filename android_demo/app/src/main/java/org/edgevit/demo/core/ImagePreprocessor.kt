@@ -11,7 +11,7 @@ import kotlin.math.min
  * [0, 1], `(x - mean) / std` per channel, then quantize for int8/uint8 inputs.
  *
  * Every step matches edgevit's Python preprocessing (`edgevit.data.images`,
- * `edgevit.export.run_model.quantize`) exactly, including Pillow's resampling
+ * `edgevit.litert.run_model.quantize`) exactly, including Pillow's resampling
  * ([PilResize]), Python's round-half-to-even for the resized size, float32
  * arithmetic for normalisation, and numpy's round-half-to-even when quantizing.
  */

@@ -10,7 +10,7 @@ import java.nio.ByteOrder
 /**
  * The app's postprocessing against Python on the `postprocess.*` cases of
  * offline-check/make_golden.py: 1000 raw int8/uint8 outputs, dequantized
- * exactly as `edgevit.export.run_model.dequantize` does, then softmax and the
+ * exactly as `edgevit.litert.run_model.dequantize` does, then softmax and the
  * top-5 (ties to the lower index) as numpy computes them.
  */
 class GoldenPostprocessingTest {
