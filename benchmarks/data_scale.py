@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from memory import measure
 
 CLASSES = 10
@@ -92,10 +91,10 @@ def pipeline_rates(train_root: Path, size: int, images: int, rounds: int = 3) ->
     other, so that a busy moment of the host weighs on both; the median."""
     import tensorflow as tf
 
-    from edgevit.registry import get_spec
     from edgevit.data.folders import find_dataset
     from edgevit.data.stream import ImageStream, plan_epoch
     from edgevit.data.transforms import transform
+    from edgevit.registry import get_spec
 
     pre = get_spec("mobilevit_v3_xxs").preprocessing_at(size)
     stream = ImageStream(find_dataset(train_root).train, pre)

@@ -42,12 +42,12 @@ def edgevit(*args: str, log: Path) -> None:
 
 
 def run(name: str, size: int, epochs: int, data: Path, out: Path) -> dict:
+    from edgevit.data.folders import find_dataset
+    from edgevit.data.stream import ImageStream
     from edgevit.litert.agreement import agreement
     from edgevit.litert.run_model import run_in_child
     from edgevit.registry import get_spec
     from edgevit.saving import load_model
-    from edgevit.data.folders import find_dataset
-    from edgevit.data.stream import ImageStream
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,7 @@ def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, 
         qat_lr: float) -> dict:
     import keras
 
+    from edgevit.data.stream import ImageStream
     from edgevit.export.convert import convert
     from edgevit.export.graph import describe
     from edgevit.litert.run_model import run_in_child
@@ -58,7 +59,6 @@ def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, 
     from edgevit.registry import create_model, get_spec
     from edgevit.train.loop import TrainConfig, Trainer
     from edgevit.train.metrics import accuracy_report
-    from edgevit.data.stream import ImageStream
 
     keras.utils.set_random_seed(0)
     out.mkdir(parents=True, exist_ok=True)
@@ -128,8 +128,8 @@ def vs_file(qat_logits, file_logits) -> dict:
 def file_on_emulated_kernels(path: Path, x) -> dict:
     """The file's logits on an AVX2 CPU's x86 kernels and a Cortex-A76's
     Arm64 kernels, each where its emulator is installed."""
-    from edgevit.litert.run_model import run_in_child
     from edgevit.litert.arm import PROFILES, emulator_missing, find_emulator, run_guest
+    from edgevit.litert.run_model import run_in_child
     from edgevit.litert.x86_levels import x86_emulator_missing
 
     logits = {}

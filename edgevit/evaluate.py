@@ -13,21 +13,21 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.data.labels import default_labels
+from edgevit.data.stream import BATCH_SIZE
 from edgevit.errors import EdgevitError, about
 from edgevit.progress import Progress
-from edgevit.data.stream import BATCH_SIZE
 from edgevit.train.metrics import AccuracyTally, traced_forward
 
 
 def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None) -> dict:
     """Evaluate a ``.keras`` or ``.tflite`` model on every image of
     ``data_dir``, streamed: it holds a batch of images at a time."""
-    from edgevit.litert.flatbuffer import read_file
-    from edgevit.litert.metadata import preprocessing_of
-    from edgevit.saving import existing_file
     from edgevit.data.folders import find_evaluation_images
     from edgevit.data.listing import left_out_summary
     from edgevit.data.stream import ImageStream
+    from edgevit.litert.flatbuffer import read_file
+    from edgevit.litert.metadata import preprocessing_of
+    from edgevit.saving import existing_file
 
     progress = progress or Progress(enabled=False)
     path = existing_file(model_path, "Model file")
@@ -64,8 +64,8 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
         progress.step(left_out_summary(images.left_out))
     with contextlib.ExitStack() as stack:
         if path.suffix == ".tflite":
-            from edgevit.litert.run_model import StreamedRun
             from edgevit.litert.inputs import file_input_values
+            from edgevit.litert.run_model import StreamedRun
 
             # probabilities or logits: either ranks the classes alike
             run, values = stack.enter_context(StreamedRun(path, num_threads=threads)), \

@@ -16,8 +16,8 @@ import warnings
 import zipfile
 from pathlib import Path
 
-from edgevit.errors import WRITE_FAILURES, EdgevitError, cause, file_problem, first_line
 from edgevit.data.labels import label_problem
+from edgevit.errors import WRITE_FAILURES, EdgevitError, cause, file_problem, first_line
 from edgevit.registry import ModelSpec, create_model, get_spec, is_imagenet
 from edgevit.writing import staged
 

@@ -1009,9 +1009,9 @@ def test_unusual_images_are_read_as_the_app_reads_them(tmp_path, kind):
 
 def test_unreadable_images_are_skipped_and_counted_by_reason(tmp_path):
     from edgevit.data.decode import NOT_OPENED
-    from edgevit.registry import Preprocessing
     from edgevit.data.folders import Split
     from edgevit.data.stream import ImageStream
+    from edgevit.registry import Preprocessing
 
     Image.new("RGB", (16, 16), (10, 20, 30)).save(tmp_path / "good.png")
     png_claiming(tmp_path / "huge.png", 15000, 15000)
@@ -1195,6 +1195,7 @@ def test_a_litert_child_that_fails_while_fed_batches_is_one_error(tmp_path):
 
 def test_model_and_weights_files_over_the_file_size_limit_leave_nothing(tmp_path):
     from edgevit.converters.checkpoints import save_weights_atomic
+
     from edgevit.saving import save_model
 
     model = tiny_classifier()

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 from edgevit.converters import import_weights  # noqa: E402
 from edgevit.converters.parity import compare, import_timm, randomize_, scale_logits_  # noqa: E402
 from edgevit.converters.timm import TIMM_NAMES  # noqa: E402
+
 from edgevit.data.sample_photos import sample_batch  # noqa: E402
 from edgevit.registry import get_spec, list_models  # noqa: E402
 

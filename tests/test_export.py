@@ -16,9 +16,9 @@ from edgevit.export import pipeline
 from edgevit.export.convert import convert
 from edgevit.export.graph import describe
 from edgevit.export.pipeline import ExportOptions, export
-from edgevit.litert.run_model import run_in_child
 from edgevit.layers import HeadAttention
 from edgevit.litert.metadata import read_embedded
+from edgevit.litert.run_model import run_in_child
 from edgevit.models.batchnorm import recalibrate_batchnorm
 from edgevit.registry import ModelSpec, Preprocessing
 
@@ -106,8 +106,8 @@ def test_logits_and_int8_input_keep_the_models_own_graph(tmp_path):
 def test_a_uint8_file_computes_what_the_int8_file_does_from_the_bytes(tmp_path):
     """The bytes' normalisation inside the file costs at most one input step
     where it rounds otherwise than the float normalisation."""
-    from edgevit.litert.run_model import run_in_process
     from edgevit.litert.inputs import file_inputs
+    from edgevit.litert.run_model import run_in_process
 
     model = tiny_model()
     recalibrate_batchnorm(model, np.random.default_rng(1).normal(size=(16, SIZE, SIZE, 3)).astype(np.float32))

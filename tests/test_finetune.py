@@ -10,15 +10,14 @@ from click.testing import CliRunner
 from PIL import Image
 
 from edgevit.cli import main
-from edgevit.errors import EdgevitError
 from edgevit.data.decode import NOT_AN_IMAGE, NOT_OPENED, open_rgb
-from edgevit.data.transforms import center_crop, normalise
-from edgevit.registry import Preprocessing
 from edgevit.data.folders import Split, find_dataset
 from edgevit.data.listing import image_paths
-from edgevit.train.loop import TrainConfig, Trainer
 from edgevit.data.stream import ImageStream, plan_epoch, scaled_batch_size
-from edgevit.data.transforms import crop_draws
+from edgevit.data.transforms import center_crop, crop_draws, normalise
+from edgevit.errors import EdgevitError
+from edgevit.registry import Preprocessing
+from edgevit.train.loop import TrainConfig, Trainer
 
 
 def make_folder(root, classes=("ants", "bees"), per_class=4, splits=("train", "val"), broken=0):
@@ -347,8 +346,8 @@ def test_mixed_precision_trains_a_float16_copy_and_the_saved_model_computes_in_f
 def test_files_without_an_image_suffix_in_class_folders_are_named_not_dropped_silently(tmp_path):
     from edgevit.data.folders import find_evaluation_images
     from edgevit.data.listing import left_out_summary
-    from edgevit.train.prepare import load_data
     from edgevit.registry import get_spec
+    from edgevit.train.prepare import load_data
 
     make_folder(tmp_path, per_class=2)
     (tmp_path / "train" / "ants" / "README").write_bytes(b"")    # an empty file without a suffix

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from edgevit.data.images import ImageSet, READ_BATCH
-from edgevit.errors import EdgevitError
 from edgevit import memory
+from edgevit.data.images import READ_BATCH, ImageSet
+from edgevit.errors import EdgevitError
 from edgevit.export import pipeline
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.registry import ModelSpec, Preprocessing

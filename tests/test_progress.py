@@ -10,11 +10,11 @@ import sys
 import keras
 import numpy as np
 
+from edgevit.data.folders import Split
+from edgevit.data.stream import ImageStream
 from edgevit.progress import Progress
 from edgevit.registry import Preprocessing
-from edgevit.data.folders import Split
 from edgevit.train.loop import TrainConfig, Trainer
-from edgevit.data.stream import ImageStream
 from edgevit.train.prepare import val_metrics
 
 

@@ -13,26 +13,34 @@ import pytest
 import tensorflow as tf
 
 import edgevit
+from edgevit.data.folders import find_dataset
+from edgevit.data.stream import ImageStream
 from edgevit.errors import EdgevitError
-from edgevit.litert.agreement import agreement
 from edgevit.export.convert import convert
 from edgevit.export.graph import describe
-from edgevit.litert.run_model import run_in_child
-from edgevit.layers import (Fold, HeadAttention, LayerNorm, TokenSlice, Unfold, conv_norm_act, inverted_residual,
-                            separable_attention_block, transformer_encoder)
+from edgevit.layers import (
+    Fold,
+    HeadAttention,
+    LayerNorm,
+    TokenSlice,
+    Unfold,
+    conv_norm_act,
+    inverted_residual,
+    separable_attention_block,
+    transformer_encoder,
+)
+from edgevit.litert.agreement import agreement
 from edgevit.litert.flatbuffer import read
+from edgevit.litert.run_model import run_in_child
 from edgevit.litert.xnnpack import xnnpack_plan
 from edgevit.models.t2t_vit import TokenPerformer
 from edgevit.quantize.conv_dense_layers import QuantDense
 from edgevit.quantize.multi_op_layers import QuantLayerNorm, QuantMultiHeadSelfAttention, QuantSeparableSelfAttention
-from edgevit.quantize.qat import (calibrate, is_qat_model, per_channel_weights, quantization_ranges,
-                                  quantize_model)
+from edgevit.quantize.qat import calibrate, is_qat_model, per_channel_weights, quantization_ranges, quantize_model
 from edgevit.quantize.quantizers import ActivationQuantizer
 from edgevit.quantize.registry import QuantizeRule, register
 from edgevit.registry import get_spec
 from edgevit.saving import load_model
-from edgevit.data.folders import find_dataset
-from edgevit.data.stream import ImageStream
 from tests.helpers import FEW_BLOCKS, SMALLEST, needs_arm, outputs, with_few_blocks
 
 SIZE = 32
@@ -563,8 +571,8 @@ def test_int8_mixed_conversion_of_a_qat_model_keeps_attention_and_rsqrt_in_float
 
 
 def test_eval_runs_a_qat_model_eagerly_where_tracing_it_would_cost_more():
-    from edgevit.evaluate import QAT_TRACE_IN_EAGER_BATCHES, keras_forward
     from edgevit.data.stream import BATCH_SIZE
+    from edgevit.evaluate import QAT_TRACE_IN_EAGER_BATCHES, keras_forward
 
     inputs = keras.Input((SIZE, SIZE, 3))
     x = keras.layers.Conv2D(8, 3, use_bias=False)(inputs)

@@ -10,14 +10,22 @@ from click.testing import CliRunner
 import edgevit
 from edgevit.cli import main
 from edgevit.data.sample_photos import sample_batch
-from edgevit.litert.agreement import agreement
 from edgevit.export.convert import convert
+from edgevit.litert.agreement import agreement
 from edgevit.litert.run_model import run_in_child
 from edgevit.litert.x86_levels import LEVELS
 from edgevit.registry import get_spec
 from edgevit.saving import load_model
-from tests.helpers import (FEW_BLOCKS, SMALLEST, X86_EMULATOR_MISSING, X86_KERNELS, int8_file_and_qat, needs_arm,
-                           outputs, with_few_blocks)
+from tests.helpers import (
+    FEW_BLOCKS,
+    SMALLEST,
+    X86_EMULATOR_MISSING,
+    X86_KERNELS,
+    int8_file_and_qat,
+    needs_arm,
+    outputs,
+    with_few_blocks,
+)
 
 # CrossViT's bicubic resize is two FULLY_CONNECTED ops with constant matrices, which the QAT model
 # fake-quantizes as float products instead of requantizing their int32 accumulators: about one element

@@ -13,9 +13,9 @@ from edgevit.data.images import read_crops
 from edgevit.data.listing import list_images
 from edgevit.data.transforms import normalise
 from edgevit.export.pipeline import ExportOptions, export
-from edgevit.litert.run_model import run_in_process
 from edgevit.litert.inputs import file_inputs
 from edgevit.litert.metadata import read_embedded
+from edgevit.litert.run_model import run_in_process
 from edgevit.litert.standard_metadata import read_standard
 from edgevit.registry import get_spec
 from edgevit.saving import set_class_names

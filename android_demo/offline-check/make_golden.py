@@ -22,7 +22,6 @@ import numpy as np
 from PIL import Image
 
 from edgevit.data.decode import open_rgb
-
 from edgevit.data.images import to_model_input
 from edgevit.data.transforms import center_crop
 from edgevit.litert.metadata import build_metadata

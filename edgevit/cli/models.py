@@ -171,9 +171,8 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     """
     from edgevit.export.pipeline import ExportOptions, check_options, default_output_path, export
     from edgevit.export.result import ExportFiles
-    from edgevit.progress import Progress
-
     from edgevit.pretrained import IMAGENET_CLASSES, RANDOM_INIT, is_imagenet
+    from edgevit.progress import Progress
 
     from_file = model.endswith(".keras")
     imagenet = is_imagenet(weights)

@@ -7,8 +7,15 @@ from pathlib import Path
 
 import click
 
-from edgevit.cli.options import (IMAGENET_DOWNLOAD, InputSize, InputSizes, leads_somewhere, open_fraction,
-                                 overwrite_option, positive_learning_rate)
+from edgevit.cli.options import (
+    IMAGENET_DOWNLOAD,
+    InputSize,
+    InputSizes,
+    leads_somewhere,
+    open_fraction,
+    overwrite_option,
+    positive_learning_rate,
+)
 from edgevit.cli.output import log, print_json, print_table, user_errors
 from edgevit.train.run import EPOCHS, FINETUNE_LR, QAT_LR, RunOptions
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import click
 
 from edgevit.cli.options import InputSize, classifier_classes, overwrite_option
-from edgevit.writing import refuse_existing
 from edgevit.cli.output import print_json, print_table, user_errors
 from edgevit.converters.api import SOURCES
 from edgevit.native_output import import_tensorflow_quietly, native_output_captured
+from edgevit.writing import refuse_existing
 
 
 @click.command("import-weights")
@@ -42,9 +42,8 @@ def import_weights_command(checkpoint, model_name, output, overwrite, source, nu
     reads it."""
     from pathlib import Path
 
-    from edgevit.writing import check_writable
-
     from edgevit.converters.checkpoints import check_checkpoint_file
+    from edgevit.writing import check_writable
 
     output = output or f"{model_name}.weights.h5"
     check_writable([Path(output)])

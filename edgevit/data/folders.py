@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgevit.data.labels import label_problem
 from edgevit.data.listing import image_paths
 from edgevit.errors import EdgevitError
-from edgevit.data.labels import label_problem
 
 
 @dataclass

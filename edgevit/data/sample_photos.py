@@ -13,7 +13,6 @@ import numpy as np
 from PIL import Image
 
 from edgevit.data.decode import open_rgb
-
 from edgevit.data.images import ImageSet, load_images, to_model_input
 from edgevit.registry import Preprocessing
 

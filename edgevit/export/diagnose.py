@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgevit.litert.run_model import quantize
 from edgevit.litert.interpreter import load_interpreter
+from edgevit.litert.run_model import quantize
 
 
 def _layer_of(tensor_name: str) -> str:

@@ -22,25 +22,32 @@ import numpy as np
 
 from edgevit.data import sample_photos
 from edgevit.data.images import ImageSet, batches, image_set
-from edgevit.data.listing import list_images
 from edgevit.data.labels import default_labels
+from edgevit.data.listing import list_images
 from edgevit.errors import EdgevitError
-from edgevit.litert.agreement import agreement, probability_agreement
 from edgevit.export.audit import Audit, audit
-from edgevit.export.convert import (FLOAT_PRECISIONS, check_io_dtype, check_qat_precision, convert,
-                                    default_io_dtype, input_takes, needs_calibration)
+from edgevit.export.convert import (
+    FLOAT_PRECISIONS,
+    check_io_dtype,
+    check_qat_precision,
+    convert,
+    default_io_dtype,
+    input_takes,
+    needs_calibration,
+)
 from edgevit.export.diagnose import layerwise_comparison
-from edgevit.memory import memory_of
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
-from edgevit.litert.run_model import run_in_child
 from edgevit.export.verdict import GPU_PRECISIONS, verdict
 from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
 from edgevit.litert.accelerator import GpuRun, missing_vulkan, run_file_on_gpu
+from edgevit.litert.agreement import agreement, probability_agreement
 from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
 from edgevit.litert.inputs import file_input_values
 from edgevit.litert.logits_view import logits_file
 from edgevit.litert.metadata import build_metadata, embed
+from edgevit.litert.run_model import run_in_child
+from edgevit.memory import memory_of
 from edgevit.native_output import native_output_captured
 from edgevit.pretrained import RANDOM_INIT, random_init_hint
 from edgevit.progress import Progress

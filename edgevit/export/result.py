@@ -4,8 +4,8 @@ sidecar)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgevit.litert.accelerator import GpuRun
 from edgevit.litert.arm import ArmCheck

@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.errors import EdgevitError
-from edgevit.litert.emulator_home import HOME_ENV, HOW_TO_INSTALL, arm_home  # noqa: F401  (arm.HOME_ENV: tests)
 from edgevit.litert.accelerator import AGREEMENT_FLOOR, INTEGER_AGREEMENT_FLOOR, integer_floor, precision_of
+from edgevit.litert.emulator_home import HOME_ENV, HOW_TO_INSTALL, arm_home  # noqa: F401  (arm.HOME_ENV: tests)
 
 MARKER_SYSCALL = 0xE7E7
 KERNEL_SETS = ("xnnpack", "builtin", "reference")

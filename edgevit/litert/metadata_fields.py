@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import math
 
+from edgevit.data.labels import label_problem
 from edgevit.data.transforms import INTERPOLATIONS
 from edgevit.errors import is_control
 from edgevit.litert.metadata import IO_DTYPES, OUTPUT_KINDS, PRECISIONS, SCHEMA, TAKES
-from edgevit.data.labels import label_problem
 
 CHANNELS = 3  # RGB
 

@@ -29,13 +29,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgevit.data.stream import ImageStream, plan_epoch
+from edgevit.data.transforms import normalise
 from edgevit.errors import EdgevitError
 from edgevit.progress import Progress
 from edgevit.train.checkpoints import read_checkpoint, write_checkpoint
-from edgevit.train.distribute import (broadcast_from_chief, is_chief, synchronise_batchnorm, synchronised_batchnorm,
-                                      workers)
-from edgevit.data.stream import ImageStream, plan_epoch
-from edgevit.data.transforms import normalise
+from edgevit.train.distribute import (
+    broadcast_from_chief,
+    is_chief,
+    synchronise_batchnorm,
+    synchronised_batchnorm,
+    workers,
+)
 
 
 @dataclass

@@ -7,25 +7,33 @@ import numpy as np
 BATCH_SIZE = 32
 
 
-def traced_forward(model, kernel_arithmetic: bool = True):
-    """``model(images, training=False)`` as one graph for every batch size (a
-    smaller last batch would trace it again: 130 s for a QAT
-    mobilevit_v3_xxs at 128 px, where a batch then takes 1 s).
-    ``kernel_arithmetic=False``: a QAT model's graph of fake-quant ops
-    alone (see :func:`edgevit.quantize.export_trace.fake_quant_only`)."""
+def forward(model, kernel_arithmetic: bool = True):
+    """``model(images, training=False)``; ``kernel_arithmetic=False``: a QAT
+    model's graph of fake-quant ops alone (see
+    :func:`edgevit.quantize.export_trace.fake_quant_only`). What evaluation
+    and validation trace."""
     import contextlib
 
-    import tensorflow as tf
-
-    from edgevit.quantize import graph_rewrites
     from edgevit.quantize.export_trace import fake_quant_only
 
-    def forward(images):
+    def call(images):
         with contextlib.nullcontext() if kernel_arithmetic else fake_quant_only():
             return model(images, training=False)
 
+    return call
+
+
+def traced_forward(model, kernel_arithmetic: bool = True):
+    """:func:`forward` as one graph for every batch size (a smaller last
+    batch would trace it again: 130 s for a QAT mobilevit_v3_xxs at 128 px,
+    where a batch then takes 1 s)."""
+    import tensorflow as tf
+
+    from edgevit.quantize import graph_rewrites
+
     signature = [tf.TensorSpec((None, *model.inputs[0].shape[1:]), tf.float32)]
-    return graph_rewrites.for_model(model, tf.function(forward, input_signature=signature, autograph=False))
+    return graph_rewrites.for_model(model, tf.function(forward(model, kernel_arithmetic), input_signature=signature,
+                                                       autograph=False))
 
 
 class AccuracyTally:

@@ -4,13 +4,13 @@ summed across replicas, so every worker logs the same top-1 and the run
 takes no longer on one worker than on the others."""
 from __future__ import annotations
 
-import contextlib
 import math
 
-from edgevit.progress import Progress
-from edgevit.train.distribute import workers
 from edgevit.data.stream import BATCH_SIZE, ImageStream
 from edgevit.data.transforms import normalise
+from edgevit.progress import Progress
+from edgevit.train.distribute import workers
+from edgevit.train.metrics import forward
 
 
 class Validation:
@@ -54,13 +54,12 @@ class Validation:
         import tensorflow as tf
 
         from edgevit.quantize import graph_rewrites
-        from edgevit.quantize.export_trace import fake_quant_only
 
-        strategy, exact, pre = self.strategy, self.kernel_arithmetic, self.images.pre
+        strategy, pre = self.strategy, self.images.pre
+        logits_of = forward(model, self.kernel_arithmetic)
 
         def replica(x, y, real):
-            with contextlib.nullcontext() if exact else fake_quant_only():
-                logits = model(normalise(tf.ensure_shape(x, (None, *model.inputs[0].shape[1:])), pre), training=False)
+            logits = logits_of(normalise(tf.ensure_shape(x, (None, *model.inputs[0].shape[1:])), pre))
             real = tf.cast(real, tf.float32)  # unreadable images and padding keep their places, uncounted
             correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), y), tf.float32) * real)
             return correct, tf.reduce_sum(real)
