@@ -1,15 +1,17 @@
 """Fine-tuning and quantization-aware training on image folders.
 
-- ``data``: the datasets (file lists) of an image folder and the per-image
-  transforms (stored square, random resized crop, center crop);
-- ``pipeline``: the tf.data input pipeline over a file list (epoch plans,
-  parallel reading, unreadable images counted);
+- ``run``: a training run, from a command's arguments to the saved model
+  (``Finetune``, ``QuantizationAwareTraining``);
+- ``loop``: the Trainer (steps on every replica, epochs, resume);
+- ``checkpoints``: per-epoch checkpoints (named, written, read) and the lock
+  of their folder;
 - ``distribute``: the tf.distribute strategy, the chief, broadcasts from it,
   synchronised BatchNorm, the worker watchdog;
-- ``loop``: the Trainer (steps on every replica, epochs, resume);
-- ``checkpoints``: per-epoch checkpoints and the lock of their folder;
+- ``prepare``: building the model and the image streams of a run;
 - ``validation``: validation top-1 on every replica during training;
-- ``precision``: the mixed-precision copy of a float model;
-- ``prepare``: building the model and the image streams of a command;
-- ``metrics``: accuracy counted a batch at a time, the traced forward pass.
+- ``metrics``: accuracy counted a batch at a time, the forward pass that
+  evaluation and validation trace;
+- ``precision``: the mixed-precision copy of a float model.
+
+The images come from :mod:`edgevit.data`.
 """
