@@ -8,8 +8,8 @@ Usage:
 
 Runs the same steps as the CLI (`edgevit finetune`, `edgevit convert --int8`,
 `edgevit qat`, `edgevit eval`) in one process, from random initialisation:
-float training, post-training int8 (64 train images calibrate), QAT (ranges
-calibrated on the same images, then trained), the QAT model's int8 file
+float training and QAT are the commands' own runs (`edgevit.train.run`),
+post-training int8 is calibrated on 64 train images, the QAT model's int8 file
 (its trained ranges, no calibration images). Every file runs on LiteRT's
 XNNPACK kernels, as phones run it. Reported on the val split: top-1 of each,
 and QAT Keras vs its int8 file: images whose top-1 differs, mean logit
@@ -46,56 +46,48 @@ def smallest_size(name: str, size: int) -> int:
     return -(-size // multiple) * multiple
 
 
-def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, batch_size: int, lr: float,
+def run(name: str, size: int, epochs: int, qat_epochs: int, data_dir: str, out: Path, *, batch_size: int, lr: float,
         qat_lr: float) -> dict:
+    """The float and QAT runs of `edgevit finetune` and `edgevit qat`
+    (:mod:`edgevit.train.run`, their options as given), then the files."""
     import keras
 
+    from edgevit.data.folders import find_dataset
     from edgevit.data.stream import ImageStream
     from edgevit.export.convert import convert
     from edgevit.export.graph import describe
     from edgevit.litert.run_model import run_in_child
-    from edgevit.models.batchnorm import recalibrate_batchnorm
-    from edgevit.quantize.qat import calibrate, quantize_model
-    from edgevit.registry import create_model, get_spec
-    from edgevit.train.loop import TrainConfig, Trainer
+    from edgevit.registry import get_spec
     from edgevit.train.metrics import accuracy_report
+    from edgevit.train.run import Finetune, QuantizationAwareTraining, RunOptions
 
     keras.utils.set_random_seed(0)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    data = find_dataset(data_dir)
     pre = get_spec(name).preprocessing_at(size)
     train = ImageStream(data.train, pre)
     x_val, val_labels = ImageStream(data.val, pre).read_all(size)
     x_cal, _ = train.subset(np.random.default_rng(0).permutation(len(train))[:64]).read_all(size)
-    classes = len(data.classes)
 
     def top1(logits):
         return accuracy_report(np.asarray(logits), val_labels, data.classes)["top1"]
-
-    def val_metric(model):
-        return {"val_top1": top1(model.predict(x_val, batch_size=32, verbose=0))}
 
     def run_file(content: bytes, stem: str):
         path = out / f"{stem}.tflite"
         path.write_bytes(content)
         return run_in_child(path, x_val, num_threads=2)
 
-    model = create_model(name, num_classes=classes, input_size=size)
-    if any(type(layer).__name__ == "BatchNormalization" for layer in model.layers):
-        recalibrate_batchnorm(model, x_cal)
-    cfg = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, warmup_epochs=min(2.0, epochs / 10),
-                      checkpoint_dir=str(out / "float.ckpt"))
-    Trainer(model, lambda s: create_model(name, num_classes=classes, input_size=s), size, cfg).fit(train, val_metric)
-    model.save(out / "float.keras")
+    common = {"batch_size": batch_size, "input_size": size, "overwrite": True}
+    Finetune(RunOptions(name, data_dir, str(out / "float.keras"), epochs=epochs, lr=lr, **common)).execute()
+    model = keras.models.load_model(out / "float.keras")
     float_logits = model.predict(x_val, batch_size=32, verbose=0)
     ptq_logits = run_file(convert(model, "int8", x_cal, "int8"), "ptq_int8")
 
-    qat = quantize_model(model, input_range=pre.value_range)
-    calibrate(qat, x_cal)
-    calibrated_top1 = top1(qat.predict(x_val, batch_size=32, verbose=0))
-    qcfg = TrainConfig(epochs=qat_epochs, batch_size=batch_size, lr=qat_lr, checkpoint_dir=str(out / "qat.ckpt"))
-    Trainer(qat, None, size, qcfg).fit(train, val_metric)
-    qat.save(out / "qat.keras")
+    qat_run = QuantizationAwareTraining(RunOptions(str(out / "float.keras"), data_dir, str(out / "qat.keras"),
+                                                   epochs=qat_epochs, lr=qat_lr, **common))
+    calibrated_top1 = qat_run.execute()["qat_val_top1_calibrated"]
+    qat = qat_run.model
     qat_logits = qat.predict(x_val, batch_size=32, verbose=0)
     content = convert(qat, "int8", None, "int8")
     qat_int8_logits = run_file(content, "qat_int8")
@@ -105,7 +97,7 @@ def run(name: str, size: int, epochs: int, qat_epochs: int, data, out: Path, *, 
         "model": name, "input_size": size, "epochs": epochs, "qat_epochs": qat_epochs, "val_images": len(x_val),
         "top1": {"float": top1(float_logits), "ptq_int8": top1(ptq_logits), "qat_keras": top1(qat_logits),
                  "qat_int8": top1(qat_int8_logits)},
-        "qat_after_calibration_top1": calibrated_top1,
+        "qat_after_calibration_top1": calibrated_top1,  # the fake-quant model's, as `edgevit qat` reports it
         "qat_vs_int8": vs_file(qat_logits, qat_int8_logits),
         "qat_vs_int8_on": on_kernels,
         "qat_int8_float_ops": len(describe(content).float_ops()),
@@ -153,7 +145,7 @@ TABLE_HEADER = ("| model | input | epochs (float + QAT) | float top-1 | post-tra
 
 
 def main(argv=None) -> int:
-    from edgevit.cli.train import QAT_LR
+    from edgevit.train.run import QAT_LR
 
     root = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser()
@@ -169,23 +161,20 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="/tmp/edgevit-qat-hymenoptera")
     args = p.parse_args(argv)
 
-    from edgevit.data.folders import find_dataset
-
-    data = find_dataset(args.data)
     out = Path(args.out)
     if args.families:
         size, epochs, qat_epochs = args.size or 64, args.epochs or 6, args.qat_epochs or 2
         rows = []
         print(TABLE_HEADER, flush=True)
         for name in FAMILIES:
-            result = run(name, smallest_size(name, size), epochs, qat_epochs, data, out / name,
+            result = run(name, smallest_size(name, size), epochs, qat_epochs, args.data, out / name,
                          batch_size=args.batch_size, lr=args.lr, qat_lr=args.qat_lr)
             rows.append(result)
             print(table_row(result), flush=True)
         (out / "families.json").write_text(json.dumps(rows, indent=2))
         print(f"\n{TABLE_HEADER}\n" + "\n".join(table_row(r) for r in rows))
         return 0
-    result = run(args.model, args.size or 160, args.epochs or 30, args.qat_epochs or 10, data, out / args.model,
+    result = run(args.model, args.size or 160, args.epochs or 30, args.qat_epochs or 10, args.data, out / args.model,
                  batch_size=args.batch_size, lr=args.lr, qat_lr=args.qat_lr)
     print(f"\n{TABLE_HEADER}\n{table_row(result)}")
     print(json.dumps(result, indent=2))

@@ -76,3 +76,33 @@ def accuracy_report(logits: np.ndarray, labels: np.ndarray, classes: list[str]) 
     tally = AccuracyTally(classes)
     tally.add(logits, labels)
     return tally.report()
+
+
+class SegmentationTally:
+    """Per-pixel confusion of predicted and true classes, counted a batch at
+    a time (:meth:`add`); pixels whose mask holds ``ignore`` are left out.
+    Its report: mean IoU over the classes that occur (in the masks or the
+    predictions), per-class IoU and pixel accuracy."""
+
+    def __init__(self, classes: list[str], ignore: int = 255):
+        self.classes, self.ignore = classes, ignore
+        self.confusion = np.zeros((len(classes), len(classes)), np.int64)
+
+    def add(self, predicted: np.ndarray, masks: np.ndarray) -> None:
+        """``predicted`` and ``masks``: class indices of the same shape."""
+        predicted, masks = np.asarray(predicted).ravel(), np.asarray(masks).ravel()
+        counted = masks != self.ignore
+        n = len(self.classes)
+        self.confusion += np.bincount(masks[counted].astype(np.int64) * n + predicted[counted],
+                                      minlength=n * n).reshape(n, n)
+
+    def report(self) -> dict:
+        confusion = self.confusion
+        true, hits = confusion.sum(1), np.diag(confusion)
+        union = true + confusion.sum(0) - hits
+        iou = {c: round(float(hits[i] / union[i]), 4) for i, c in enumerate(self.classes) if union[i]}
+        pixels = int(confusion.sum())
+        return {"pixels": pixels,
+                "miou": round(float(np.mean(list(iou.values()))), 4) if iou else None,
+                "pixel_accuracy": round(float(hits.sum() / pixels), 4) if pixels else None,
+                "per_class_iou": iou}

@@ -1,0 +1,102 @@
+"""Segmentation datasets and masks (edgevit.data.masks), a mask travelling
+with its image, and the per-pixel metrics (mIoU)."""
+import numpy as np
+import pytest
+from PIL import Image
+
+from edgevit.data.decode import UnreadableImage
+from edgevit.data.masks import (MASK_COLOUR, MASK_DEPTH, MASK_INDEX, MASK_PALETTE, MASK_SIZE, VOC_CLASSES,
+                                find_segmentation_dataset, is_segmentation_folder, read_mask, voc_colour_map)
+from edgevit.errors import EdgevitError
+from edgevit.train.metrics import SegmentationTally
+
+
+def make_segmentation_folder(root, classes=("background", "square"), per_split=3, size=(48, 40)):
+    """Images with a bright square on a dark ground, masks of the square (class 1) with a 255 border."""
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "classes.txt").write_text("\n".join(classes) + "\n")
+    for split in ("train", "val"):
+        (root / split / "images").mkdir(parents=True)
+        (root / split / "masks").mkdir(parents=True)
+        for i in range(per_split):
+            w, h = size
+            x0, y0 = rng.integers(0, w // 2), rng.integers(0, h // 2)
+            image = rng.integers(0, 60, (h, w, 3)).astype(np.uint8)
+            image[y0:y0 + h // 2, x0:x0 + w // 2] += 150
+            mask = np.zeros((h, w), np.uint8)
+            mask[y0:y0 + h // 2, x0:x0 + w // 2] = 1
+            mask[y0, x0:x0 + w // 2] = 255
+            Image.fromarray(image).save(root / split / "images" / f"{i}.jpg")
+            Image.fromarray(mask, "L").save(root / split / "masks" / f"{i}.png")
+    return root
+
+
+def test_both_layouts_pair_images_with_masks(tmp_path):
+    folder = make_segmentation_folder(tmp_path / "shapes")
+    assert is_segmentation_folder(folder)
+    ds = find_segmentation_dataset(folder)
+    assert ds.classes == ["background", "square"] and len(ds.train.files) == 3 and len(ds.val.masks) == 3
+    assert all(m.endswith(f"{i}.png") for i, m in enumerate(ds.train.masks))
+    voc = tmp_path / "VOC2012"
+    for sub in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+        (voc / sub).mkdir(parents=True)
+    for split, stems in (("train", ["2007_000032", "2007_000039"]), ("val", ["2007_000033"])):
+        (voc / "ImageSets" / "Segmentation" / f"{split}.txt").write_text("\n".join(stems) + "\n")
+        for stem in stems:
+            Image.new("RGB", (20, 10)).save(voc / "JPEGImages" / f"{stem}.jpg")
+            Image.new("P", (20, 10)).save(voc / "SegmentationClass" / f"{stem}.png")
+    ds = find_segmentation_dataset(voc)
+    assert ds.classes == list(VOC_CLASSES) and len(ds.train.files) == 2 and ds.val.files[0].endswith("33.jpg")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda root: (root / "train" / "masks" / "1.png").unlink(), "have no mask"),
+    (lambda root: (root / "classes.txt").write_text("background\nsquare\nbackground\n"), "names 'background' twice"),
+    (lambda root: (root / "classes.txt").write_text("background\n"), "at least two"),
+    (lambda root: (root / "classes.txt").unlink(), "has no classes.txt"),
+])
+def test_unusable_segmentation_folders_are_one_error_naming_the_file(tmp_path, change, message):
+    folder = make_segmentation_folder(tmp_path / "shapes")
+    change(folder)
+    with pytest.raises(EdgevitError, match=message):
+        find_segmentation_dataset(folder)
+
+
+def test_masks_that_cannot_serve_are_refused_with_their_reason(tmp_path):
+    indices = np.zeros((10, 20), np.uint8)
+    indices[2:5, 3:9] = 1
+    indices[0] = 255
+    cases = {
+        "gray.png": (Image.fromarray(indices, "L"), None),
+        "voc.png": (Image.fromarray(indices, "P"), voc_colour_map()),
+        "wrong_size.png": (Image.fromarray(indices[:, :15], "L"), MASK_SIZE),
+        "index.png": (Image.fromarray(indices * 3, "L"), MASK_INDEX),
+        "deep.png": (Image.fromarray(indices.astype(np.uint16) * 300), MASK_DEPTH),
+        "colour.png": (Image.fromarray(np.stack([indices * 100] * 3, -1)), MASK_COLOUR),
+        "lying.png": (Image.fromarray(indices, "P"), np.roll(voc_colour_map(), 5, axis=0)),
+    }
+    for name, (mask, expected) in cases.items():
+        if name in ("voc.png", "lying.png"):
+            mask.putpalette(expected.ravel().tolist())
+            expected = None if name == "voc.png" else MASK_PALETTE
+        mask.save(tmp_path / name)
+        if expected is None:
+            np.testing.assert_array_equal(np.asarray(read_mask(tmp_path / name, (20, 10), 2)), indices)
+        else:
+            with pytest.raises(UnreadableImage) as caught:
+                read_mask(tmp_path / name, (20, 10), 2)
+            assert caught.value.reason == expected, name
+
+
+def test_miou_counts_pixels_a_batch_at_a_time_and_ignores_255():
+    tally = SegmentationTally(["background", "a", "b"])
+    masks = np.array([[[0, 0, 1, 1], [0, 255, 1, 2]]])
+    predicted = np.array([[[0, 1, 1, 1], [0, 2, 1, 2]]])
+    tally.add(predicted[:, :1], masks[:, :1])
+    tally.add(predicted[:, 1:], masks[:, 1:])
+    report = tally.report()
+    assert report["pixels"] == 7 and report["pixel_accuracy"] == round(6 / 7, 4)
+    # background: 2 hits of 3 (true 2, predicted 2, union 3); a: 3 of 4; b: 1 of 1
+    assert report["per_class_iou"] == {"background": round(2 / 3, 4), "a": 0.75, "b": 1.0}
+    assert report["miou"] == round((2 / 3 + 0.75 + 1.0) / 3, 4)
