@@ -100,3 +100,27 @@ def test_miou_counts_pixels_a_batch_at_a_time_and_ignores_255():
     # background: 2 hits of 3 (true 2, predicted 2, union 3); a: 3 of 4; b: 1 of 1
     assert report["per_class_iou"] == {"background": round(2 / 3, 4), "a": 0.75, "b": 1.0}
     assert report["miou"] == round((2 / 3 + 0.75 + 1.0) / 3, 4)
+
+
+def test_a_mask_file_is_read_and_placed_with_its_image(tmp_path):
+    """Training and evaluation transforms place the mask where they place
+    its image: the bright square's pixels are the mask's class-1 pixels."""
+    from edgevit.data.masks import MaskFile
+    from edgevit.data.transforms import transform
+    from edgevit.registry import Preprocessing
+
+    folder = make_segmentation_folder(tmp_path / "shapes", size=(96, 80))
+    ds = find_segmentation_dataset(folder)
+    pre = Preprocessing(32, 36, "bilinear")
+    for place, draws in ((transform(pre, 32), None), (transform(pre, 32, is_training=True), [0.9, 0.2, 0.7, 0.1]),
+                         (transform(pre, 32, is_training=True), [0.5, 0.5, 0.5, 0.9])):
+        for image, mask in zip(ds.train.files, ds.train.masks):
+            pixels, placed = place(image, MaskFile(mask, 2), draws)
+            assert placed.shape == (32, 32) and set(np.unique(placed)) <= {0, 1, 255}
+            bright = pixels.mean(-1) > 140
+            inside = placed == 1
+            if inside.sum() > 20:  # away from the square's edges the two agree
+                assert bright[inside].mean() > 0.8 and (~bright[placed == 0]).mean() > 0.9
+    Image.new("L", (5, 5)).save(tmp_path / "small.png")
+    with pytest.raises(UnreadableImage, match="differs from its image"):
+        transform(pre, 32)(ds.train.files[0], MaskFile(str(tmp_path / "small.png"), 2))

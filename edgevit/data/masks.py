@@ -55,6 +55,14 @@ class MaskSplit:
     masks: list[str]
 
 
+@dataclass(frozen=True)
+class MaskFile:
+    """A mask as the target of its image: read (:func:`read_mask`) when the
+    image is, against the image's size."""
+    path: str
+    classes: int
+
+
 @dataclass
 class SegmentationFolder:
     root: str

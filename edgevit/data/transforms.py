@@ -41,6 +41,7 @@ from PIL import Image
 
 from edgevit.data.decode import open_rgb
 from edgevit.data.jpeg_header import read_jpeg_header
+from edgevit.data.masks import MaskFile, read_mask
 from edgevit.registry import Preprocessing
 
 PIL_FILTERS = {
@@ -203,10 +204,11 @@ class Transform:
         """(uint8 [size, size, 3] pixels, target placed with them) of the file
         at ``path``; :class:`~edgevit.data.decode.UnreadableImage` when it
         cannot be read. A target is a class label (unchanged), a mask
-        (a PIL image of the image's size: placed with the nearest filter,
-        returned as a uint8 array) or boxes ([N, 4] array: moved, clipped)."""
+        (a PIL image of the image's size, or a :class:`MaskFile` read here:
+        placed with the nearest filter, returned as a uint8 array) or boxes
+        ([N, 4] array: moved, clipped)."""
         # a mask or boxes are in the pixels of the whole image: decoded at full scale with them
-        label_only = target is None or np.ndim(target) == 0
+        label_only = target is None or isinstance(target, (int, np.integer))
         img = open_rgb(path, self.draft_size(draws) if draws is not None and label_only else None)
         placement = self.placement(img.size, draws)
         pixels = np.asarray(placement.apply(img, self._image_filter()), np.uint8)
@@ -217,6 +219,8 @@ class Transform:
 
     @staticmethod
     def _placed_target(target, placement: Placement, image_size: tuple[int, int]):
+        if isinstance(target, MaskFile):
+            target = read_mask(target.path, image_size, target.classes)
         if isinstance(target, Image.Image):
             if target.size != image_size:
                 raise ValueError(f"a mask of {target.size[0]}x{target.size[1]} for an image of "
