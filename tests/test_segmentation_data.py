@@ -124,3 +124,26 @@ def test_a_mask_file_is_read_and_placed_with_its_image(tmp_path):
     Image.new("L", (5, 5)).save(tmp_path / "small.png")
     with pytest.raises(UnreadableImage, match="differs from its image"):
         transform(pre, 32)(ds.train.files[0], MaskFile(str(tmp_path / "small.png"), 2))
+
+
+def test_the_stream_carries_masks_in_the_one_batch_shape(tmp_path):
+    """Training and evaluation batches of a segmentation folder: uint8
+    pixels, uint8 masks of the input's size, and which places are real; a
+    mask that cannot serve leaves its image out, counted by its reason."""
+    from edgevit.data.stream import ImageStream, plan_epoch
+    from edgevit.registry import Preprocessing
+
+    folder = make_segmentation_folder(tmp_path / "shapes", per_split=4, size=(64, 48))
+    Image.new("L", (10, 10)).save(folder / "train" / "masks" / "3.png")  # does not fit its image
+    ds = find_segmentation_dataset(folder)
+    stream = ImageStream(ds.train, Preprocessing(32, 32))
+    plan = plan_epoch(len(stream), 4, 1, 32, [], np.random.default_rng(0))
+    (pixels, masks, real), = list(stream.training_dataset(plan, 0))
+    assert pixels.shape == (4, 32, 32, 3) and masks.shape == (4, 32, 32) and masks.dtype == "uint8"
+    assert real.numpy().all()  # the unfit mask's place went to another image
+    assert set(np.unique(masks.numpy())) <= {0, 1, 255}
+    assert stream.tally.counts() == {MASK_SIZE: 1}
+    batches = list(stream.evaluation_dataset(32, batch_size=4))
+    assert [b[2].numpy().tolist() for b in batches] == [[True, True, True, False]]
+    inputs, targets = next(stream.batches(32))
+    assert inputs.shape == (3, 32, 32, 3) and inputs.dtype == np.float32 and targets.shape == (3, 32, 32)

@@ -50,9 +50,10 @@ MASK_PALETTE = ("a palette mask whose palette is neither VOC's colour map nor a 
 
 @dataclass
 class MaskSplit:
-    """The images of a split and their masks, in the same order."""
+    """The images of a split and their masks, in the same order, of ``classes`` classes."""
     files: list[str]
     masks: list[str]
+    classes: int
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def read_classes(path: Path) -> list[str]:
     return names
 
 
-def _paired(images_dir: Path, masks_dir: Path) -> MaskSplit:
+def _paired(images_dir: Path, masks_dir: Path, classes: int) -> MaskSplit:
     """The images of ``images_dir`` with the same-stem PNGs of ``masks_dir``;
     an error naming the images without a mask."""
     images = sorted(p for p in images_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES
@@ -129,10 +130,10 @@ def _paired(images_dir: Path, masks_dir: Path) -> MaskSplit:
     if alone:
         raise EdgevitError(f"{len(alone)} image(s) of {images_dir} have no mask {masks_dir}/<same name>.png: "
                            f"{', '.join(alone[:3])}{' ...' if len(alone) > 3 else ''}.")
-    return MaskSplit([str(p) for p in images], [str(masks[p.stem]) for p in images])
+    return MaskSplit([str(p) for p in images], [str(masks[p.stem]) for p in images], classes)
 
 
-def _voc_split(root: Path, name: str) -> MaskSplit:
+def _voc_split(root: Path, name: str, classes: int) -> MaskSplit:
     listed = root / "ImageSets" / "Segmentation" / f"{name}.txt"
     try:
         stems = [line.strip() for line in listed.read_text().splitlines() if line.strip()]
@@ -147,7 +148,7 @@ def _voc_split(root: Path, name: str) -> MaskSplit:
         masks.append(str(mask))
     if not files:
         raise EdgevitError(f"{listed} lists no images.")
-    return MaskSplit(files, masks)
+    return MaskSplit(files, masks, classes)
 
 
 def is_segmentation_folder(root: str | os.PathLike) -> bool:
@@ -164,13 +165,14 @@ def find_segmentation_dataset(root: str | os.PathLike) -> SegmentationFolder:
     classes_file = root / "classes.txt"
     if (root / "SegmentationClass").is_dir():
         classes = read_classes(classes_file) if classes_file.exists() else list(VOC_CLASSES)
-        return SegmentationFolder(str(root), classes, _voc_split(root, "train"), _voc_split(root, "val"),
+        return SegmentationFolder(str(root), classes, _voc_split(root, "train", len(classes)),
+                                  _voc_split(root, "val", len(classes)),
                                   "VOC devkit (ImageSets/Segmentation)")
     if not classes_file.is_file():
         raise EdgevitError(f"Dataset folder {str(root)!r} has no classes.txt: a segmentation folder names its "
                            "classes there, one a line (or is a VOC devkit folder with SegmentationClass/).")
     classes = read_classes(classes_file)
-    splits = [_paired(root / split / "images", root / split / "masks") for split in ("train", "val")]
+    splits = [_paired(root / split / "images", root / split / "masks", len(classes)) for split in ("train", "val")]
     return SegmentationFolder(str(root), classes, *splits, "train/ and val/ with images/ and masks/")
 
 

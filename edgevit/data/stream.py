@@ -39,6 +39,8 @@ import numpy as np
 
 from edgevit.data.decode import UnreadableImage, UnreadableTally
 from edgevit.data.folders import Split
+from edgevit.data.masks import MaskSplit
+from edgevit.data.targets import targets_of
 from edgevit.data.transforms import crop_draws, normalise, tensorflow_box, tensorflow_crop, transform
 from edgevit.registry import Preprocessing
 
@@ -104,8 +106,8 @@ class ImageStream:
     transforms of ``pre``. Unreadable files are counted in ``tally``
     (shared by the streams of a run)."""
 
-    def __init__(self, split: Split, pre: Preprocessing, tally: UnreadableTally | None = None):
-        self.files, self.labels = split.files, np.asarray(split.labels, np.int64)
+    def __init__(self, split: Split | MaskSplit, pre: Preprocessing, tally: UnreadableTally | None = None):
+        self.files, self.targets = split.files, targets_of(split)
         self.pre = pre
         self.tally = tally if tally is not None else UnreadableTally()
 
@@ -113,14 +115,15 @@ class ImageStream:
         return len(self.files)
 
     def subset(self, indices) -> ImageStream:
-        return ImageStream(Split([self.files[i] for i in indices], self.labels[np.asarray(indices, np.int64)]),
-                           self.pre, self.tally)
+        stream = ImageStream(Split([self.files[i] for i in indices], []), self.pre, self.tally)
+        stream.targets = self.targets.subset(indices)
+        return stream
 
     # -- a batch, in a pipeline thread -----------------------------------------------------------
     def _placed(self, index: int, place, draws=None):
         """(pixels, target) of image ``index``, or None when it cannot be read (counted)."""
         try:
-            return place(self.files[index], self.labels[index], draws)
+            return place(self.files[index], self.targets[index], draws)
         except UnreadableImage as err:
             self.tally.add(err)
             return None
@@ -133,14 +136,16 @@ class ImageStream:
         place = transform(self.pre, int(size), is_training=True)
         paths, boxes, labels, by_tensorflow = [], [], [], []
         for index, draw in zip(indices, draws):
-            box = tensorflow_box(self.files[int(index)], place.placement, draw)
+            # a mask is Pillow's to read and place with its image
+            box = tensorflow_box(self.files[int(index)], place.placement, draw) if self.targets.label_only else None
             by_tensorflow.append(box is not None)
             if box is not None:
                 paths.append(self.files[int(index)].encode("utf-8", "surrogateescape"))
                 boxes.append(box)
-                labels.append(self.labels[int(index)])
+                labels.append(self.targets[int(index)])
         return (np.asarray(paths, object).reshape(-1), np.asarray(boxes, np.int32).reshape(-1, 5),
-                np.asarray(labels, np.int64).reshape(-1), np.asarray(by_tensorflow, bool))
+                np.asarray(labels, self.targets.dtype).reshape(-1, *self.targets.batch_shape(int(size))[1:]),
+                np.asarray(by_tensorflow, bool))
 
     def _training_batch(self, indices, draws, size):
         """Pillow's training crops of a batch's images (an unreadable one's
@@ -156,8 +161,8 @@ class ImageStream:
                     images.append((*placed, True))
                     break
             else:
-                images.append((np.zeros((size, size, 3), np.uint8), self.labels[int(index)], False))
-        return _stacked(images, size)
+                images.append((np.zeros((size, size, 3), np.uint8), self.targets.empty(size), False))
+        return self._stacked(images, size)
 
     def _evaluation_batch(self, indices, size):
         place, size = transform(self.pre, int(size)), int(size)
@@ -165,8 +170,30 @@ class ImageStream:
         for index in indices:
             placed = self._placed(int(index), place) if index >= 0 else None  # -1: a place padding a shard
             images.append((*placed, True) if placed is not None else
-                          (np.zeros((size, size, 3), np.uint8), np.int64(0), False))
-        return _stacked(images, size)
+                          (np.zeros((size, size, 3), np.uint8), self.targets.empty(size), False))
+        return self._stacked(images, size)
+
+    def _stacked(self, images: list, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pixels [N, size, size, 3], targets, readable [N]) of a batch's images."""
+        if not images:
+            return (np.zeros((0, size, size, 3), np.uint8),
+                    np.zeros([0, *self.targets.batch_shape(size)[1:]], self.targets.dtype), np.zeros(0, bool))
+        pixels, targets, ok = zip(*images)
+        return np.stack(pixels), np.stack(targets).astype(self.targets.dtype), np.asarray(ok, bool)
+
+    def _outputs(self, outputs, size=None):
+        """A batch ``tf.numpy_function``'s outputs with their shapes (``size``:
+        the pixels' side where it is fixed)."""
+        pixels, targets, ok = outputs
+        pixels.set_shape([None, size, size, 3])
+        targets.set_shape(self.targets.batch_shape(size))
+        ok.set_shape([None])
+        return pixels, targets, ok
+
+    def _target_type(self):
+        import tensorflow as tf
+
+        return tf.as_dtype(self.targets.dtype)
 
     # -- datasets ---------------------------------------------------------------------------------
     def training_dataset(self, plan: EpochPlan, epoch_seed: int, pipeline: int = 0, local_replicas: int = 1):
@@ -189,11 +216,13 @@ class ImageStream:
             return (tf.random.experimental.index_shuffle(position % samples, order, samples - 1),
                     crop_draws(epoch_seed, position))
 
+        target_type = self._target_type()
+
         def batch(start, count, size):
             indices, draws = tf.map_fn(image_draws, start + tf.range(count),
                                        fn_output_signature=(tf.int64, tf.float64))
             paths, boxes, tf_labels, by_tensorflow = tf.numpy_function(
-                self._routes, [indices, draws, size], [tf.string, tf.int32, tf.int64, tf.bool], stateful=False)
+                self._routes, [indices, draws, size], [tf.string, tf.int32, target_type, tf.bool], stateful=False)
             boxes.set_shape([None, 5])
             decoded = tf.cond(  # map_fn cannot stack no image of an unknown size
                 tf.size(paths) > 0,
@@ -201,12 +230,13 @@ class ImageStream:
                                   (paths, boxes), fn_output_signature=tf.TensorSpec([None, None, 3], tf.uint8)),
                 lambda: tf.zeros(tf.stack([0, size, size, 3]), tf.uint8))
             others = tf.where(tf.logical_not(by_tensorflow))[:, 0]
-            pixels, labels, real = _batch_outputs(tf.cond(  # Python only when some image needs Pillow
+            pixels, labels, real = self._outputs(tf.cond(  # Python only when some image needs Pillow
                 tf.size(others) > 0,
                 lambda: tf.numpy_function(self._training_batch, [tf.gather(indices, others),
                                                                  tf.gather(draws, others), size],
-                                          [tf.uint8, tf.int64, tf.bool], stateful=False),
-                lambda: [tf.zeros(tf.stack([0, size, size, 3]), tf.uint8), tf.zeros([0], tf.int64),
+                                          [tf.uint8, target_type, tf.bool], stateful=False),
+                lambda: [tf.zeros(tf.stack([0, size, size, 3]), tf.uint8), tf.zeros(tf.stack(
+                    [0, *([size, size] if not self.targets.label_only else [])]), target_type),
                          tf.zeros([0], tf.bool)]))
             mine = tf.cast(tf.where(by_tensorflow)[:, 0], tf.int32)
             theirs = tf.cast(others, tf.int32)
@@ -226,8 +256,8 @@ class ImageStream:
         import tensorflow as tf
 
         def batch(indices):
-            return _batch_outputs(tf.numpy_function(self._evaluation_batch, [indices, size],
-                                                    [tf.uint8, tf.int64, tf.bool], stateful=False), size)
+            return self._outputs(tf.numpy_function(self._evaluation_batch, [indices, size],
+                                                   [tf.uint8, self._target_type(), tf.bool], stateful=False), size)
 
         ds = tf.data.Dataset.range(len(self.files)).shard(pipelines, pipeline)
         if length is not None:
@@ -236,7 +266,7 @@ class ImageStream:
         return ds.batch(batch_size).map(batch, num_parallel_calls=parallel_calls()).prefetch(tf.data.AUTOTUNE)
 
     def batches(self, size: int, batch_size: int = BATCH_SIZE):
-        """(normalised inputs, labels) of the readable images as numpy, a
+        """(normalised inputs, targets) of the readable images as numpy, a
         batch at a time: what calibration, BatchNorm estimation and
         evaluation read."""
         for pixels, labels, real in self.evaluation_dataset(size, batch_size):
@@ -249,21 +279,3 @@ class ImageStream:
         sets of tests and benchmarks."""
         read = list(self.batches(size))
         return np.concatenate([x for x, _ in read]), np.concatenate([y for _, y in read])
-
-
-def _stacked(images: list, size) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pixels [N, size, size, 3], labels [N], readable [N]) of a batch's images."""
-    if not images:
-        return np.zeros((0, int(size), int(size), 3), np.uint8), np.zeros(0, np.int64), np.zeros(0, bool)
-    pixels, labels, ok = zip(*images)
-    return np.stack(pixels), np.asarray(labels, np.int64), np.asarray(ok, bool)
-
-
-def _batch_outputs(outputs, size=None):
-    """A batch ``tf.numpy_function``'s outputs with their shapes (``size``:
-    the pixels' side where it is fixed)."""
-    pixels, labels, ok = outputs
-    pixels.set_shape([None, size, size, 3])
-    labels.set_shape([None])
-    ok.set_shape([None])
-    return pixels, labels, ok
