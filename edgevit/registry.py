@@ -149,6 +149,11 @@ class ModelSpec:
     # the largest variants, see edgevit.info).
     parameters: int | None = None
     macs: int | None = None
+    # What the model's output is: "classification" (logits [B, classes]) or
+    # "segmentation" (logits [B, H / stride, W / stride, classes], NHWC).
+    task: str = "classification"
+    # Classes of a model built without ``num_classes``, and of its official weights.
+    num_classes: int = 1000
 
     def preprocessing_at(self, input_size: int | None) -> Preprocessing:
         if input_size is None or input_size == self.preprocessing.input_size:
@@ -157,6 +162,7 @@ class ModelSpec:
 
 
 CATALOG = Path(__file__).with_name("data") / "models.json"
+TASKS = ("classification", "segmentation")
 
 # Every variant as the catalog describes it, read on first use.
 _REGISTRY: dict[str, ModelSpec] = {}
@@ -175,13 +181,18 @@ def builder_options(family_builder: Callable) -> tuple[str, ...]:
 def register_model(*, family: str, default_input_size: int, preprocessing: Preprocessing,
                    input_size_multiple: int = 32, reference: str = "",
                    checkpoint_formats: tuple[str, ...] = (), options: tuple[str, ...] = (),
-                   pretrained: PretrainedTable | None = None, mixed_float_layers: tuple[str, ...] = ()):
+                   pretrained: PretrainedTable | None = None, mixed_float_layers: tuple[str, ...] = (),
+                   task: str = "classification", num_classes: int = 1000):
     """Register the decorated builder ``fn(num_classes, input_size, **options)
     -> keras.Model`` under its function name; ``options`` names the keyword
     arguments it accepts (see :func:`builder_options`). ``pretrained`` is the
     family's table of official ImageNet weights by variant name (one line
     per variant, as timm's ``default_cfgs``), read by ``weights="imagenet"``;
-    ``mixed_float_layers`` the layer names whose ops int8_mixed keeps in float."""
+    ``mixed_float_layers`` the layer names whose ops int8_mixed keeps in float;
+    ``task`` one of ``TASKS``; ``num_classes`` the classes of the official
+    weights (the builder's default)."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
 
     def decorator(fn):
         name = fn.__name__
@@ -191,7 +202,8 @@ def register_model(*, family: str, default_input_size: int, preprocessing: Prepr
             name=name, family=family, builder=fn, default_input_size=default_input_size,
             preprocessing=preprocessing, input_size_multiple=input_size_multiple,
             reference=reference, checkpoint_formats=checkpoint_formats, options=tuple(options),
-            pretrained=(pretrained or {}).get(name), mixed_float_layers=tuple(mixed_float_layers))
+            pretrained=(pretrained or {}).get(name), mixed_float_layers=tuple(mixed_float_layers), task=task,
+            num_classes=num_classes)
         return fn
 
     return decorator
@@ -217,6 +229,11 @@ def catalog_entry(spec: ModelSpec) -> dict:
              "input_size_multiple": spec.input_size_multiple, "preprocessing": asdict(spec.preprocessing),
              "reference": spec.reference, "checkpoint_formats": list(spec.checkpoint_formats),
              "options": list(spec.options), "mixed_float_layers": list(spec.mixed_float_layers)}
+    # ImageNet classifiers' entries say nothing of either, as before segmenters existed
+    if spec.task != "classification":
+        entry["task"] = spec.task
+    if spec.num_classes != 1000:
+        entry["num_classes"] = spec.num_classes
     if isinstance(spec.pretrained, Pretrained):
         entry["pretrained"] = asdict(spec.pretrained)
     elif isinstance(spec.pretrained, Unpublished):
@@ -235,7 +252,8 @@ def _spec_of_entry(name: str, entry: dict) -> ModelSpec:
                      input_size_multiple=entry["input_size_multiple"], reference=entry["reference"],
                      checkpoint_formats=tuple(entry["checkpoint_formats"]), options=tuple(entry["options"]),
                      pretrained=pretrained, mixed_float_layers=tuple(entry["mixed_float_layers"]),
-                     parameters=entry["parameters"], macs=entry["macs"])
+                     parameters=entry["parameters"], macs=entry["macs"],
+                     task=entry.get("task", "classification"), num_classes=entry.get("num_classes", 1000))
 
 
 def read_catalog(path: Path = CATALOG) -> dict[str, dict]:
@@ -299,10 +317,12 @@ def check_options(spec: ModelSpec, options: dict) -> None:
             raise EdgevitError(f"{spec.name}: {key} must be a probability in [0, 1), got {value!r}.")
 
 
-def create_model(name: str, num_classes: int = 1000, input_size: int | None = None,
+def create_model(name: str, num_classes: int | None = None, input_size: int | None = None,
                  weights: str | None = None, **options):
     """Build a registered model as a Keras functional model with a static
-    ``input_size x input_size x 3`` input.
+    ``input_size x input_size x 3`` input and ``num_classes`` classes (by
+    default the variant's: 1000 ImageNet classes for the classifiers, 21
+    PASCAL VOC classes for the segmenters).
 
     ``weights`` is a Keras weights file (``.weights.h5``), a ``.keras`` file
     of the same architecture, or ``"imagenet"``: the official ImageNet
@@ -317,6 +337,7 @@ def create_model(name: str, num_classes: int = 1000, input_size: int | None = No
     """
     spec = get_spec(name)
     input_size = spec.default_input_size if input_size is None else int(input_size)
+    num_classes = spec.num_classes if num_classes is None else num_classes
     check_input_size(spec, input_size)
     if num_classes < 1:
         raise EdgevitError(f"--num-classes must be at least 1, got {num_classes}.")
