@@ -357,3 +357,14 @@ def create_model(name: str, num_classes: int | None = None, input_size: int | No
 
         load_weights_into(model, weights)
     return model
+
+
+def create_features(name: str, input_size: int | None = None, output_stride: int = 32, weights: str | None = None):
+    """The feature maps of a MobileViT backbone (timm's ``features_only``):
+    a Keras model whose outputs are layers 3, 4 and 5 at strides 8, 16 and 32,
+    capped at ``output_stride`` (16 or 8 dilate the later layers instead);
+    ``weights`` are the classifier's. ``edgevit.models.features.feature_info``
+    gives each output's stride and channels."""
+    from edgevit.models.features import create_features as create
+
+    return create(name, input_size=input_size, output_stride=output_stride, weights=weights)

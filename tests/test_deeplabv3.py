@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 import edgevit
+from edgevit.errors import EdgevitError
 from edgevit.info import count_params
+from edgevit.models.common import image_input
 from edgevit.models.deeplabv3 import CONFIGS
+from edgevit.models.features import feature_info
 from edgevit.models.mobilevit import downsampling, mobilevit_features
 from edgevit.models.mobilevit_v2 import mobilevit_v2_features
-from edgevit.models.common import image_input
 from edgevit.registry import get_spec
 
 # Trainable parameters of transformers' releases (21 VOC classes): the v1
@@ -98,6 +100,21 @@ def test_feature_maps_strides_channels_and_dilations(features, name, output_stri
     # same layers, same weights: a classifier's ImageNet weights fill the backbone by name
     shapes = {w.path: tuple(w.shape) for w in classifier.weights}
     assert all(shapes[w.path] == tuple(w.shape) for w in model.weights)
+
+
+def test_create_features_as_timm_features_only(tmp_path):
+    classifier = edgevit.create_model("mobilevit_v2_050", input_size=64)
+    path = tmp_path / "classifier.weights.h5"
+    classifier.save_weights(path)
+    model = edgevit.create_features("mobilevit_v2_050", input_size=64, output_stride=16, weights=str(path))
+    assert feature_info(model) == [{"reduction": 8, "channels": 128}, {"reduction": 16, "channels": 192},
+                                   {"reduction": 16, "channels": 256}]
+    values = {w.path: w.numpy() for w in classifier.weights}
+    assert all(np.array_equal(values[w.path], w.numpy()) for w in model.weights)
+    with pytest.raises(EdgevitError, match="features API"):
+        edgevit.create_features(edgevit.list_models("deit*")[0], input_size=64)
+    with pytest.raises(EdgevitError, match="output_stride"):
+        edgevit.create_features("mobilevit_v1_xxs", input_size=64, output_stride=4)
 
 
 def test_backbone_takes_the_classifier_weights_by_name():
