@@ -14,8 +14,10 @@ A ``MobileViTConvLayer`` holds ``convolution`` and ``normalization``.
 
 v1 projects query, key and value separately; edgevit's attention has one
 ``qkv`` projection ordered (q|k|v), so the importer reads the three as one
-tensor (``merged``). The releases were trained on BGR images (their image
-processor flips the channels): the stem takes RGB after import.
+tensor (``merged``). The v1 releases were trained on BGR images (ml-cvnets
+v0.1 read them with OpenCV; transformers' image processor flips the
+channels): their stem takes RGB after import. ml-cvnets v0.2, which trained
+the v2 release, reads images with PIL: RGB.
 """
 from __future__ import annotations
 
@@ -102,8 +104,7 @@ register(Importer("huggingface", "deeplabv3_mobilevit_v1", lambda model: V1_RULE
                   notes="MobileViTForSemanticSegmentation (apple/deeplabv3-mobilevit-*)",
                   channel_order=lambda model: "BGR", merged=fuse_qkv))
 register(Importer("huggingface", "deeplabv3_mobilevit_v2", lambda model: V2_RULES, reference=TRANSFORMERS, head=HEAD,
-                  notes="MobileViTV2ForSemanticSegmentation (apple/mobilevitv2-1.0-voc-deeplabv3)",
-                  channel_order=lambda model: "BGR"))
+                  notes="MobileViTV2ForSemanticSegmentation (apple/mobilevitv2-1.0-voc-deeplabv3)"))
 
 # edgevit variant -> transformers config arguments (the tests build the reference with them)
 HF_CONFIGS = {

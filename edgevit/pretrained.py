@@ -89,7 +89,7 @@ def random_init_hint(spec: ModelSpec, precision: str) -> str:
     if isinstance(entry, Pretrained):
         flag = "--" + precision.replace("_", "-")
         return (f"The weights are random: this file classifies nothing. Official ImageNet weights: "
-                f"`edgevit convert {flag} {spec.name} --weights imagenet` ({entry.tag}, top-1 {entry.top1}%, "
+                f"`edgevit convert {flag} {spec.name} --weights imagenet` ({entry.tag}, {entry.metric} {entry.top1}%, "
                 f"licence: {entry.licence}); {own}.")
     reason = f" ({entry.reason})" if isinstance(entry, Unpublished) else ""
     return (f"The weights are random: this file classifies nothing. {spec.name} has no official ImageNet "

@@ -60,6 +60,9 @@ class Preprocessing:
         return d
 
 
+TOP1, VOC_MIOU = "top-1", "VOC mIoU"
+
+
 @dataclass(frozen=True)
 class Pretrained:
     """Where a variant's official ImageNet weights live (``weights="imagenet"``).
@@ -71,7 +74,8 @@ class Pretrained:
     checkpoint). ``naming`` is the importer that reads it (``timm``,
     ``cvnets``, ``huggingface``). ``top1`` is the ImageNet-1k top-1 the
     publisher reports for this file, measured with the variant's registered
-    preprocessing. ``channel_order`` is what the checkpoint was trained on:
+    preprocessing (a segmenter's: the PASCAL VOC 2012 val mIoU, as
+    ``metric`` says). ``channel_order`` is what the checkpoint was trained on:
     a "BGR" one gets its stem convolution's input channels reversed at
     import, so every edgevit model takes RGB. ``sha256`` pins the file; Hub
     files without it are checked against the Hub's own LFS sha256.
@@ -86,6 +90,7 @@ class Pretrained:
     licence: str
     channel_order: str = "RGB"
     sha256: str | None = None
+    metric: str = TOP1
 
     @property
     def where(self) -> str:
@@ -95,8 +100,10 @@ class Pretrained:
         return self.location + (f" ({self.file})" if self.file else "")
 
     def to_dict(self) -> dict:
-        return {"tag": self.tag, "source": self.where, "naming": self.naming, "top1": self.top1,
-                "licence": self.licence, "checkpoint_channel_order": self.channel_order, "sha256": self.sha256}
+        d = {"tag": self.tag, "source": self.where, "naming": self.naming, "top1": self.top1,
+             "licence": self.licence, "checkpoint_channel_order": self.channel_order, "sha256": self.sha256}
+        # the ``top1`` key holds a segmenter's mIoU: ``metric`` says so
+        return d if self.metric == TOP1 else {**d, "metric": self.metric}
 
 
 @dataclass(frozen=True)
@@ -115,9 +122,10 @@ def timm_weights(tag: str, top1: float, licence: str, *, file: str = "model.safe
     return Pretrained(tag, "hub", f"timm/{tag}", file, "timm", top1, licence)
 
 
-def hub_weights(repo: str, file: str, top1: float, licence: str, *, naming: str) -> Pretrained:
+def hub_weights(repo: str, file: str, top1: float, licence: str, *, naming: str, channel_order: str = "RGB",
+                metric: str = TOP1) -> Pretrained:
     """A Hub repository that is not timm's (e.g. ``microsoft/cvt-13``)."""
-    return Pretrained(repo, "hub", repo, file, naming, top1, licence)
+    return Pretrained(repo, "hub", repo, file, naming, top1, licence, channel_order, metric=metric)
 
 
 def url_weights(url: str, member: str, top1: float, licence: str, *, tag: str, naming: str,
@@ -236,6 +244,8 @@ def catalog_entry(spec: ModelSpec) -> dict:
         entry["num_classes"] = spec.num_classes
     if isinstance(spec.pretrained, Pretrained):
         entry["pretrained"] = asdict(spec.pretrained)
+        if spec.pretrained.metric == TOP1:  # the classifiers' lines as before segmenters
+            del entry["pretrained"]["metric"]
     elif isinstance(spec.pretrained, Unpublished):
         entry["unpublished"] = spec.pretrained.reason
     return json.loads(json.dumps(entry))  # tuples as lists, as the file holds them

@@ -4,9 +4,9 @@ DeepLabV3, proven by output parity against transformers'
 with random weights (every parameter and BatchNorm statistic randomised,
 logits scaled to a trained model's spread), saved as ``model.safetensors``
 or ``pytorch_model.bin`` beside the model's ``config.json``. The raw logits
-(NHWC at the output stride, before any upsampling) are compared; the
-reference reads the images as BGR, as the releases were trained, and the
-imported model the same images as RGB."""
+(NHWC at the output stride, before any upsampling) are compared; for v1
+the reference reads the images as BGR, as its releases were trained, and
+the imported model the same images as RGB."""
 import numpy as np
 import pytest
 
@@ -39,10 +39,11 @@ def reference(name, output_stride=16):
 
 def check_parity(tmp_path, name, filename):
     photos = sample_batch(get_spec(name).preprocessing.at_size(SIZE), 2)
-    bgr = np.ascontiguousarray(photos[..., ::-1])
+    bgr = "_v1_" in name
+    seen = np.ascontiguousarray(photos[..., ::-1]) if bgr else photos  # what the reference takes
     ref = reference(name)
     randomize_(ref)
-    scale_logits_(ref, ref.segmentation_head.classifier.convolution, bgr)
+    scale_logits_(ref, ref.segmentation_head.classifier.convolution, seen)
     path = tmp_path / filename
     if path.suffix == ".safetensors":
         ref.save_pretrained(tmp_path)
@@ -52,8 +53,8 @@ def check_parity(tmp_path, name, filename):
     assert path.is_file() and (tmp_path / "config.json").is_file()
     result = import_weights(path, name, input_size=SIZE)
     assert result.report["source"] == "huggingface" and result.report["num_classes"] == 21
-    assert result.report["channel_order"].startswith("BGR")
-    want, got = torch_logits(ref, bgr), keras_logits(result.model, photos)
+    assert result.report["channel_order"].startswith("BGR" if bgr else "RGB")
+    want, got = torch_logits(ref, seen), keras_logits(result.model, photos)
     assert want.shape == got.shape == (2, SIZE // 16, SIZE // 16, 21)
     diff = float(np.abs(want - got).max())
     print(f"PARITY huggingface {name} {filename} max_abs_diff={diff:.2e} logit_std={want.std():.2f}")

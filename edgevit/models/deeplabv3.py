@@ -21,7 +21,7 @@ from edgevit.layers import aspp
 from edgevit.models.common import image_input
 from edgevit.models.mobilevit import CONFIGS as V1_BASED, mobilevit_features
 from edgevit.models.mobilevit_v2 import mobilevit_v2_features
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.registry import VOC_MIOU, Preprocessing, Unpublished, builder_options, hub_weights, register_model
 
 VOC_CLASSES = 21
 # ml-cvnets evaluates its VOC segmenters on the whole image resized to
@@ -57,6 +57,51 @@ CONFIGS = {
 }
 
 
+APPLE_LICENCE = ("Apple sample code licence, research use (the model card: https://huggingface.co/apple/{repo}; "
+                 "Hub licence 'other')")
+CVNETS_ZOO = ("https://docs-assets.developer.apple.com/ml-research/models/cvnets-v2/segmentation/pascalvoc/mobilevitv2/"
+              "deeplabv3-mobilevitv2-{width}.pt")
+MOBILEVITV3_VOC = "https://github.com/micronDLA/MobileViTv3/releases/tag/v1.0.0 ({folder}, non-commercial licence)"
+
+
+def apple_release(repo: str, miou: float, channel_order: str):
+    """transformers' port of Apple's VOC checkpoint on the Hub (its PASCAL VOC val mIoU as published)."""
+    return hub_weights(f"apple/{repo}", "pytorch_model.bin", miou, APPLE_LICENCE.format(repo=repo),
+                       naming="huggingface", channel_order=channel_order, metric=VOC_MIOU)
+
+
+def cvnets_only(width: str) -> Unpublished:
+    return Unpublished(f"Apple's ml-cvnets model zoo holds it in cvnets naming ({CVNETS_ZOO.format(width=width)}), "
+                       "which edgevit does not import for segmenters yet")
+
+
+NO_VOC = Unpublished("no PASCAL VOC DeepLabV3 checkpoint of this width is published (ml-cvnets' model zoo has "
+                     "ADE20k ones, 150 classes, in cvnets naming)")
+
+# Official PASCAL VOC weights (``weights="imagenet"`` names every variant's
+# official weights). v1: MobileViT's paper mIoU, trained on ml-cvnets v0.1,
+# which read images with OpenCV: BGR, turned RGB at import. v2-1.0: trained
+# on ml-cvnets v0.2, which reads images with PIL (data/datasets/segmentation/
+# base_segmentation.py, read_image_pil): RGB; mIoU as ml-cvnets' model zoo.
+PRETRAINED = {
+    "deeplabv3_mobilevit_v1_xxs": apple_release("deeplabv3-mobilevit-xx-small", 73.6, "BGR"),
+    "deeplabv3_mobilevit_v1_xs": apple_release("deeplabv3-mobilevit-x-small", 77.1, "BGR"),
+    "deeplabv3_mobilevit_v1_s": apple_release("deeplabv3-mobilevit-small", 79.1, "BGR"),
+    "deeplabv3_mobilevit_v2_050": cvnets_only("0.5"),
+    "deeplabv3_mobilevit_v2_075": NO_VOC,
+    "deeplabv3_mobilevit_v2_100": apple_release("mobilevitv2-1.0-voc-deeplabv3", 78.94, "RGB"),
+    "deeplabv3_mobilevit_v2_125": cvnets_only("1.25"),
+    "deeplabv3_mobilevit_v2_150": cvnets_only("1.5"),
+    "deeplabv3_mobilevit_v2_175": NO_VOC,
+    "deeplabv3_mobilevit_v2_200": NO_VOC,
+    **{f"deeplabv3_mobilevit_v3_{size}": Unpublished(
+        f"the MobileViTv3 release holds it in cvnets naming, which edgevit does not import for segmenters yet: "
+        f"{MOBILEVITV3_VOC.format(folder=folder)}")
+       for size, folder in (("xxs", "mobilevitv3_XXS_voc_e50_7404"), ("xs", "mobilevitv3_XS_voc_e50_7877"),
+                            ("s", "mobilevitv3_S_voc_e50_7959"))},
+}
+
+
 def backbone_features(inputs, backbone: str, output_stride: int, **dropouts) -> list:
     """The feature maps of a MobileViT backbone (layers 3, 4, 5)."""
     if backbone in V1_BASED:
@@ -79,7 +124,7 @@ def build_deeplabv3(name: str, num_classes: int = VOC_CLASSES, input_size: int =
 
 
 _COMMON = dict(default_input_size=512, preprocessing=PREPROCESS_VOC, task="segmentation", num_classes=VOC_CLASSES,
-               options=builder_options(build_deeplabv3))
+               options=builder_options(build_deeplabv3), pretrained=PRETRAINED)
 _V1 = dict(family="deeplabv3_mobilevit_v1", reference=REFERENCE, checkpoint_formats=("huggingface",), **_COMMON)
 _V2 = dict(family="deeplabv3_mobilevit_v2", reference=REFERENCE, checkpoint_formats=("huggingface",), **_COMMON)
 _V3 = dict(family="deeplabv3_mobilevit_v3", reference=REFERENCE_V3, **_COMMON)
