@@ -58,6 +58,8 @@ def model_info(name: str, input_size: int | None = None) -> dict:
     return {
         "name": spec.name,
         "family": spec.family,
+        "task": spec.task,
+        "num_classes": spec.num_classes,
         "parameters": parameters,
         "macs": macs,
         "input_size": size,

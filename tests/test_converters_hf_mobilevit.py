@@ -92,3 +92,17 @@ def test_a_checkpoint_of_another_variant_is_one_clear_error(tmp_path):
     ref.save_pretrained(tmp_path)
     with pytest.raises(EdgevitError, match="shape"):
         import_weights(tmp_path / "model.safetensors", "deeplabv3_mobilevit_v1_xxs", input_size=64)
+
+
+def test_import_weights_command_reads_a_saved_transformers_model(tmp_path):
+    from click.testing import CliRunner
+
+    from edgevit.cli import main
+
+    reference("deeplabv3_mobilevit_v1_xxs").save_pretrained(tmp_path)
+    out = tmp_path / "seg.weights.h5"
+    result = CliRunner().invoke(main, ["import-weights", str(tmp_path / "model.safetensors"), "--model",
+                                       "deeplabv3_mobilevit_v1_xxs", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.is_file()
+    assert f"Next: edgevit convert --int8 deeplabv3_mobilevit_v1_xxs --weights {out}\n" in result.output
