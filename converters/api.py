@@ -6,7 +6,7 @@ from pathlib import Path
 
 from edgevit.errors import EdgevitError
 
-from .checkpoints import WEIGHTS_SUFFIX, load_checkpoint, save_weights_atomic
+from .checkpoints import WEIGHTS_SUFFIX, Checkpoint, load_checkpoint, save_weights_atomic
 from .registry import IMPORTERS, Importer
 from .rules import Target, assign, match_score, plan, take_rgb
 
@@ -16,7 +16,7 @@ SOURCES = ("timm", "cvnets", "huggingface", "official")
 
 def _load_importers():
     from . import cvnets, hf_cvt, timm  # noqa: F401  (registering)
-    from . import cswin  # noqa: F401
+    from . import cswin, hf_mobilevit  # noqa: F401
     from . import t2t  # noqa: F401
 
 
@@ -100,16 +100,17 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
         raise EdgevitError(f"Output {str(output)!r} must end in {WEIGHTS_SUFFIX} (a Keras weights file).")
     ckpt = load_checkpoint(checkpoint)
 
-    probe = _build(spec, num_classes or 1000, input_size)
+    probe = _build(spec, num_classes or spec.num_classes, input_size)
     candidates = [available[source]] if source != "auto" else list(available.values())
     scored = []
     for imp in candidates:
         rules = imp.rules(probe)
-        scored.append((match_score(plan(probe, rules, imp.source), ckpt), imp))
+        view = Checkpoint(ckpt.path, imp.merged(ckpt.tensors), ckpt.entry)
+        scored.append((match_score(plan(probe, rules, imp.source), view), imp, view))
     scored.sort(key=lambda s: -s[0])
-    score, importer = scored[0]
+    score, importer, ckpt = scored[0]
     if score < 0.5:
-        tried = " or ".join(imp.source for _, imp in scored)
+        tried = " or ".join(imp.source for _, imp, _ in scored)
         expected = [t.key for t in plan(probe, importer.rules(probe), importer.source)]
         absent = next(key for key in expected if key not in ckpt.tensors)
         foreign = next((key for key in ckpt.tensors if key not in set(expected)), None)
@@ -119,8 +120,8 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
                            + (f"; {foreign!r} is one of its names that {model} does not use" if foreign else "")
                            + ").")
     rules = importer.rules(probe)
-    classes = num_classes or _head_classes(importer, probe, rules, ckpt) or 1000
-    keras_model = probe if classes == (num_classes or 1000) else _build(spec, classes, input_size)
+    classes = num_classes or _head_classes(importer, probe, rules, ckpt) or spec.num_classes
+    keras_model = probe if classes == (num_classes or spec.num_classes) else _build(spec, classes, input_size)
     order = channel_order or importer.channel_order(keras_model)
     stats = assign(keras_model, targets_for(keras_model, importer, order), ckpt, importer.source)
     report = {

@@ -105,6 +105,8 @@ def torch_logits(module, images_nhwc: np.ndarray) -> np.ndarray:
         out = out[0]
     if hasattr(out, "logits"):
         out = out.logits
+    if out.ndim == 4:  # a segmenter's NCHW logits, NHWC as the Keras model gives them
+        out = out.permute(0, 2, 3, 1)
     return out.detach().numpy()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from collections.abc import Callable
 
+import numpy as np
+
 from .rules import Rule
 
 
@@ -21,6 +23,9 @@ class Importer:
     # The channel order the source's checkpoints of a model were trained on;
     # a BGR one gets its stem kernel's input channels reversed at import.
     channel_order: Callable[[object], str] = lambda model: "RGB"
+    # The checkpoint's tensors as the rules name them: where one Keras weight
+    # is several tensors of the source (transformers' query/key/value), fused.
+    merged: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] = lambda tensors: tensors
 
 
 IMPORTERS: dict[tuple[str, str], Importer] = {}

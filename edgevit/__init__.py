@@ -7,7 +7,7 @@ if not os.environ.get("KERAS_BACKEND"):
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from edgevit.errors import EdgevitError  # noqa: E402
-from edgevit.registry import create_model, get_spec, list_models  # noqa: E402
+from edgevit.registry import create_features, create_model, get_spec, list_models  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -23,4 +23,4 @@ def keras_backend_problem() -> str | None:
         return None
     return (f"KERAS_BACKEND={backend}: edgevit runs on Keras's TensorFlow backend only; unset KERAS_BACKEND "
             "or set it to tensorflow for edgevit.")
-__all__ = ["EdgevitError", "create_model", "get_spec", "list_models", "__version__"]
+__all__ = ["EdgevitError", "create_features", "create_model", "get_spec", "list_models", "__version__"]

@@ -58,6 +58,8 @@ def model_info(name: str, input_size: int | None = None) -> dict:
     return {
         "name": spec.name,
         "family": spec.family,
+        "task": spec.task,
+        "num_classes": spec.num_classes,
         "parameters": parameters,
         "macs": macs,
         "input_size": size,
@@ -82,13 +84,18 @@ def refresh_catalog(recount: list[str]) -> None:
     entries = {}
     for name, spec in sorted(declared.items()):
         entry = catalog_entry(spec)
-        if name in old and name not in recount:
-            entry["parameters"], entry["macs"] = old[name]["parameters"], old[name]["macs"]
-        else:
-            entry["parameters"], entry["macs"] = _counted_in_a_child(name, spec.default_input_size)
-            macs = "MACs not counted" if entry["macs"] is None else f"{entry['macs']:,} MACs"
-            print(f"{name}: {entry['parameters']:,} parameters, {macs}", file=sys.stderr)
+        kept = name in old and name not in recount
+        entry["parameters"], entry["macs"] = (old[name]["parameters"], old[name]["macs"]) if kept else (None, None)
         entries[name] = entry
+    # the declarations first: a child counts a variant by building it, which
+    # finds it by name in the catalog (a new one too)
+    write_catalog(entries)
+    for name, entry in entries.items():
+        if name in old and name not in recount:
+            continue
+        entry["parameters"], entry["macs"] = _counted_in_a_child(name, declared[name].default_input_size)
+        macs = "MACs not counted" if entry["macs"] is None else f"{entry['macs']:,} MACs"
+        print(f"{name}: {entry['parameters']:,} parameters, {macs}", file=sys.stderr)
     write_catalog(entries)
 
 

@@ -84,7 +84,7 @@ def random_init_hint(spec: ModelSpec, precision: str) -> str:
     if isinstance(entry, Pretrained):
         flag = "--" + precision.replace("_", "-")
         return (f"The weights are random: this file classifies nothing. Official ImageNet weights: "
-                f"`edgevit convert {flag} {spec.name} --weights imagenet` ({entry.tag}, top-1 {entry.top1}%, "
+                f"`edgevit convert {flag} {spec.name} --weights imagenet` ({entry.tag}, {entry.metric} {entry.top1}%, "
                 f"licence: {entry.licence}); {own}.")
     reason = f" ({entry.reason})" if isinstance(entry, Unpublished) else ""
     return (f"The weights are random: this file classifies nothing. {spec.name} has no official ImageNet "
@@ -98,10 +98,10 @@ def load_imagenet(model, spec: ModelSpec, path: Path) -> None:
     from edgevit.saving import copy_all_but_head, load_weights_into
 
     size = int(model.inputs[0].shape[1])
-    if int(model.outputs[0].shape[-1]) == IMAGENET_CLASSES:
+    if int(model.outputs[0].shape[-1]) == spec.num_classes:
         load_weights_into(model, path)
         return
-    source = spec.builder(num_classes=IMAGENET_CLASSES, input_size=size)
+    source = spec.builder(num_classes=spec.num_classes, input_size=size)
     load_weights_into(source, path)
     copy_all_but_head(source, model)
 
@@ -144,7 +144,7 @@ def cached_weights(spec: ModelSpec, input_size: int, log=_stderr) -> Path:
         from edgevit.converters.api import import_weights
 
         log(f"Importing {entry.tag} into {spec.name} at {input_size}x{input_size}")
-        model = import_weights(checkpoint, spec.name, source=entry.naming, num_classes=IMAGENET_CLASSES,
+        model = import_weights(checkpoint, spec.name, source=entry.naming, num_classes=spec.num_classes,
                                input_size=input_size, channel_order=entry.channel_order).model
     _write_entry(model, weights, manifest, {**expected, "source": entry.where,
                                             "checkpoint_sha256": checkpoint_sha256,

@@ -68,6 +68,9 @@ def is_imagenet(weights) -> bool:
     return isinstance(weights, str) and weights.lower() == IMAGENET
 
 
+TOP1, VOC_MIOU = "top-1", "VOC mIoU"
+
+
 @dataclass(frozen=True)
 class Pretrained:
     """Where a variant's official ImageNet weights live (``weights="imagenet"``).
@@ -79,7 +82,8 @@ class Pretrained:
     checkpoint). ``naming`` is the importer that reads it (``timm``,
     ``cvnets``, ``huggingface``). ``top1`` is the ImageNet-1k top-1 the
     publisher reports for this file, measured with the variant's registered
-    preprocessing. ``channel_order`` is what the checkpoint was trained on:
+    preprocessing (a segmenter's: the PASCAL VOC 2012 val mIoU, as
+    ``metric`` says). ``channel_order`` is what the checkpoint was trained on:
     a "BGR" one gets its stem convolution's input channels reversed at
     import, so every edgevit model takes RGB. ``sha256`` pins the file; Hub
     files without it are checked against the Hub's own LFS sha256.
@@ -94,6 +98,7 @@ class Pretrained:
     licence: str
     channel_order: str = "RGB"
     sha256: str | None = None
+    metric: str = TOP1
 
     @property
     def where(self) -> str:
@@ -103,8 +108,10 @@ class Pretrained:
         return self.location + (f" ({self.file})" if self.file else "")
 
     def to_dict(self) -> dict:
-        return {"tag": self.tag, "source": self.where, "naming": self.naming, "top1": self.top1,
-                "licence": self.licence, "checkpoint_channel_order": self.channel_order, "sha256": self.sha256}
+        d = {"tag": self.tag, "source": self.where, "naming": self.naming, "top1": self.top1,
+             "licence": self.licence, "checkpoint_channel_order": self.channel_order, "sha256": self.sha256}
+        # the ``top1`` key holds a segmenter's mIoU: ``metric`` says so
+        return d if self.metric == TOP1 else {**d, "metric": self.metric}
 
 
 @dataclass(frozen=True)
@@ -123,9 +130,10 @@ def timm_weights(tag: str, top1: float, licence: str, *, file: str = "model.safe
     return Pretrained(tag, "hub", f"timm/{tag}", file, "timm", top1, licence)
 
 
-def hub_weights(repo: str, file: str, top1: float, licence: str, *, naming: str) -> Pretrained:
+def hub_weights(repo: str, file: str, top1: float, licence: str, *, naming: str, channel_order: str = "RGB",
+                metric: str = TOP1) -> Pretrained:
     """A Hub repository that is not timm's (e.g. ``microsoft/cvt-13``)."""
-    return Pretrained(repo, "hub", repo, file, naming, top1, licence)
+    return Pretrained(repo, "hub", repo, file, naming, top1, licence, channel_order, metric=metric)
 
 
 def url_weights(url: str, member: str, top1: float, licence: str, *, tag: str, naming: str,
@@ -157,6 +165,11 @@ class ModelSpec:
     # the largest variants, see edgevit.info).
     parameters: int | None = None
     macs: int | None = None
+    # What the model's output is: "classification" (logits [B, classes]) or
+    # "segmentation" (logits [B, H / stride, W / stride, classes], NHWC).
+    task: str = "classification"
+    # Classes of a model built without ``num_classes``, and of its official weights.
+    num_classes: int = 1000
 
     def preprocessing_at(self, input_size: int | None) -> Preprocessing:
         if input_size is None or input_size == self.preprocessing.input_size:
@@ -165,6 +178,7 @@ class ModelSpec:
 
 
 CATALOG = Path(__file__).with_name("data") / "models.json"
+TASKS = ("classification", "segmentation")
 
 # Every variant as the catalog describes it, read on first use.
 _REGISTRY: dict[str, ModelSpec] = {}
@@ -183,13 +197,18 @@ def builder_options(family_builder: Callable) -> tuple[str, ...]:
 def register_model(*, family: str, default_input_size: int, preprocessing: Preprocessing,
                    input_size_multiple: int = 32, reference: str = "",
                    checkpoint_formats: tuple[str, ...] = (), options: tuple[str, ...] = (),
-                   pretrained: PretrainedTable | None = None, mixed_float_layers: tuple[str, ...] = ()):
+                   pretrained: PretrainedTable | None = None, mixed_float_layers: tuple[str, ...] = (),
+                   task: str = "classification", num_classes: int = 1000):
     """Register the decorated builder ``fn(num_classes, input_size, **options)
     -> keras.Model`` under its function name; ``options`` names the keyword
     arguments it accepts (see :func:`builder_options`). ``pretrained`` is the
     family's table of official ImageNet weights by variant name (one line
     per variant, as timm's ``default_cfgs``), read by ``weights="imagenet"``;
-    ``mixed_float_layers`` the layer names whose ops int8_mixed keeps in float."""
+    ``mixed_float_layers`` the layer names whose ops int8_mixed keeps in float;
+    ``task`` one of ``TASKS``; ``num_classes`` the classes of the official
+    weights (the builder's default)."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
 
     def decorator(fn):
         name = fn.__name__
@@ -199,7 +218,8 @@ def register_model(*, family: str, default_input_size: int, preprocessing: Prepr
             name=name, family=family, builder=fn, default_input_size=default_input_size,
             preprocessing=preprocessing, input_size_multiple=input_size_multiple,
             reference=reference, checkpoint_formats=checkpoint_formats, options=tuple(options),
-            pretrained=(pretrained or {}).get(name), mixed_float_layers=tuple(mixed_float_layers))
+            pretrained=(pretrained or {}).get(name), mixed_float_layers=tuple(mixed_float_layers), task=task,
+            num_classes=num_classes)
         return fn
 
     return decorator
@@ -225,8 +245,15 @@ def catalog_entry(spec: ModelSpec) -> dict:
              "input_size_multiple": spec.input_size_multiple, "preprocessing": asdict(spec.preprocessing),
              "reference": spec.reference, "checkpoint_formats": list(spec.checkpoint_formats),
              "options": list(spec.options), "mixed_float_layers": list(spec.mixed_float_layers)}
+    # ImageNet classifiers' entries say nothing of either, as before segmenters existed
+    if spec.task != "classification":
+        entry["task"] = spec.task
+    if spec.num_classes != 1000:
+        entry["num_classes"] = spec.num_classes
     if isinstance(spec.pretrained, Pretrained):
         entry["pretrained"] = asdict(spec.pretrained)
+        if spec.pretrained.metric == TOP1:  # the classifiers' lines as before segmenters
+            del entry["pretrained"]["metric"]
     elif isinstance(spec.pretrained, Unpublished):
         entry["unpublished"] = spec.pretrained.reason
     return json.loads(json.dumps(entry))  # tuples as lists, as the file holds them
@@ -243,7 +270,8 @@ def _spec_of_entry(name: str, entry: dict) -> ModelSpec:
                      input_size_multiple=entry["input_size_multiple"], reference=entry["reference"],
                      checkpoint_formats=tuple(entry["checkpoint_formats"]), options=tuple(entry["options"]),
                      pretrained=pretrained, mixed_float_layers=tuple(entry["mixed_float_layers"]),
-                     parameters=entry["parameters"], macs=entry["macs"])
+                     parameters=entry["parameters"], macs=entry["macs"],
+                     task=entry.get("task", "classification"), num_classes=entry.get("num_classes", 1000))
 
 
 def read_catalog(path: Path = CATALOG) -> dict[str, dict]:
@@ -307,10 +335,12 @@ def check_options(spec: ModelSpec, options: dict) -> None:
             raise EdgevitError(f"{spec.name}: {key} must be a probability in [0, 1), got {value!r}.")
 
 
-def create_model(name: str, num_classes: int = 1000, input_size: int | None = None,
+def create_model(name: str, num_classes: int | None = None, input_size: int | None = None,
                  weights: str | None = None, **options):
     """Build a registered model as a Keras functional model with a static
-    ``input_size x input_size x 3`` input.
+    ``input_size x input_size x 3`` input and ``num_classes`` classes (by
+    default the variant's: 1000 ImageNet classes for the classifiers, 21
+    PASCAL VOC classes for the segmenters).
 
     ``weights`` is a Keras weights file (``.weights.h5``), a ``.keras`` file
     of the same architecture, or ``"imagenet"``: the official ImageNet
@@ -325,6 +355,7 @@ def create_model(name: str, num_classes: int = 1000, input_size: int | None = No
     """
     spec = get_spec(name)
     input_size = spec.default_input_size if input_size is None else int(input_size)
+    num_classes = spec.num_classes if num_classes is None else num_classes
     check_input_size(spec, input_size)
     if num_classes < 1:
         raise EdgevitError(f"--num-classes must be at least 1, got {num_classes}.")
@@ -344,3 +375,14 @@ def create_model(name: str, num_classes: int = 1000, input_size: int | None = No
 
         load_weights_into(model, weights)
     return model
+
+
+def create_features(name: str, input_size: int | None = None, output_stride: int = 32, weights: str | None = None):
+    """The feature maps of a MobileViT backbone (timm's ``features_only``):
+    a Keras model whose outputs are layers 3, 4 and 5 at strides 8, 16 and 32,
+    capped at ``output_stride`` (16 or 8 dilate the later layers instead);
+    ``weights`` are the classifier's. ``edgevit.models.features.feature_info``
+    gives each output's stride and channels."""
+    from edgevit.models.features import create_features as create
+
+    return create(name, input_size=input_size, output_stride=output_stride, weights=weights)

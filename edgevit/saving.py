@@ -310,8 +310,7 @@ def resolve_model(name_or_path: str, num_classes: int | None = None, input_size:
         import keras
 
         keras.utils.set_random_seed(0)
-    model = create_model(name_or_path, num_classes=1000 if num_classes is None else num_classes,
-                         input_size=input_size, weights=weights)
+    model = create_model(name_or_path, num_classes=num_classes, input_size=input_size, weights=weights)
     names = stored_class_names(weights) if weights is not None and weights.endswith(MODEL_SUFFIX) else None
     if names and len(names) == int(model.outputs[0].shape[-1]):
         set_class_names(model, names)

@@ -458,6 +458,37 @@ def test_hugging_face_naming(servers, tmp_path):
     np.testing.assert_allclose(logits(model, PHOTOS), logits(source, PHOTOS), atol=1e-4)
 
 
+def test_segmentation_release_in_transformers_naming(servers, tmp_path):
+    """apple/deeplabv3-mobilevit-xx-small: pytorch_model.bin in transformers'
+    naming (query, key and value projected apart), trained on BGR; 21 VOC
+    classes, and another class count keeps every weight but the classifier's."""
+    torch = pytest.importorskip("torch", reason="the release is a PyTorch pickle")
+    name = "deeplabv3_mobilevit_v1_xxs"
+    source = edgevit.create_model(name, input_size=SIZE)
+    tensors = {}
+    for key, value in state_dict(source, "huggingface").items():
+        if ".attention.attention.qkv." in key:  # as the release holds them
+            for part, third in zip(("query", "key", "value"), np.split(value, 3)):
+                tensors[key.replace(".qkv.", f".{part}.")] = third
+        else:
+            tensors[key] = value
+    buffer = io.BytesIO()
+    torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in tensors.items()}, buffer)
+    entry = get_spec(name).pretrained
+    assert (entry.location, entry.file, entry.channel_order, entry.metric) == (
+        "apple/deeplabv3-mobilevit-xx-small", "pytorch_model.bin", "BGR", "VOC mIoU")
+    servers.hub_file(entry.location, entry.file, buffer.getvalue())
+    model = edgevit.create_model(name, input_size=SIZE, weights="imagenet")
+    assert tuple(model.output.shape) == (None, SIZE // 16, SIZE // 16, 21)
+    np.testing.assert_allclose(logits(model, PHOTOS), logits(source, PHOTOS), atol=1e-5)
+    five = edgevit.create_model(name, num_classes=5, input_size=SIZE, weights="imagenet")
+    by_path = {w.path: w.numpy() for w in source.weights}
+    for w in five.weights:
+        if not w.path.startswith("classifier.conv/"):
+            np.testing.assert_array_equal(w.numpy(), by_path[w.path], err_msg=w.path)
+    assert servers.hits("pytorch_model.bin") == 1
+
+
 def test_another_class_count_gets_a_new_classifier_only(servers, v1_checkpoint, v1_caches, tmp_path):
     from edgevit.train.prepare import build_model
 
@@ -507,9 +538,11 @@ def test_entries_name_their_licence_source_and_channel_order():
             continue
         assert entry.licence and 50 < entry.top1 < 95 and entry.naming in get_spec(name).checkpoint_formats, name
         assert entry.source in ("hub", "url") and (entry.source == "url" or entry.file), name
-        # cvnets v0.1 (OpenCV) trained the v1-based MobileViTv3 release on BGR; timm's copies take RGB
+        # cvnets v0.1 (OpenCV) trained the v1-based MobileViTv3 release and the MobileViT v1 segmenters
+        # (transformers' copies) on BGR; timm's copies take RGB
         bgr = name.startswith("mobilevit_v3_") and name[len("mobilevit_v3_"):] in ("xxs", "xs", "s", "xxs_l2",
                                                                                   "xs_l2", "s_l2")
+        bgr = bgr or name.startswith("deeplabv3_mobilevit_v1_")
         assert entry.channel_order == ("BGR" if bgr else "RGB"), name
         if entry.location.startswith("https://github.com/micronDLA/"):
             assert entry.licence.startswith("non-commercial"), name

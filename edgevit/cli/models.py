@@ -13,6 +13,7 @@ from edgevit.errors import EdgevitError
 from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
 from edgevit.litert.arm import DEFAULT_IMAGES as DEFAULT_ARM_IMAGES
 from edgevit.native_output import import_tensorflow_quietly
+from edgevit.registry import TOP1
 from edgevit.writing import refuse_existing
 
 
@@ -47,7 +48,9 @@ def _print_pretrained(specs, as_json: bool) -> None:
         print_json([{"name": s.name, **s.pretrained.to_dict(), "preprocessing": s.preprocessing.to_dict()}
                     for s in specs])
         return
-    rows = [[s.name, s.pretrained.where, f"{s.pretrained.top1}%", _fmt_preprocessing(s.preprocessing),
+    rows = [[s.name, s.pretrained.where, f"{s.pretrained.top1}%" + ("" if s.pretrained.metric == TOP1 else
+                                                                      f" ({s.pretrained.metric})"),
+             _fmt_preprocessing(s.preprocessing),
              s.pretrained.channel_order, s.pretrained.licence] for s in specs]
     print_table("Official ImageNet weights (--weights imagenet): top-1 as published, measured with this "
                 "preprocessing; 'trained on' BGR weights are made RGB at import",

@@ -7,6 +7,7 @@ from edgevit.cli.options import InputSize, classifier_classes, overwrite_option
 from edgevit.cli.output import print_json, print_table, user_errors
 from edgevit.converters.api import SOURCES
 from edgevit.native_output import import_tensorflow_quietly, native_output_captured
+from edgevit.registry import get_spec
 from edgevit.writing import refuse_existing
 
 
@@ -64,5 +65,6 @@ def import_weights_command(checkpoint, model_name, output, overwrite, source, nu
     rows = [[k, v] for k, v in report.items() if v not in (None, [], "", 0)]
     print_table(f"Imported {checkpoint}", ["field", "value"], rows)
     extra = f" --input-size {report['input_size']}" if input_size else ""
-    extra += f" --num-classes {report['num_classes']}" if report["num_classes"] != 1000 else ""
+    default_classes = get_spec(model_name).num_classes
+    extra += f" --num-classes {report['num_classes']}" if report["num_classes"] != default_classes else ""
     click.echo(f"Next: edgevit convert --int8 {model_name} --weights {report['output']}{extra}")

@@ -1,4 +1,5 @@
 """Building blocks shared by the model families."""
+from edgevit.layers.aspp import aspp
 from edgevit.layers.attention import MultiHeadSelfAttention, SeparableSelfAttention
 from edgevit.layers.conv import conv_norm_act, inverted_residual, make_divisible
 from edgevit.layers.mha import HeadAttention
@@ -9,7 +10,7 @@ from edgevit.layers.tokens import (BicubicResize, DropPath, PositionEmbedding, P
                                   bicubic_matrix, drop_path_rates, patch_embed, to_map, to_tokens)
 from edgevit.layers.transformer import mlp, separable_attention_block, transformer_encoder
 
-__all__ = ["HeadAttention", "BicubicResize", "DropPath", "PositionEmbedding", "PrefixTokens", "TokenSlice",
+__all__ = ["aspp", "HeadAttention", "BicubicResize", "DropPath", "PositionEmbedding", "PrefixTokens", "TokenSlice",
            "bicubic_matrix", "drop_path_rates", "patch_embed", "to_map", "to_tokens", "Fold", "LayerNorm",
            "MultiHeadSelfAttention", "ResizeBilinear", "SeparableSelfAttention", "SpaceToChannels",
            "Unfold", "conv_norm_act", "inverted_residual", "make_divisible", "mlp",

@@ -37,6 +37,8 @@ PREPROCESS_CVNETS_V01 = Preprocessing(input_size=256, resize_size=288, interpola
 PREPROCESS_V1 = Preprocessing(input_size=256, resize_size=284, interpolation="bicubic")
 NUM_HEADS = 4
 MAX_HEAD_CHANNELS = 960
+# Strides of the last feature map a backbone can give (32: the classifiers').
+OUTPUT_STRIDES = (8, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -158,19 +160,52 @@ def mobilevit_block(x, dim: int, ffn_dim: int, depth: int, *, version: int, drop
     return layers.Add(name=f"{name}.add")([y, shortcut])
 
 
+def downsampling(output_stride: int) -> tuple[tuple[int, int], ...]:
+    """(stride, dilation) of the inverted residual that opens layers 3, 4 and 5
+    (each halves the map at ``output_stride`` 32). Below 32, a layer that would
+    pass ``output_stride`` keeps the map's size and the layers from there on
+    dilate instead (DeepLabV3): its own inverted residual takes the dilation
+    reached before it (cvnets' ``prev_dilation``, transformers'
+    ``dilation // 2``), the next layer's twice that. The MobileViT blocks'
+    convolutions are never dilated: transformers' ports, which the public
+    segmentation checkpoints run on, dilate none of them."""
+    if output_stride not in OUTPUT_STRIDES:
+        raise ValueError(f"output_stride must be one of {OUTPUT_STRIDES}, got {output_stride}")
+    plan, dilation = [(2, 1)], 1
+    for reached in (16, 32):  # the stride layer 4, then layer 5, would reach
+        if reached > output_stride:
+            plan.append((1, dilation))
+            dilation *= 2
+        else:
+            plan.append((2, 1))
+    return tuple(plan)
+
+
+def mobilevit_features(inputs, name: str, output_stride: int = 32, *, dropout: float = DROPOUT,
+                       attn_dropout: float = ATTN_DROPOUT, ffn_dropout: float = FFN_DROPOUT) -> list:
+    """The outputs of layers 3, 4 and 5: feature maps at strides 8, 16 and 32,
+    or 8, 16, 16 and 8, 8, 8 at ``output_stride`` 16 and 8."""
+    cfg = CONFIGS[name]
+    x = stem(inputs, 16)
+    x = mobilenet_stage(x, cfg.channels[0], 1, 1, cfg.expand_ratio, name="layer_1")
+    x = mobilenet_stage(x, cfg.channels[1], 3, 2, cfg.expand_ratio, name="layer_2")
+    features = []
+    for i, (strides, dilation) in enumerate(downsampling(output_stride)):
+        stage = f"layer_{i + 3}"
+        x = inverted_residual(x, cfg.channels[i + 2], strides, cfg.expand_ratio, dilation=dilation,
+                              name=f"{stage}.0")
+        x = mobilevit_block(x, cfg.dims[i], cfg.ffn_dims[i], cfg.depths[i], version=cfg.version, dropout=dropout,
+                            attn_dropout=attn_dropout, ffn_dropout=ffn_dropout, name=f"{stage}.1")
+        features.append(x)
+    return features
+
+
 def build_mobilevit(name: str, num_classes: int = 1000, input_size: int = 256, *, dropout: float = DROPOUT,
                     attn_dropout: float = ATTN_DROPOUT, ffn_dropout: float = FFN_DROPOUT,
                     classifier_dropout: float = CLASSIFIER_DROPOUT) -> keras.Model:
     cfg = CONFIGS[name]
     inputs = image_input(input_size)
-    x = stem(inputs, 16)
-    x = mobilenet_stage(x, cfg.channels[0], 1, 1, cfg.expand_ratio, name="layer_1")
-    x = mobilenet_stage(x, cfg.channels[1], 3, 2, cfg.expand_ratio, name="layer_2")
-    for i in range(3):
-        stage = f"layer_{i + 3}"
-        x = inverted_residual(x, cfg.channels[i + 2], 2, cfg.expand_ratio, name=f"{stage}.0")
-        x = mobilevit_block(x, cfg.dims[i], cfg.ffn_dims[i], cfg.depths[i], version=cfg.version, dropout=dropout,
-                            attn_dropout=attn_dropout, ffn_dropout=ffn_dropout, name=f"{stage}.1")
+    x = mobilevit_features(inputs, name, dropout=dropout, attn_dropout=attn_dropout, ffn_dropout=ffn_dropout)[-1]
     x = conv_norm_act(x, min(4 * cfg.channels[4], MAX_HEAD_CHANNELS), 1, name="conv_1x1_exp")
     outputs = classifier(x, num_classes, classifier_dropout)
     return keras.Model(inputs, outputs, name=name)

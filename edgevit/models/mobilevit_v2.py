@@ -17,7 +17,8 @@ from edgevit.layers import (Fold, LayerNorm, Unfold, conv_norm_act, inverted_res
                             separable_attention_block)
 from edgevit.models.common import image_input
 from edgevit.models.mobilevit import (CVNETS_LICENCE, PATCH_SIZE, REFERENCE_CVNETS, REFERENCE_V3, classifier,
-                                      mobilenet_stage, mobilevitv3_release, patch_grid, resize_to, stem)
+                                      downsampling, mobilenet_stage, mobilevitv3_release, patch_grid, resize_to,
+                                      stem)
 from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights
 
 # ml-cvnets v0.2 evaluates at 256x256 after resizing the shorter side to 288
@@ -80,19 +81,29 @@ def mobilevit_v2_block(x, dim: int, depth: int, *, version: int, dropout: float,
     return layers.Add(name=f"{name}.add")([y, x])
 
 
-def build_mobilevit_v2(name: str, num_classes: int = 1000, input_size: int = 256, *, dropout: float = 0.0,
-                       attn_dropout: float = 0.0, ffn_dropout: float = 0.0,
-                       classifier_dropout: float = 0.0) -> keras.Model:
+def mobilevit_v2_features(inputs, name: str, output_stride: int = 32, *, dropout: float = 0.0,
+                          attn_dropout: float = 0.0, ffn_dropout: float = 0.0) -> list:
+    """The outputs of layers 3, 4 and 5, as ``mobilevit.mobilevit_features``."""
     cfg = CONFIGS[name]
-    inputs = image_input(input_size)
     x = stem(inputs, cfg.stem_channels)
     x = mobilenet_stage(x, cfg.channels[0], 1, 1, EXPAND_RATIO, name="layer_1")
     x = mobilenet_stage(x, cfg.channels[1], 2, 2, EXPAND_RATIO, name="layer_2")
-    for i in range(3):
+    features = []
+    for i, (strides, dilation) in enumerate(downsampling(output_stride)):
         stage = f"layer_{i + 3}"
-        x = inverted_residual(x, cfg.channels[i + 2], 2, EXPAND_RATIO, name=f"{stage}.0")
+        x = inverted_residual(x, cfg.channels[i + 2], strides, EXPAND_RATIO, dilation=dilation, name=f"{stage}.0")
         x = mobilevit_v2_block(x, cfg.dims[i], DEPTHS[i], version=cfg.version, dropout=dropout,
                                attn_dropout=attn_dropout, ffn_dropout=ffn_dropout, name=f"{stage}.1")
+        features.append(x)
+    return features
+
+
+def build_mobilevit_v2(name: str, num_classes: int = 1000, input_size: int = 256, *, dropout: float = 0.0,
+                       attn_dropout: float = 0.0, ffn_dropout: float = 0.0,
+                       classifier_dropout: float = 0.0) -> keras.Model:
+    inputs = image_input(input_size)
+    x = mobilevit_v2_features(inputs, name, dropout=dropout, attn_dropout=attn_dropout,
+                              ffn_dropout=ffn_dropout)[-1]
     outputs = classifier(x, num_classes, classifier_dropout)
     return keras.Model(inputs, outputs, name=name)
 

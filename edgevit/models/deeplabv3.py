@@ -1,0 +1,195 @@
+"""DeepLabV3 segmenters (Chen et al. 2017) on MobileViT v1, v2 and v3, as
+Apple's ml-cvnets trains them on PASCAL VOC and transformers ports them
+(``MobileViTForSemanticSegmentation``, ``MobileViTV2ForSemanticSegmentation``).
+
+The backbone is the classifier's up to layer 5 (no ``conv_1x1_exp``), at
+output stride 16 or 8 by dilation (``mobilevit.downsampling``), the same
+layer names as the classifier's, so ImageNet weights load into it by name.
+ASPP (``edgevit/layers/aspp.py``) and a 1x1 classifier give raw logits,
+``[B, H / output_stride, W / output_stride, num_classes]`` NHWC: no
+upsampling inside the model, as MediaPipe's ImageSegmenter expects (it
+resizes the logits to the image itself).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import keras
+from keras import layers
+
+from edgevit.layers import aspp
+from edgevit.models.common import image_input
+from edgevit.models.mobilevit import CONFIGS as V1_BASED, mobilevit_features
+from edgevit.models.mobilevit_v2 import mobilevit_v2_features
+from edgevit.registry import VOC_MIOU, Preprocessing, Unpublished, builder_options, hub_weights, register_model
+
+VOC_CLASSES = 21
+# ml-cvnets evaluates its VOC segmenters on the whole image resized to
+# 512x512 (bicubic), pixels in [0, 1], no mean/std.
+PREPROCESS_VOC = Preprocessing(input_size=512, resize_size=512, interpolation="bicubic")
+REFERENCE = "https://github.com/apple/ml-cvnets (config/segmentation/pascal_voc)"
+REFERENCE_V3 = "https://github.com/micronDLA/MobileViTv3 (config/segmentation)"
+
+
+@dataclass(frozen=True)
+class DeepLabV3Config:
+    """``backbone`` is a registered MobileViT classifier; ``output_stride``
+    and ``atrous_rates`` go together (cvnets' newer recipe: 8 and (12, 24, 36))."""
+
+    backbone: str
+    aspp_channels: int
+    output_stride: int = 16
+    atrous_rates: tuple[int, int, int] = (6, 12, 18)
+
+
+V2_WIDTHS = ("050", "075", "100", "125", "150", "175", "200")
+# As published: transformers' releases (deeplabv3-mobilevit-{xx-small,x-small,small}:
+# ASPP 256; mobilevitv2-1.0-voc-deeplabv3 and cvnets' v2 VOC config: ASPP 512)
+# and MobileViTv3's VOC configs (v1-based: 256), all at output stride 16.
+CONFIGS = {
+    "deeplabv3_mobilevit_v1_xxs": DeepLabV3Config("mobilevit_v1_xxs", 256),
+    "deeplabv3_mobilevit_v1_xs": DeepLabV3Config("mobilevit_v1_xs", 256),
+    "deeplabv3_mobilevit_v1_s": DeepLabV3Config("mobilevit_v1_s", 256),
+    **{f"deeplabv3_mobilevit_v2_{w}": DeepLabV3Config(f"mobilevit_v2_{w}", 512) for w in V2_WIDTHS},
+    "deeplabv3_mobilevit_v3_xxs": DeepLabV3Config("mobilevit_v3_xxs", 256),
+    "deeplabv3_mobilevit_v3_xs": DeepLabV3Config("mobilevit_v3_xs", 256),
+    "deeplabv3_mobilevit_v3_s": DeepLabV3Config("mobilevit_v3_s", 256),
+}
+
+
+APPLE_LICENCE = ("Apple sample code licence, research use (the model card: https://huggingface.co/apple/{repo}; "
+                 "Hub licence 'other')")
+CVNETS_ZOO = ("https://docs-assets.developer.apple.com/ml-research/models/cvnets-v2/segmentation/pascalvoc/mobilevitv2/"
+              "deeplabv3-mobilevitv2-{width}.pt")
+MOBILEVITV3_VOC = "https://github.com/micronDLA/MobileViTv3/releases/tag/v1.0.0 ({folder}, non-commercial licence)"
+
+
+def apple_release(repo: str, miou: float, channel_order: str):
+    """transformers' port of Apple's VOC checkpoint on the Hub (its PASCAL VOC val mIoU as published)."""
+    return hub_weights(f"apple/{repo}", "pytorch_model.bin", miou, APPLE_LICENCE.format(repo=repo),
+                       naming="huggingface", channel_order=channel_order, metric=VOC_MIOU)
+
+
+def cvnets_only(width: str) -> Unpublished:
+    return Unpublished(f"Apple's ml-cvnets model zoo holds it in cvnets naming ({CVNETS_ZOO.format(width=width)}), "
+                       "which edgevit does not import for segmenters yet")
+
+
+NO_VOC = Unpublished("no PASCAL VOC DeepLabV3 checkpoint of this width is published (ml-cvnets' model zoo has "
+                     "ADE20k ones, 150 classes, in cvnets naming)")
+
+# Official PASCAL VOC weights (``weights="imagenet"`` names every variant's
+# official weights). v1: MobileViT's paper mIoU, trained on ml-cvnets v0.1,
+# which read images with OpenCV: BGR, turned RGB at import. v2-1.0: trained
+# on ml-cvnets v0.2, which reads images with PIL (data/datasets/segmentation/
+# base_segmentation.py, read_image_pil): RGB; mIoU as ml-cvnets' model zoo.
+PRETRAINED = {
+    "deeplabv3_mobilevit_v1_xxs": apple_release("deeplabv3-mobilevit-xx-small", 73.6, "BGR"),
+    "deeplabv3_mobilevit_v1_xs": apple_release("deeplabv3-mobilevit-x-small", 77.1, "BGR"),
+    "deeplabv3_mobilevit_v1_s": apple_release("deeplabv3-mobilevit-small", 79.1, "BGR"),
+    "deeplabv3_mobilevit_v2_050": cvnets_only("0.5"),
+    "deeplabv3_mobilevit_v2_075": NO_VOC,
+    "deeplabv3_mobilevit_v2_100": apple_release("mobilevitv2-1.0-voc-deeplabv3", 78.94, "RGB"),
+    "deeplabv3_mobilevit_v2_125": cvnets_only("1.25"),
+    "deeplabv3_mobilevit_v2_150": cvnets_only("1.5"),
+    "deeplabv3_mobilevit_v2_175": NO_VOC,
+    "deeplabv3_mobilevit_v2_200": NO_VOC,
+    **{f"deeplabv3_mobilevit_v3_{size}": Unpublished(
+        f"the MobileViTv3 release holds it in cvnets naming, which edgevit does not import for segmenters yet: "
+        f"{MOBILEVITV3_VOC.format(folder=folder)}")
+       for size, folder in (("xxs", "mobilevitv3_XXS_voc_e50_7404"), ("xs", "mobilevitv3_XS_voc_e50_7877"),
+                            ("s", "mobilevitv3_S_voc_e50_7959"))},
+}
+
+
+def backbone_features(inputs, backbone: str, output_stride: int, **dropouts) -> list:
+    """The feature maps of a MobileViT backbone (layers 3, 4, 5)."""
+    if backbone in V1_BASED:
+        return mobilevit_features(inputs, backbone, output_stride, **dropouts)
+    return mobilevit_v2_features(inputs, backbone, output_stride, **dropouts)
+
+
+def build_deeplabv3(name: str, num_classes: int = VOC_CLASSES, input_size: int = 512, *, dropout: float = 0.0,
+                    attn_dropout: float = 0.0, ffn_dropout: float = 0.0, aspp_dropout: float = 0.1,
+                    classifier_dropout: float = 0.1) -> keras.Model:
+    cfg = CONFIGS[name]
+    inputs = image_input(input_size)
+    x = backbone_features(inputs, cfg.backbone, cfg.output_stride, dropout=dropout, attn_dropout=attn_dropout,
+                          ffn_dropout=ffn_dropout)[-1]
+    x = aspp(x, cfg.aspp_channels, cfg.atrous_rates, dropout=aspp_dropout, name="aspp")
+    if classifier_dropout:
+        x = layers.SpatialDropout2D(classifier_dropout, name="classifier.drop")(x)
+    outputs = layers.Conv2D(num_classes, 1, name="classifier.conv")(x)
+    return keras.Model(inputs, outputs, name=name)
+
+
+_COMMON = dict(default_input_size=512, preprocessing=PREPROCESS_VOC, task="segmentation", num_classes=VOC_CLASSES,
+               options=builder_options(build_deeplabv3), pretrained=PRETRAINED)
+_V1 = dict(family="deeplabv3_mobilevit_v1", reference=REFERENCE, checkpoint_formats=("huggingface",), **_COMMON)
+_V2 = dict(family="deeplabv3_mobilevit_v2", reference=REFERENCE, checkpoint_formats=("huggingface",), **_COMMON)
+_V3 = dict(family="deeplabv3_mobilevit_v3", reference=REFERENCE_V3, **_COMMON)
+
+
+@register_model(**_V1)
+def deeplabv3_mobilevit_v1_xxs(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v1_xxs", num_classes, input_size, **options)
+
+
+@register_model(**_V1)
+def deeplabv3_mobilevit_v1_xs(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v1_xs", num_classes, input_size, **options)
+
+
+@register_model(**_V1)
+def deeplabv3_mobilevit_v1_s(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v1_s", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def deeplabv3_mobilevit_v2_050(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v2_050", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def deeplabv3_mobilevit_v2_075(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v2_075", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def deeplabv3_mobilevit_v2_100(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v2_100", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def deeplabv3_mobilevit_v2_125(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v2_125", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def deeplabv3_mobilevit_v2_150(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v2_150", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def deeplabv3_mobilevit_v2_175(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v2_175", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def deeplabv3_mobilevit_v2_200(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v2_200", num_classes, input_size, **options)
+
+
+@register_model(**_V3)
+def deeplabv3_mobilevit_v3_xxs(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v3_xxs", num_classes, input_size, **options)
+
+
+@register_model(**_V3)
+def deeplabv3_mobilevit_v3_xs(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v3_xs", num_classes, input_size, **options)
+
+
+@register_model(**_V3)
+def deeplabv3_mobilevit_v3_s(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v3_s", num_classes, input_size, **options)
