@@ -147,3 +147,32 @@ def test_the_stream_carries_masks_in_the_one_batch_shape(tmp_path):
     assert [b[2].numpy().tolist() for b in batches] == [[True, True, True, False]]
     inputs, targets = next(stream.batches(32))
     assert inputs.shape == (3, 32, 32, 3) and inputs.dtype == np.float32 and targets.shape == (3, 32, 32)
+
+
+def test_the_segmentation_objective_counts_only_the_pixels_a_mask_counts():
+    """Per-pixel cross-entropy over counted pixels, logits resized from the
+    output stride to the mask; validation's confusion gives the same mIoU
+    as SegmentationTally."""
+    import tensorflow as tf
+
+    from edgevit.train.objectives import Segmentation
+
+    objective = Segmentation(3)
+    logits = tf.constant(np.random.default_rng(0).normal(size=(2, 4, 4, 3)), tf.float32)
+    masks = np.random.default_rng(1).integers(0, 3, (2, 8, 8)).astype(np.uint8)
+    masks[0, :2] = 255
+    masks_t = tf.constant(masks)
+    assert float(objective.units(masks_t)) == 2 * 64 - 16
+    resized = tf.image.resize(logits, (8, 8)).numpy()
+    log_probs = resized - np.log(np.exp(resized).sum(-1, keepdims=True))
+    counted = masks != 255
+    expected = -log_probs.reshape(-1, 3)[np.arange(128), np.where(counted, masks, 0).ravel()][counted.ravel()].sum()
+    assert float(objective.loss_sum(logits, masks_t)) == pytest.approx(expected, rel=1e-5)
+    predicted = resized.argmax(-1)
+    assert float(objective.hits(logits, masks_t)) == ((predicted == masks) & counted).sum()
+    real = tf.constant([True, False])
+    metrics = objective.metrics(objective.counts(logits, masks_t, real).numpy())
+    tally = SegmentationTally(["a", "b", "c"])
+    tally.add(predicted[:1], masks[:1])
+    assert metrics["val_miou"] == tally.report()["miou"]
+    assert metrics["val_pixel_accuracy"] == tally.report()["pixel_accuracy"]
