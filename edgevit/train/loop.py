@@ -41,6 +41,7 @@ from edgevit.train.distribute import (
     synchronised_batchnorm,
     workers,
 )
+from edgevit.train.objectives import objective_for
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Trainer:
         self.cfg, self.log = cfg, log
         self.progress = progress or Progress(enabled=False)
         self.strategy = strategy or tf.distribute.get_strategy()
+        self.objective = objective_for(base_model, cfg.label_smoothing)
         replicas = self.strategy.num_replicas_in_sync
         if cfg.batch_size % replicas:
             raise EdgevitError(f"--batch-size {cfg.batch_size} does not split evenly over the {replicas} replicas "
@@ -106,11 +108,10 @@ class Trainer:
         return self.models[size]
 
     def _step_fn(self, size: int, element_spec, pre):
-        """The training step at ``size`` px, on the (uint8 pixels, labels,
+        """The training step at ``size`` px, on the (uint8 pixels, targets,
         real) batches of ``element_spec``, normalised by ``pre``."""
         if size in self._steps:
             return self._steps[size]
-        import keras
         import tensorflow as tf
 
         from edgevit.quantize import graph_rewrites
@@ -118,8 +119,7 @@ class Trainer:
         model = self.model_at(size)
         base = self.base
         shared = model is not base
-        smoothing = self.cfg.label_smoothing
-        classes = int(base.outputs[0].shape[-1])
+        objective = self.objective
         optimizer = self.optimizer
         strategy = self.strategy
         scaled = self.cfg.mixed_precision
@@ -131,15 +131,14 @@ class Trainer:
             # a place no image could fill (every substitute unreadable) is left out of the step
             x = normalise(tf.boolean_mask(tf.ensure_shape(x, (None, size, size, 3)), real), pre)
             y = tf.boolean_mask(y, real)
+            units = context.all_reduce("SUM", objective.units(y))  # what the loss is the mean over
             images = context.all_reduce("SUM", tf.cast(tf.shape(y)[0], tf.float32))
             if shared:
                 for dst, src in zip(model.weights, base.weights):
                     dst.assign(src)
             with tf.GradientTape() as tape:
                 logits = tf.cast(model(x, training=True), tf.float32)
-                target = tf.one_hot(y, classes) * (1.0 - smoothing) + smoothing / classes
-                per_sample = keras.losses.categorical_crossentropy(target, logits, from_logits=True)
-                loss = tf.math.divide_no_nan(tf.reduce_sum(per_sample), images)  # this replica's share of the mean
+                loss = tf.math.divide_no_nan(objective.loss_sum(logits, y), units)  # this replica's share of the mean
                 scaled_loss = optimizer.scale_loss(loss) if scaled else loss
             grads = tape.gradient(scaled_loss, model.trainable_variables)
             trained[:] = [i for i, g in enumerate(grads) if g is not None]
@@ -147,16 +146,15 @@ class Trainer:
             if shared:
                 for dst, src in zip(base.non_trainable_variables, model.non_trainable_variables):
                     dst.assign(src)
-            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), y), tf.float32))
-            return loss, correct, images, grads
+            return loss, objective.hits(logits, y), units, images, grads
 
         def step(x, y, real):
-            loss, correct, images, grads = strategy.run(replica_step, args=(x, y, real))
+            loss, correct, units, images, grads = strategy.run(replica_step, args=(x, y, real))
             summed = strategy.experimental_local_results(grads)[0] if trained else []
             variables = base.trainable_variables
             optimizer.apply(list(summed), [variables[i] for i in trained])
             return (strategy.reduce("SUM", loss, axis=None), strategy.reduce("SUM", correct, axis=None),
-                    strategy.experimental_local_results(images)[0])
+                    strategy.experimental_local_results(units)[0], strategy.experimental_local_results(images)[0])
 
         # Traced without AutoGraph (nothing here or in the layers branches on a tensor in Python): converting
         # every call cost 17% of tracing a QAT step (mobilevit_v3_xxs at 64 px: 126 -> 105 CPU seconds).
@@ -232,7 +230,7 @@ class Trainer:
     def _train_epoch(self, train, epoch: int, evaluate, started) -> None:
         cfg = self.cfg
         plan, batches = self._epoch_batches(train, epoch)
-        start, total_loss, total_correct, seen = time.perf_counter(), 0.0, 0.0, 0
+        start, total_loss, total_correct, units_seen, seen = time.perf_counter(), 0.0, 0.0, 0.0, 0
         single = self.strategy.num_replicas_in_sync == 1
         with self.progress.bar(f"epoch {epoch + 1}/{cfg.epochs}", len(plan), "steps") as advance:
             for i, (size, batch) in enumerate(zip(plan.sizes, batches)):
@@ -243,20 +241,22 @@ class Trainer:
                 if int(size) not in self._steps:  # its first call traces it
                     self.progress.step(f"Building the training step's graph at {int(size)} px (once per "
                                        "resolution: a minute or two on a CPU)")
-                loss, correct, images = self._step_fn(int(size), batches.element_spec, train.pre)(*batch)
+                loss, correct, units, images = self._step_fn(int(size), batches.element_spec, train.pre)(*batch)
                 loss = float(loss)
                 if not math.isfinite(loss):
                     raise EdgevitError(f"Training diverged (loss {loss}) in epoch {epoch + 1}; try a lower --lr.")
                 if self.seconds_to_first_step is None and started is not None:
                     self.seconds_to_first_step = round(time.perf_counter() - started, 1)
-                total_loss += loss * float(images)
+                total_loss += loss * float(units)
                 total_correct += float(correct)
+                units_seen += float(units)
                 seen += int(images)
-                advance(status=f"loss {total_loss / max(seen, 1):.4f}")
+                advance(status=f"loss {total_loss / max(units_seen, 1):.4f}")
         if not seen:
             raise EdgevitError(f"None of the images of epoch {epoch + 1} could be read"
                                + (f": {train.tally.summary()}." if len(train.tally) else "."))
-        record = {"epoch": epoch + 1, "loss": round(total_loss / seen, 4), "train_top1": round(total_correct / seen, 4),
+        record = {"epoch": epoch + 1, "loss": round(total_loss / max(units_seen, 1), 4),
+                  self.objective.train_metric: round(total_correct / max(units_seen, 1), 4),
                   "images": seen, "seconds": round(time.perf_counter() - start, 1)}
         if cfg.sizes:
             record["sizes"] = sorted({int(s) for s in plan.sizes})

@@ -11,10 +11,12 @@ from edgevit.data.transforms import normalise
 from edgevit.progress import Progress
 from edgevit.train.distribute import workers
 from edgevit.train.metrics import forward
+from edgevit.train.objectives import objective_for
 
 
 class Validation:
-    """``validation(model)``: {"val_top1": ...} of ``model`` on the center
+    """``validation(model)``: {"val_top1": ...} of ``model`` (a segmenter's
+    {"val_miou": ..., "val_pixel_accuracy": ...}) on the center
     crops of ``images`` at ``size``. Each model's step is traced once and
     kept for the next call (a run validates the same model after every
     epoch). ``kernel_arithmetic=False``: a QAT model's fake-quant ops alone
@@ -57,16 +59,16 @@ class Validation:
 
         strategy, pre = self.strategy, self.images.pre
         logits_of = forward(model, self.kernel_arithmetic)
+        objective = objective_for(model)
 
         def replica(x, y, real):
             logits = logits_of(normalise(tf.ensure_shape(x, (None, *model.inputs[0].shape[1:])), pre))
-            real = tf.cast(real, tf.float32)  # unreadable images and padding keep their places, uncounted
-            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), y), tf.float32) * real)
-            return correct, tf.reduce_sum(real)
+            # unreadable images and padding keep their places, uncounted
+            return objective.counts(logits, y, real), tf.reduce_sum(tf.cast(real, tf.float32))
 
         def step(x, y, real):
-            correct, count = strategy.run(replica, args=(x, y, real))
-            return strategy.reduce("SUM", correct, axis=None), strategy.reduce("SUM", count, axis=None)
+            counts, images = strategy.run(replica, args=(x, y, real))
+            return strategy.reduce("SUM", counts, axis=None), strategy.reduce("SUM", images, axis=None)
 
         traced = graph_rewrites.for_model(model, tf.function(step, input_signature=list(element_spec),
                                                              autograph=False))
@@ -76,12 +78,10 @@ class Validation:
     def __call__(self, model) -> dict:
         steps, batches = self._batches()
         step = self._step(model, batches.element_spec)
-        correct = count = 0.0
+        total = None
         with self.progress.bar("validating", len(self.images), "images") as advance:
             for _, batch in zip(range(steps), batches):
-                batch_correct, batch_count = step(*batch)
-                correct += float(batch_correct)
-                count += float(batch_count)
-                advance(int(batch_count))
-        return {"val_top1": round(correct / count, 4) if count else None}
-
+                counts, images = step(*batch)
+                total = counts.numpy() if total is None else total + counts.numpy()
+                advance(int(images))
+        return objective_for(model).metrics(total)
