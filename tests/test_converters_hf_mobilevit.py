@@ -26,12 +26,12 @@ TOLERANCE = 1e-4
 SIZE = 128  # layer 5 at 8x8 (output stride 16): small and fast, every branch of ASPP still reads the map
 
 
-def reference(name, output_stride=16):
+def reference(name, output_stride=16, atrous_rates=None):
     config_class, kwargs = HF_CONFIGS[name]
     cfg = CONFIGS[name]
     config = getattr(transformers, config_class)(num_labels=21, output_stride=output_stride,
                                                  aspp_out_channels=cfg.aspp_channels,
-                                                 atrous_rates=list(cfg.atrous_rates), **kwargs)
+                                                 atrous_rates=list(atrous_rates or cfg.atrous_rates), **kwargs)
     model_class = {"MobileViTConfig": transformers.MobileViTForSemanticSegmentation,
                    "MobileViTV2Config": transformers.MobileViTV2ForSemanticSegmentation}[config_class]
     return model_class(config).eval()
@@ -106,3 +106,31 @@ def test_import_weights_command_reads_a_saved_transformers_model(tmp_path):
     assert result.exit_code == 0, result.output
     assert out.is_file()
     assert f"Next: edgevit convert --int8 deeplabv3_mobilevit_v1_xxs --weights {out}\n" in result.output
+
+
+@pytest.mark.parametrize("name", ["deeplabv3_mobilevit_v1_xxs", "deeplabv3_mobilevit_v2_050"])
+def test_output_stride_8_dilates_where_transformers_does(tmp_path, monkeypatch, name):
+    """cvnets' newer recipe (stride 8, rates 12/24/36) as a config: layers 4
+    and 5 keep the map's size, layer 5's inverted residual is dilated, the
+    MobileViT blocks are not; the same weights give transformers' logits."""
+    import dataclasses
+
+    from edgevit.models import deeplabv3
+    from edgevit.saving import copy_all_but_head
+
+    photos = sample_batch(get_spec(name).preprocessing.at_size(SIZE), 2)
+    seen = np.ascontiguousarray(photos[..., ::-1]) if "_v1_" in name else photos
+    ref = reference(name, output_stride=8, atrous_rates=(12, 24, 36))
+    randomize_(ref)
+    scale_logits_(ref, ref.segmentation_head.classifier.convolution, seen)
+    ref.save_pretrained(tmp_path)
+    imported = import_weights(tmp_path / "model.safetensors", name, input_size=SIZE).model
+    monkeypatch.setitem(deeplabv3.CONFIGS, name, dataclasses.replace(deeplabv3.CONFIGS[name], output_stride=8,
+                                                                      atrous_rates=(12, 24, 36)))
+    model = deeplabv3.build_deeplabv3(name, 21, SIZE)
+    copy_all_but_head(imported, model)  # every weight: the same 21 classes
+    want, got = torch_logits(ref, seen), keras_logits(model, photos)
+    assert want.shape == got.shape == (2, SIZE // 8, SIZE // 8, 21)
+    diff = float(np.abs(want - got).max())
+    print(f"PARITY huggingface {name} output stride 8 max_abs_diff={diff:.2e}")
+    assert diff <= TOLERANCE and want.std() > 1.0

@@ -17,10 +17,12 @@ from edgevit.layers.patches import ResizeBilinear
 def image_pooling(x, channels: int, *, name: str):
     """Global mean -> 1x1 conv -> the map's size again. The 1x1 map is spread
     with a bilinear resize (half-pixel centres, as PyTorch's
-    ``align_corners=False``): from one pixel it copies that pixel, and
-    RESIZE_BILINEAR keeps int8 in and out and runs on the GPU delegate, where
-    a broadcast ADD or MUL against a constant would put a float constant or a
-    second operand of another rank in the graph."""
+    ``align_corners=False``): from one pixel it copies that pixel, the int8
+    kernel keeps its input's scale (no arithmetic to round), and both
+    delegates' rule tables take RESIZE_BILINEAR (``edgevit/litert/gpu_rules.py``,
+    ``nnapi_rules.py``). A broadcast would be BROADCAST_TO or an elementwise op
+    between operands of different shapes, which the GPU delegate lays out by
+    rank (DEVELOPERS.md, "Right answers on GPUs")."""
     size = tuple(x.shape[1:3])
     y = layers.GlobalAveragePooling2D(keepdims=True, name=f"{name}.pool")(x)
     y = conv_norm_act(y, channels, 1, activation="relu", name=f"{name}.conv_1x1")
