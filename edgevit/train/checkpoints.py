@@ -15,6 +15,7 @@ import fcntl
 import io
 import json
 import os
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -149,9 +150,25 @@ def checkpoint_lock(checkpoint_dir: str | Path):
 
 def _locked(lock: Path) -> int | None:
     """A descriptor of ``lock`` holding an exclusive flock with this
-    process's id in it; None on a file system without locks."""
+    process's id in it; None on a file system without locks. A lock that is
+    a symbolic link, a hard link or no regular file is refused, never
+    followed: the run truncates the file it locks and writes its pid there,
+    which through a link would be a file outside the folder."""
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            # O_NONBLOCK: a FIFO put there opens at once, to be refused below, instead of blocking
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK, 0o644)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise EdgevitError(_not_a_lock(lock, f"a symbolic link (to {os.readlink(lock)!r})")) from None
+            if err.errno == errno.EISDIR:
+                raise EdgevitError(_not_a_lock(lock, "a folder")) from None
+            raise
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+            os.close(fd)
+            raise EdgevitError(_not_a_lock(lock, "not a regular file" if not stat.S_ISREG(status.st_mode)
+                                           else f"a hard link ({status.st_nlink} names of one file)"))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
@@ -170,6 +187,11 @@ def _locked(lock: Path) -> int | None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     return fd
+
+
+def _not_a_lock(lock: Path, what: str) -> str:
+    return (f"Checkpoint folder {str(lock.parent)!r} holds {lock.name}, the run's lock file, but it is {what}: "
+            f"edgevit neither follows nor writes it; remove {str(lock)!r}, or pass another --checkpoint-dir.")
 
 
 def _remove_own_lock(lock: Path, fd: int) -> None:
