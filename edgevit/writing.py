@@ -12,7 +12,9 @@ at all, and every failure reported as one error naming the file and the cause.
   is one error naming the output, not the staged file. A process killed
   outright (SIGKILL, the kernel's out-of-memory killer) cannot remove its
   folders: they carry its process id, and the next run that stages in the
-  same folder removes those whose process is gone.
+  same folder removes those whose process is gone, after finishing the moves
+  into place such a process had begun (see :func:`replace_all`): a kill at
+  any point leaves the whole previous set of files or the whole new one.
 - :func:`temporary_folder` is the scratch folder for files that are no
   output (inputs of a child process), written inside :func:`writing`, which
   gives the same errors.
@@ -23,6 +25,7 @@ at all, and every failure reported as one error naming the file and the cause.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -35,6 +38,9 @@ from pathlib import Path
 from edgevit.errors import EdgevitError, cause, is_control, not_there
 
 STAGING_PREFIX = ".edgevit-"
+# In a staging folder whose files are being moved into place: which moves, and their direction (see
+# finish_moves); a run that finds it in a killed process's folder finishes them before it removes the folder.
+MOVES_RECORD = ".edgevit-moves.json"
 # A staging folder or probe file: STAGING_PREFIX, the process id of the run
 # that made it, a dash.
 STAGED_BY = re.compile(rf"^{re.escape(STAGING_PREFIX)}(\d+)-")
@@ -61,11 +67,12 @@ def remove_stale_staging(folder: Path) -> None:
                     >= STARTED:
                 continue
             if entry.is_dir(follow_symlinks=False):
+                finish_moves(Path(entry.path))
                 shutil.rmtree(entry.path)
             else:
                 os.unlink(entry.path)
-        except OSError:  # removed meanwhile by another run, or not ours to remove
-            continue
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # removed meanwhile by another run, not ours to remove, or moves that could not be finished
 
 
 def _running(pid: int) -> bool:
@@ -223,34 +230,80 @@ def staged(finals: list[Path]) -> Iterator[Staging]:
 def replace_all(moves: list[tuple[Path, Path]]) -> None:
     """Move each staged file onto its final path, all or nothing: the files
     they replace are moved aside first (beside the staged file) and put back
-    if any move fails or is interrupted."""
+    if any move fails or is interrupted. The moves are recorded in each
+    staging folder first, so that a process killed half-way leaves a record
+    from which the next run finishes them (:func:`finish_moves`)."""
     folder = next((final for _, final in moves if final.is_dir() and not final.is_symlink()), None)
     if folder is not None:  # moved aside, it would be deleted with the staging folder
         raise EdgevitError(f"{str(folder)!r} is a folder where a file would be written: move it; nothing was "
                            "replaced.")
     moved_aside, placed = [], []
     current = moves[0][1]
-
-    def aside(staged_file: Path, final: Path) -> Path:
-        return staged_file.parent / ("previous-" + final.name)
-
+    replaced = [final.exists() for _, final in moves]
+    records = {}
+    for (staged_file, final), there in zip(moves, replaced):
+        records.setdefault(staged_file.parent, []).append(
+            [staged_file.name, os.path.relpath(final, staged_file.parent), there])
     try:
-        for staged_file, current in moves:
-            if current.exists():
-                os.replace(current, aside(staged_file, current))
+        for staging, record in records.items():
+            _record_moves(staging, "forward", record)
+        for (staged_file, current), there in zip(moves, replaced):
+            if there:
+                os.replace(current, _aside(staged_file, current))
                 moved_aside.append((staged_file, current))
         for staged_file, current in moves:
             os.replace(staged_file, current)
             placed.append(current)
     except BaseException as err:
+        for staging, record in records.items():
+            try:
+                _record_moves(staging, "back", record)
+            except OSError:  # a full disk: the moves are undone below all the same
+                pass
         for final in placed:
             final.unlink(missing_ok=True)
         for staged_file, final in moved_aside:
-            os.replace(aside(staged_file, final), final)
+            os.replace(_aside(staged_file, final), final)
         if isinstance(err, OSError):
             raise EdgevitError(f"Could not write {str(current)!r}: {cause(err)}; "
                                "the files that were there before are back in place.") from None
         raise
+
+
+def _aside(staged_file: Path, final: Path) -> Path:
+    """Where :func:`replace_all` keeps the file ``final`` held before."""
+    return staged_file.parent / ("previous-" + final.name)
+
+
+def _record_moves(staging: Path, direction: str, moves: list) -> None:
+    """Write, whole (renamed into place), the record of the moves out of
+    ``staging``: [staged name, final path relative to it, whether a file
+    was there], and whether they go ``forward`` or are undone (``back``)."""
+    part = staging / (MOVES_RECORD + ".part")
+    part.write_text(json.dumps({"direction": direction, "moves": moves}))
+    os.replace(part, staging / MOVES_RECORD)
+
+
+def finish_moves(staging: Path) -> None:
+    """Finish the moves into place that a process killed in
+    :func:`replace_all` began from ``staging``: forward (every staged file
+    placed: the new set), or back when it was undoing them after a failure
+    (the files that were there before). Nothing when they had not begun (the
+    files in place were not touched)."""
+    try:
+        record = json.loads((staging / MOVES_RECORD).read_text())
+    except FileNotFoundError:
+        return
+    for staged_name, final_path, replaced in record["moves"]:
+        staged_file, final = staging / staged_name, staging / final_path
+        if record["direction"] == "forward":
+            if staged_file.exists():
+                os.replace(staged_file, final)
+        elif replaced:
+            if _aside(staged_file, final).exists():
+                os.replace(_aside(staged_file, final), final)
+        elif not staged_file.exists():  # placed where there was no file: removed, as before the moves
+            final.unlink(missing_ok=True)
 
 
 @contextmanager

@@ -4,10 +4,17 @@ data folders and clusters that finetune and qat must refuse in one
 when a run is killed or interrupted."""
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 
+from edgevit import writing
 from edgevit.errors import EdgevitError
 from tests.test_bad_inputs import SMALL, image_folder, run, snapshot
 
@@ -58,3 +65,60 @@ def test_a_lock_file_that_is_no_regular_file_of_its_own_is_refused_untouched(tmp
         with checkpoint_lock(folder):
             pass
     assert snapshot(tmp_path) == before
+
+
+# A checkpoint save as the training loop makes it, in a process that kills itself (SIGKILL) just before its
+# os.replace call number argv[2] (and, with argv[3], makes call argv[3] fail first, as a full disk would).
+_KILLED_SAVE = textwrap.dedent("""\
+    import json, os, signal, sys
+    from pathlib import Path
+    from edgevit.train.checkpoints import CHECKPOINT_FILES
+    from edgevit.writing import staged
+    folder, kill_at, fail_at = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    calls, replace = [0], os.replace
+    def counted(src, dst):
+        calls[0] += 1
+        if calls[0] == fail_at:
+            raise OSError(28, "No space left on device")
+        if calls[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        replace(src, dst)
+    os.replace = counted
+    with staged([folder / name for name in CHECKPOINT_FILES]) as staging:
+        for name in CHECKPOINT_FILES[:2]:
+            staging.write_bytes(folder / name, b"epoch 2")
+        staging.write_text(folder / "state.json", json.dumps({"epochs_done": 2, "history": [], "run": {}}))
+""")
+
+
+def _checkpoint_of_epoch(folder, epoch: int) -> None:
+    from edgevit.train.checkpoints import CHECKPOINT_FILES
+
+    folder.mkdir(exist_ok=True)
+    for name in CHECKPOINT_FILES[:2]:
+        (folder / name).write_bytes(f"epoch {epoch}".encode())
+    (folder / "state.json").write_text(json.dumps({"epochs_done": epoch, "history": [], "run": {}}))
+
+
+# os.replace calls of a save: the record of the moves, three files moved aside, three placed
+@pytest.mark.parametrize("kill_at, fail_at", [(k, 0) for k in range(1, 9)] + [(k, 6) for k in range(7, 12)])
+def test_a_save_killed_at_any_point_of_its_moves_leaves_a_checkpoint_the_next_run_resumes(tmp_path, monkeypatch,
+                                                                                           kill_at, fail_at):
+    """A SIGKILL while a checkpoint was moved into place left the old and new
+    checkpoints in a hidden staging folder; the rerun started at epoch 1 and
+    deleted that folder."""
+    from edgevit.train.checkpoints import CHECKPOINT_FILES, checkpoint_lock, checkpoint_state
+
+    folder = tmp_path / "ckpt"
+    _checkpoint_of_epoch(folder, 1)
+    killed = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(folder), str(kill_at), str(fail_at)],
+                            capture_output=True, text=True)
+    assert killed.returncode in (-signal.SIGKILL, 1 if fail_at else 0), killed.stderr
+    monkeypatch.setattr(writing, "STARTED", time.time())  # the next run starts after the killed one
+    with checkpoint_lock(folder):
+        epochs_done = checkpoint_state(folder, {})["epochs_done"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(CHECKPOINT_FILES)
+    assert [(folder / name).read_bytes() for name in CHECKPOINT_FILES[:2]] == [f"epoch {epochs_done}".encode()] * 2
+    # killed before the record of its moves: the previous checkpoint; after it: the new one; after a failed move
+    # (6), once the record says the moves are undone (call 7 renames it): the previous one
+    assert epochs_done == (1 if kill_at == 1 or fail_at and kill_at > 7 else 2)

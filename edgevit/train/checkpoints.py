@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from edgevit.errors import EdgevitError, cause, first_line
-from edgevit.writing import staged, weights_h5
+from edgevit.writing import remove_stale_staging, staged, weights_h5
 
 # Written together through a staging folder (edgevit.writing.staged): a failed or
-# interrupted save leaves the last checkpoint whole and nothing else.
+# interrupted save leaves the last checkpoint whole and nothing else; a save killed
+# outright while moving them into place is finished by the next run that locks the folder.
 CHECKPOINT_FILES = ("last.weights.h5", "optimizer.npz", "state.json")
 # Held (flock) by the run that uses the folder; the kernel releases it when that process ends, however it ends.
 LOCK_FILE = ".edgevit-run.lock"
@@ -135,6 +136,9 @@ def checkpoint_lock(checkpoint_dir: str | Path):
         fd = _locked(folder / LOCK_FILE)
     except OSError as err:
         raise EdgevitError(f"Could not make the checkpoint folder {str(folder)!r}: {cause(err)}.") from None
+    # A run killed while it moved a checkpoint into place: its moves are finished (or undone) before the
+    # checkpoint is read, so that this run resumes from it rather than starting over and deleting it.
+    remove_stale_staging(folder)
     try:
         yield
     finally:
