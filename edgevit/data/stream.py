@@ -33,7 +33,7 @@ pipeline reads only the images of its own replicas.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -58,47 +58,92 @@ def parallel_calls() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def scaled_batch_size(base_batch: int, base_size: int, size: int) -> int:
-    """Batch size at ``size`` keeping about ``base_batch * base_size**2`` pixels."""
-    return max(1, int(round(base_batch * (base_size / size) ** 2)))
+def scaled_batch_size(base_batch: int, base_size: int, size):
+    """Batch size at ``size`` (a number, or an array of them) keeping about
+    ``base_batch * base_size**2`` pixels."""
+    return np.maximum(1, np.round(base_batch * (base_size / np.asarray(size)) ** 2)).astype(np.int64)
 
 
-@dataclass
+# Steps whose resolutions a plan draws at once (one generator per block, so that any step's is found alone).
+DRAW_BLOCK = 4096
+
+
+@dataclass(frozen=True)
 class EpochPlan:
-    """Step ``t`` trains at ``sizes[t]`` px on ``counts[t]`` images from
-    position ``offsets[t]`` of the epoch's image order, shared equally by
-    the ``replicas`` (a last, smaller step as evenly as it can)."""
-    sizes: np.ndarray
-    counts: np.ndarray
-    replicas: int = 1
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+    """The steps of an epoch, made as they are asked for (no list of every
+    step is held: ``--steps-per-epoch 1000000000`` costs what 8 steps do).
+    Step ``t`` trains at :meth:`size_at` px on the ``count`` images that
+    follow the previous steps' in the epoch's image order, shared equally by
+    the ``replicas`` (a last, smaller step as evenly as it can); iterating
+    the plan gives each step's (offset, count, size)."""
+    samples: int
+    per_replica_base: int     # each replica's batch at base_size
+    replicas: int
+    base_size: int
+    choices: tuple[int, ...]  # the multi-scale resolutions, () for base_size alone
+    seed: int
+    fixed_steps: int | None   # None: every image once
+    length: int
 
     def __len__(self) -> int:
-        return len(self.sizes)
+        return self.length
+
+    def _block(self, block: int) -> np.ndarray:
+        """The resolutions of the steps of draw block ``block``."""
+        if not self.choices:
+            return np.full(DRAW_BLOCK, self.base_size, np.int64)
+        draws = np.random.default_rng([self.seed, block]).integers(len(self.choices), size=DRAW_BLOCK)
+        return np.asarray(self.choices, np.int64)[draws]
+
+    def _full_count(self, sizes: np.ndarray) -> np.ndarray:
+        """The global batch of a step at each of ``sizes`` before the epoch's end cuts it."""
+        return scaled_batch_size(self.per_replica_base, self.base_size, sizes) * self.replicas
+
+    def size_and_count(self, step) -> tuple[np.int64, np.int64]:
+        """(resolution, full global batch) of step ``step``."""
+        size = self._block(int(step) // DRAW_BLOCK)[int(step) % DRAW_BLOCK]
+        return np.int64(size), np.int64(self._full_count(size))
+
+    @property
+    def sizes(self):
+        """The resolution of every step, in order, a block at a time."""
+        for block in range(0, self.length, DRAW_BLOCK):
+            yield from self._block(block // DRAW_BLOCK)[:self.length - block].tolist()
+
+    def __iter__(self):
+        offset = 0
+        for size in self.sizes:
+            count = int(self._full_count(size))
+            if self.fixed_steps is None:
+                count = min(count, self.samples - offset)
+            yield offset, count, size
+            offset += count
 
 
 def plan_epoch(samples: int, batch_size: int, replicas: int, base_size: int, sizes: list[int],
                rng: np.random.Generator, steps: int | None = None) -> EpochPlan:
     """One epoch: every image once (the last batch smaller), or ``steps``
     full batches. With multi-scale ``sizes``, each step draws a resolution
-    and scales its batch by ``(base_size / size) ** 2``. ``batch_size`` is the
-    global batch at ``base_size``, shared by ``replicas`` equally; a last
-    batch of fewer images than replicas is left out (a replica without
-    images cannot run the model: TensorFlow's CPU convolution returns an
-    empty batch unchanged), and those images come in another epoch's order."""
-    per_replica_base = batch_size // replicas
-    step_sizes, counts, position = [], [], 0
-    while (samples - position >= replicas) if steps is None else (len(counts) < steps):
-        size = int(rng.choice(sizes)) if sizes else base_size
-        per = scaled_batch_size(per_replica_base, base_size, size)
-        count = per * replicas if steps is not None else min(per * replicas, samples - position)
-        step_sizes.append(size)
-        counts.append(count)
-        position += count
-    return EpochPlan(np.asarray(step_sizes, np.int64), np.asarray(counts, np.int64), replicas)
+    (from ``rng``'s seed) and scales its batch by ``(base_size / size) ** 2``.
+    ``batch_size`` is the global batch at ``base_size``, shared by
+    ``replicas`` equally; a last batch of fewer images than replicas is left
+    out (a replica without images cannot run the model: TensorFlow's CPU
+    convolution returns an empty batch unchanged), and those images come in
+    another epoch's order. Its length is found a block of steps at a time
+    when it reads every image (at most ``samples / replicas`` steps), and is
+    ``steps`` otherwise."""
+    plan = EpochPlan(samples, batch_size // replicas, replicas, base_size, tuple(sorted(set(sizes))),
+                     int(rng.integers(2**62)), steps, steps or 0)
+    if steps is not None:
+        return plan
+    position, block = 0, 0
+    while True:
+        counts = plan._full_count(plan._block(block))
+        starts = position + np.cumsum(counts) - counts
+        ended = np.flatnonzero(samples - starts < replicas)
+        if len(ended):
+            return replace(plan, length=block * DRAW_BLOCK + int(ended[0]))
+        position, block = int(starts[-1] + counts[-1]), block + 1
 
 
 class ImageStream:
@@ -201,15 +246,22 @@ class ImageStream:
         input pipeline ``pipeline`` train on, in the order they take them."""
         import tensorflow as tf
 
-        starts, counts, sizes = [], [], []
-        replicas = plan.replicas
-        for offset, count, size in zip(plan.offsets, plan.counts, plan.sizes):
-            for replica in range(pipeline * local_replicas, (pipeline + 1) * local_replicas):
-                first, end = (count * replica) // replicas, (count * (replica + 1)) // replicas
-                starts.append(offset + first)
-                counts.append(end - first)
-                sizes.append(size)
-        samples = len(self.files)
+        samples, replicas = len(self.files), plan.replicas
+        cut = plan.fixed_steps is None  # the last step of an every-image epoch takes what is left
+        local = tf.range(pipeline * local_replicas, (pipeline + 1) * local_replicas, dtype=tf.int64)
+
+        def size_and_count(step):
+            size, count = tf.numpy_function(plan.size_and_count, [step], [tf.int64, tf.int64], stateful=False)
+            return tf.ensure_shape(size, []), tf.ensure_shape(count, [])
+
+        def placed(offset, size_count):
+            size, count = size_count
+            count = tf.minimum(count, plan.samples - offset) if cut else count
+            return offset + count, (offset, count, size)
+
+        def replicas_shares(offset, count, size):
+            first, end = (count * local) // replicas, (count * (local + 1)) // replicas
+            return tf.data.Dataset.from_tensor_slices((offset + first, end - first, tf.fill(tf.shape(local), size)))
 
         def image_draws(position):
             order = tf.stack([tf.constant(epoch_seed, tf.int64), position // samples])  # a permutation per pass
@@ -244,8 +296,9 @@ class ImageStream:
                     tf.dynamic_stitch([mine, theirs], [tf_labels, labels]),
                     tf.dynamic_stitch([mine, theirs], [tf.ones_like(mine, tf.bool), real]))
 
-        ds = tf.data.Dataset.from_tensor_slices((np.asarray(starts, np.int64), np.asarray(counts, np.int64),
-                                                 np.asarray(sizes, np.int64)))
+        # Each step's place in the image order is the sum of the batches before it: a scan, step by step.
+        ds = (tf.data.Dataset.range(len(plan)).map(size_and_count).scan(tf.constant(0, tf.int64), placed)
+              .flat_map(replicas_shares))
         return ds.map(batch, num_parallel_calls=parallel_calls()).prefetch(tf.data.AUTOTUNE)
 
     def evaluation_dataset(self, size: int, batch_size: int = BATCH_SIZE, pipelines: int = 1, pipeline: int = 0,
