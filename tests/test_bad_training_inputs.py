@@ -122,3 +122,48 @@ def test_a_save_killed_at_any_point_of_its_moves_leaves_a_checkpoint_the_next_ru
     # killed before the record of its moves: the previous checkpoint; after it: the new one; after a failed move
     # (6), once the record says the moves are undone (call 7 renames it): the previous one
     assert epochs_done == (1 if kill_at == 1 or fail_at and kill_at > 7 else 2)
+
+
+def _cluster(task_type="worker", index=0, **cluster) -> str:
+    return json.dumps({"cluster": cluster or {"worker": ["localhost:12345", "localhost:12346"]},
+                       "task": {"type": task_type, "index": index}})
+
+
+@pytest.mark.parametrize("tf_config, message", [
+    (_cluster(index=-1), "TF_CONFIG does not describe a cluster this process is part of (task index -1 of worker, "
+                         "which has 2 address(es): 0 to 1)"),
+    (_cluster(index=2), "(task index 2 of worker, which has 2 address(es): 0 to 1)"),
+    (_cluster("evaluator", chief=["localhost:1"], worker=["localhost:2"]),
+     "TF_CONFIG makes this process an 'evaluator' task, which edgevit does not run: training across workers takes "
+     "chief and worker tasks only"),
+    (_cluster("evaluator", chief=["localhost:1"], evaluator=["localhost:2"]), "makes this process an 'evaluator'"),
+    (_cluster("ps", chief=["localhost:1"], ps=["localhost:2"]), "makes this process a 'ps' task"),
+    (_cluster(worker=["localhost:1"], ps=["localhost:2"]), "TF_CONFIG's cluster has ps task(s), which edgevit does "
+                                                          "not run"),
+    (_cluster(worker=["localhost"]), "TF_CONFIG's cluster address 'localhost' is not host:port"),
+], ids=["index-negative", "index-beyond", "evaluator-outside-the-cluster", "evaluator-in-the-cluster", "ps",
+        "cluster-with-ps", "address-without-port"])
+def test_a_tf_config_task_that_does_not_train_in_the_cluster_is_refused_in_one_line(monkeypatch, tf_config,
+                                                                                    message):
+    """Task index -1 trained as the last worker; an evaluator trained alone and wrote -o."""
+    from edgevit.train.distribute import cluster_of_environment
+
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(EdgevitError) as refused:
+        cluster_of_environment()
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_worker_port_already_in_use_is_refused_before_tensorflow_starts_its_server(monkeypatch):
+    import socket
+
+    from edgevit.train.distribute import check_own_port, cluster_of_environment
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("TF_CONFIG", _cluster(index=1, worker=["localhost:1", f"localhost:{port}"]))
+        with pytest.raises(EdgevitError, match=rf"^TF_CONFIG gives this process \(worker 1\) the address "
+                                               rf"localhost:{port}, but port {port} is in use by another process"):
+            check_own_port(cluster_of_environment())

@@ -19,13 +19,15 @@
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import subprocess
 import sys
 from contextlib import contextmanager
 
-from edgevit.errors import EdgevitError, first_line
+from edgevit.errors import EdgevitError, cause, first_line
 
 # How long a worker waits for the others at the start (to connect, then in the broadcast of the chief's
 # weights) before the run ends with an error. It must exceed the longest gap between workers there (building
@@ -35,6 +37,11 @@ from edgevit.errors import EdgevitError, first_line
 # and the process aborted ("std::system_error: Resource temporarily unavailable"). A worker killed mid-run
 # is noticed by the coordination service's heartbeat instead.
 WORKER_TIMEOUT = 600.0
+
+
+# The task types that train: MultiWorkerMirroredStrategy's. An evaluator (or a parameter server) would train
+# alone, outside the cluster's collectives, and write the output as if it were the run.
+TRAINING_TASKS = ("chief", "worker")
 
 
 def cluster_of_environment() -> dict | None:
@@ -48,12 +55,62 @@ def cluster_of_environment() -> dict | None:
         if not (isinstance(config, dict) and "cluster" in config and "task" in config):
             raise ValueError("a JSON object with cluster and task is expected")
         task = config["task"]
+        if task["type"] not in TRAINING_TASKS:
+            raise EdgevitError(f"TF_CONFIG makes this process {'an' if str(task['type'])[:1] in 'aeiou' else 'a'} "
+                               f"{task['type']!r} task, which edgevit does not run: training across workers "
+                               f"takes {' and '.join(TRAINING_TASKS)} tasks only (each evaluates its share of "
+                               "the validation images); start this process as a worker, or not at all.")
         addresses = config["cluster"][task["type"]]
-        addresses[int(task["index"])]
+        index = int(task["index"])
+        if not 0 <= index < len(addresses):
+            raise IndexError(f"task index {index} of {task['type']}, which has {len(addresses)} address(es): "
+                             f"0 to {len(addresses) - 1}")
     except (ValueError, KeyError, TypeError, IndexError) as err:  # bad JSON, a task outside the cluster ...
         raise EdgevitError(f"TF_CONFIG does not describe a cluster this process is part of "
                            f"({first_line(err)}): fix it, or unset it to train on this machine alone.") from None
+    others = sorted(str(kind) for kind in config["cluster"] if kind not in TRAINING_TASKS)
+    if others:
+        raise EdgevitError(f"TF_CONFIG's cluster has {', '.join(others)} task(s), which edgevit does not run: "
+                           f"training across workers takes {' and '.join(TRAINING_TASKS)} tasks only (each "
+                           "evaluates its share of the validation images); remove them from the cluster.")
+    for kind in TRAINING_TASKS:
+        for address in config["cluster"].get(kind, []):
+            _port_of(address)
     return config
+
+
+def _port_of(address) -> int:
+    """The port of a cluster address ``host:port``; an error naming it when it has none."""
+    host, _, port = str(address).rpartition(":")
+    if not (host and port.isdigit() and 0 < int(port) < 65536):
+        raise EdgevitError(f"TF_CONFIG's cluster address {str(address)!r} is not host:port (a port from 1 to "
+                           "65535): fix it.")
+    return int(port)
+
+
+def check_own_port(cluster: dict) -> None:
+    """Refuse, before TensorFlow starts its server, a port of this task's
+    that another process already listens on (TensorFlow's server binds it
+    on every interface, and fails with a traceback, or shares it)."""
+    task = cluster["task"]
+    address = cluster["cluster"][task["type"]][int(task["index"])]
+    port = _port_of(address)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port a closed run left in TIME_WAIT is free
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError as err:
+            raise EdgevitError(f"TF_CONFIG gives this process ({task['type']} {task['index']}) the address "
+                               f"{address}, but port {port} {_bind_problem(err)}: stop what uses it, or give this "
+                               "task another port in every worker's TF_CONFIG.") from None
+
+
+def _bind_problem(err: OSError) -> str:
+    if err.errno == errno.EADDRINUSE:
+        return "is in use by another process (another worker, or an earlier run still going)"
+    if err.errno == errno.EACCES:
+        return "is reserved (ports below 1024 need root)"
+    return f"cannot be opened ({cause(err)})"
 
 
 def strategy_for_environment(worker_timeout: float = WORKER_TIMEOUT):
@@ -66,6 +123,7 @@ def strategy_for_environment(worker_timeout: float = WORKER_TIMEOUT):
             pass
     cluster = cluster_of_environment()
     if cluster is not None:
+        check_own_port(cluster)
         task = cluster["task"]
         addresses = [a for kind in ("chief", "worker") for a in cluster["cluster"].get(kind, [])]
         try:
