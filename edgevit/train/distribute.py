@@ -14,18 +14,25 @@
   worker that never came up ends the run with an error naming the cause; a
   worker killed mid-run is noticed by TensorFlow's coordination-service
   heartbeat, which fails every worker's pending collectives.
+- Before step 1 the workers check that they run the same run (model and
+  its source's identity, sizes, epochs, steps, data, options:
+  :func:`agree_on_run`), and every worker refuses in one line naming the
+  fields that differ.
 - BatchNorm statistics are those of the global batch on every replica
   (:func:`synchronised_batchnorm`).
 """
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import socket
 import subprocess
 import sys
 from contextlib import contextmanager
+
+import numpy as np
 
 from edgevit.errors import EdgevitError, cause, first_line
 
@@ -231,6 +238,75 @@ def broadcast_from_chief(strategy, variables, values=(), timeout: float | None =
         return [v.numpy() for v in tf.function(run, autograph=False)()]
     except tf.errors.OpError as err:
         raise worker_failure(err) from None
+
+
+# Fields of a run description the workers compare (a description with more compares its last ones as one).
+RUN_FIELDS = 32
+
+
+def _field_hashes(run: dict) -> tuple[list[str], np.ndarray]:
+    """(names, a 64-bit hash of each name and value, padded with zeros to
+    RUN_FIELDS) of the fields of ``run``, sorted by name."""
+    names = sorted(run)
+    if len(names) > RUN_FIELDS:
+        names = names[:RUN_FIELDS - 1] + [" and ".join(names[RUN_FIELDS - 1:])]
+    hashes = np.zeros(RUN_FIELDS, np.int64)
+    for slot, name in enumerate(names):
+        value = json.dumps([[key, run[key]] for key in name.split(" and ")], sort_keys=True, default=str)
+        hashes[slot] = np.frombuffer(hashlib.sha256(value.encode()).digest()[:8], "<i8")[0]
+    return names, hashes
+
+
+def run_disagreement(run: dict, gathered) -> str | None:
+    """What differs between this worker's ``run`` and the other workers',
+    whose field hashes are the rows of ``gathered`` (one per replica,
+    :func:`_field_hashes`), in words; None when every worker runs the same."""
+    names, mine = _field_hashes(run)
+    differing = [slot for slot in range(RUN_FIELDS) if len(set(gathered[:, slot].tolist())) > 1]
+    if not differing:
+        return None
+
+    def shown(slot):
+        name = names[slot] if slot < len(names) else "(a field this worker does not have)"
+        value = json.dumps(run[name], default=str) if name in run else "absent"
+        agreeing = int((gathered[:, slot] == mine[slot]).sum())
+        return (f"{name}: {value if len(value) <= 40 else value[:37] + '...'} here, as on {agreeing} of "
+                f"{len(gathered)} replicas")
+
+    return "; ".join(shown(slot) for slot in differing)
+
+
+def agree_on_run(strategy, run: dict, timeout: float | None = None) -> None:
+    """Across workers, end the run of every worker with one error line
+    naming the fields in which their run descriptions differ (``run``:
+    model and the source's identity, sizes, epochs, steps, data
+    fingerprint, options; the same keys on every worker, None where a value
+    does not apply). Workers started with other commands trained together
+    and saved a model of neither. Each replica adds its hashes to its own
+    row of a zero table, and one all-reduce (a gather) gives every worker
+    every row; waits ``timeout`` seconds for the others."""
+    if workers(strategy) == 1:
+        return
+    import tensorflow as tf
+
+    _, hashes = _field_hashes(run)
+    replicas = strategy.num_replicas_in_sync
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
+
+    def replica_rows():
+        context = tf.distribute.get_replica_context()
+        own = tf.scatter_nd([[context.replica_id_in_sync_group]], tf.constant(hashes)[None], [replicas, RUN_FIELDS])
+        return context.all_reduce("SUM", own, options=options)
+
+    try:
+        gathered = strategy.experimental_local_results(tf.function(
+            lambda: strategy.run(replica_rows), autograph=False)())[0].numpy()
+    except tf.errors.OpError as err:
+        raise worker_failure(err) from None
+    problem = run_disagreement(run, gathered)
+    if problem is not None:
+        raise EdgevitError(f"Training across workers (TF_CONFIG): the workers were started with different runs "
+                           f"({problem}): start every worker with the same command, model file and data.")
 
 
 @contextmanager
