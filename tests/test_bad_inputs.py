@@ -575,7 +575,8 @@ BAD_INPUTS = [
                  id="bundle-metadata-a-list"),
     pytest.param(_bundle_with_a_sidecar_nested_deeply, "Metadata file 'm.json' is not valid JSON: it nests too deeply",
                  id="bundle-sidecar-nested-deeply"),
-    pytest.param(_empty_class_folder, "has images of one class only (ants); bees has none", id="empty-class-folder"),
+    pytest.param(_empty_class_folder, "has images of one class only (ants); 'bees' is empty: classification needs",
+                 id="empty-class-folder"),
     pytest.param(_truncated_second_model, "b.tflite: Truncated or not a .tflite file", id="truncated-second-model"),
     pytest.param(_checkpoint_with_few_matching_names, "holds 0% of the 279 tensor names cvnets gives "
                  "mobilevit_v3_xxs (it lacks 'conv_1.block.norm.weight', for one; 'head.weight' is one of its names",

@@ -33,7 +33,30 @@ def _lock_linked_outside_the_folder(tmp):
     return ["finetune", *SMALL, "--data", _data(tmp), "--checkpoint-dir", "ckpt", "-o", "m.keras"]
 
 
+def _class_folder_linked_to_another(tmp):
+    data = image_folder(tmp / "data")
+    (data / "train" / "wasps").symlink_to("ants")
+    return ["finetune", *SMALL, "--data", "data", "-o", "m.keras"]
+
+
+def _class_folder_without_images(tmp):
+    data = image_folder(tmp / "data")
+    (data / "train" / "wasps").mkdir()
+    (data / "train" / "flies").mkdir()
+    (data / "train" / "flies" / "notes.txt").write_text("no image")
+    return ["qat", *SMALL, "--data", "data", "-o", "q.keras"]
+
+
 BAD_TRAINING_INPUTS = [
+    pytest.param(_class_folder_linked_to_another, "Class folders 'ants' and 'wasps' in 'data/train' are one folder "
+                 "('wasps' is a symbolic link to 'ants'): their images would count under two labels",
+                 id="class-folder-linked-to-another"),
+    pytest.param(_class_folder_without_images, "Class folder(s) of 'data/train' without images: 'flies' holds no "
+                 "image file (1 other entry), 'wasps' is empty; each class folder names a label",
+                 id="class-folders-without-images"),
+    pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _data(tmp, per_class=1, splits=("",)), "--val-split",
+                              "0.5", "-o", "m.keras"], "--val-split 0.5 holds out every image of class(es) ",
+                 id="val-split-leaves-a-class-without-training-images"),
     pytest.param(_lock_linked_outside_the_folder, "Checkpoint folder 'ckpt' holds .edgevit-run.lock, the run's lock "
                  "file, but it is a symbolic link (to '../victim.txt'): edgevit neither follows nor writes it",
                  id="lock-is-a-symbolic-link"),
@@ -222,3 +245,20 @@ def test_workers_started_with_other_runs_each_refuse_naming_the_field(tmp_path):
         assert out.strip() == ("error: Training across workers (TF_CONFIG): the workers were started with different "
                                f"runs (input_size: {size} here, as on 1 of 2 replicas): start every worker with the "
                                "same command, model file and data."), err[-2000:]
+
+
+def test_a_folder_link_in_a_class_folder_is_named_as_a_link_not_a_file(tmp_path):
+    from edgevit.data.folders import find_dataset, find_evaluation_images
+    from edgevit.data.listing import left_out_summary
+
+    data = image_folder(tmp_path / "data")
+    (data / "train" / "ants" / "more").symlink_to(tmp_path)
+    (data / "train" / "bees" / "notes.txt").write_text("no image")
+    left_out = find_dataset(data).left_out
+    assert left_out == ["train/ants/more/", "train/bees/notes.txt"]
+    assert left_out_summary(left_out).endswith("left out: train/bees/notes.txt; 1 folder link(s) not followed (a link "
+                                               "may loop back up; copy or move the images into the class folder "
+                                               "instead): train/ants/more/")
+    (data / "val" / "wasps").mkdir()
+    with pytest.warns(UserWarning, match="class folder.s. of .*val without images, not scored: 'wasps' is empty"):
+        find_evaluation_images(data)

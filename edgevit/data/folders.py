@@ -10,6 +10,7 @@ nothing here opens an image. The images are listed by the one rule of
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,19 +54,69 @@ def _existing_folder(root: str | os.PathLike) -> str:
     return root
 
 
-def _images_by_class(base: str, layout: str, others: list[str] | None = None) -> dict[str, list[str]]:
+def _shown(name: str) -> str:
+    """A folder name as text (a name that is not UTF-8 with its bytes escaped)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _refuse_shared_images(base: str, names: list[str]) -> None:
+    """Refuse two class folders of ``base`` that hold the same images: one a
+    symbolic link to the other, or leading into it (or both to one place):
+    its files would be learnt, or scored, under two labels."""
+    reals: dict[str, str] = {}
+    for name in names:
+        real = os.path.realpath(os.path.join(base, name))
+        if real in reals:
+            _refuse_pair(base, reals[real], name, "are one folder")
+        reals[real] = name
+    for real, name in reals.items():
+        parent = os.path.dirname(real)
+        while True:
+            if parent in reals:
+                _refuse_pair(base, reals[parent], name, f"hold the same images ('{_shown(name)}' leads into "
+                                                        f"'{_shown(reals[parent])}')")
+            if parent == os.path.dirname(parent):
+                break
+            parent = os.path.dirname(parent)
+
+
+def _refuse_pair(base: str, first: str, second: str, what: str) -> None:
+    links = [f"'{_shown(name)}' is a symbolic link to {os.readlink(os.path.join(base, name))!r}"
+             for name in (first, second) if os.path.islink(os.path.join(base, name))]
+    raise EdgevitError(f"Class folders '{_shown(first)}' and '{_shown(second)}' in {base!r} {what}"
+                       + (f" ({'; '.join(links)})" if links else "") + ": their images would count under two "
+                       "labels; remove the link, or make it a folder of its own images.")
+
+
+def _why_no_images(folder: str) -> str:
+    """Why a class folder lists no image, in words that follow its name."""
+    try:
+        entries = [e for e in os.scandir(folder) if not e.name.startswith(".")]
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    if not entries:
+        return "is empty"
+    return f"holds no image file ({len(entries)} other entr{'y' if len(entries) == 1 else 'ies'})"
+
+
+def _images_by_class(base: str, layout: str, others: list[str] | None = None,
+                     empty: dict[str, str] | None = None) -> dict[str, list[str]]:
     """The image files of each class folder of ``base`` that holds at least
     one (listed once); an error naming the expected ``layout`` when none does.
-    The class folders' other files are appended to ``others`` when given."""
+    The class folders' other files are appended to ``others`` when given,
+    and each class folder without images goes into ``empty`` with why."""
     by_class = {}
-    for name in _class_dirs(base):
+    names = _class_dirs(base)
+    _refuse_shared_images(base, names)
+    for name in names:
         files = image_paths(os.path.join(base, name), others)
         if not files:
+            if empty is not None:
+                empty[name] = _why_no_images(os.path.join(base, name))
             continue
         problem = label_problem(name)
         if problem:
-            shown = os.fsencode(name).decode("utf-8", "backslashreplace")
-            raise EdgevitError(f"Class folder '{shown}' in {base!r} cannot name a class: {problem} (class "
+            raise EdgevitError(f"Class folder '{_shown(name)}' in {base!r} cannot name a class: {problem} (class "
                                "folders name the labels of the converted model): rename the folder.")
         by_class[name] = files
     if not by_class:
@@ -73,6 +124,12 @@ def _images_by_class(base: str, layout: str, others: list[str] | None = None) ->
             if any(os.path.dirname(p) == base.rstrip(os.sep) for p in image_paths(base)) else ""
         raise EdgevitError(f"Dataset folder {base!r} has no images in class folders{loose}: expected {layout}.")
     return by_class
+
+
+def empty_classes_summary(empty: dict[str, str]) -> str:
+    """Class folders without images, each with why, in words."""
+    named = [f"'{_shown(name)}' {why}" for name, why in list(empty.items())[:3]]
+    return ", ".join(named) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
 
 
 def _split(by_class: dict[str, list[str]], classes: list[str]) -> Split:
@@ -96,14 +153,17 @@ def find_dataset(root: str | os.PathLike, val_split: float | None = None, seed: 
                            "holds out part of the training images only where there is none: leave it out.")
     base = train_dir if has_split else root
     others: list[str] = []
-    by_class = _images_by_class(base, "train/<class>/*.jpg (and val/<class>/*.jpg) or <class>/*.jpg", others)
+    empty: dict[str, str] = {}
+    by_class = _images_by_class(base, "train/<class>/*.jpg (and val/<class>/*.jpg) or <class>/*.jpg", others,
+                                empty)
     classes = list(by_class)
     if len(classes) < 2:
-        empty = [name for name in _class_dirs(base) if name not in classes]
-        raise EdgevitError(f"Dataset folder {base!r} has images of one class only ({classes[0]})"
-                           + (f"; {', '.join(empty[:3])} {'has' if len(empty) == 1 else 'have'} none"
-                              if empty else "")
+        raise EdgevitError(f"Dataset folder {base!r} has images of one class only ({_shown(classes[0])})"
+                           + (f"; {empty_classes_summary(empty)}" if empty else "")
                            + ": classification needs at least two class folders with images.")
+    if empty:
+        raise EdgevitError(f"Class folder(s) of {base!r} without images: {empty_classes_summary(empty)}; each class "
+                           "folder names a label of the trained model: add images, or move the folder out.")
     train = _split(by_class, classes)
     if has_split and os.path.isdir(val_dir):
         extra = sorted(set(_class_dirs(val_dir)) - set(classes))
@@ -121,13 +181,21 @@ def find_dataset(root: str | os.PathLike, val_split: float | None = None, seed: 
     if count >= len(order):
         raise EdgevitError(f"Too few images in {base!r} to hold out a validation split.")
     val_idx, train_idx = np.sort(order[:count]), np.sort(order[count:])
+    kept = np.bincount(train.labels[train_idx], minlength=len(classes))
+    if not kept.all():
+        left = [name for name, images in zip(classes, kept) if not images]
+        raise EdgevitError(f"--val-split {fraction:g} holds out every image of class(es) "
+                           f"{', '.join(map(_shown, left[:3]))}{' ...' if len(left) > 3 else ''} "
+                           f"({len(train.files)} images in {len(classes)} classes): they would have no training "
+                           "image; pass a smaller --val-split, or add images.")
     return ImageFolder(root, classes, Split([train.files[i] for i in train_idx], train.labels[train_idx]),
                        Split([train.files[i] for i in val_idx], train.labels[val_idx]),
                        f"{fraction:.0%} of {os.path.basename(base)}/ held out (seed {seed})", _relative(others, root))
 
 
 def _relative(paths: list[str], root: str) -> list[str]:
-    return sorted(os.path.relpath(p, root) for p in paths)
+    """``paths`` relative to ``root``, a folder link's closing separator kept."""
+    return sorted(os.path.relpath(p, root) + (os.sep if p.endswith(os.sep) else "") for p in paths)
 
 
 @dataclass
@@ -151,5 +219,9 @@ def find_evaluation_images(root: str | os.PathLike) -> EvaluationImages:
     else:
         base, source = root, "every image"
     others: list[str] = []
-    by_class = _images_by_class(base, "val/<class>/*.jpg or <class>/*.jpg", others)
+    empty: dict[str, str] = {}
+    by_class = _images_by_class(base, "val/<class>/*.jpg or <class>/*.jpg", others, empty)
+    if empty:
+        warnings.warn(f"class folder(s) of {base} without images, not scored: {empty_classes_summary(empty)}",
+                      stacklevel=2)
     return EvaluationImages(list(by_class), _split(by_class, list(by_class)), source, _relative(others, root))

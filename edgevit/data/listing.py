@@ -23,7 +23,8 @@ def image_paths(folder: str, others: list[str] | None = None) -> list[str]:
     Symbolic links to folders are not followed; a link to a file is listed
     even when it leads nowhere, and is counted as unreadable when an image is
     read from it. Files without an image suffix are appended to ``others``
-    when given."""
+    when given, and so are the folder links left unfollowed, ending in a
+    separator (``ls -F``'s mark of a folder)."""
     found, pending = [], [folder]
     while pending:
         try:
@@ -39,12 +40,22 @@ def image_paths(folder: str, others: list[str] | None = None) -> list[str]:
                 is_folder = False
             if is_folder:
                 pending.append(entry.path)
+            elif _is_folder_link(entry):
+                if others is not None:
+                    others.append(entry.path + os.sep)
             elif os.path.splitext(entry.name)[1].lower() in IMAGE_SUFFIXES:
                 found.append(entry.path)
             elif others is not None:
                 others.append(entry.path)
     found.sort()
     return found
+
+
+def _is_folder_link(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_symlink() and entry.is_dir()
+    except OSError:
+        return False
 
 
 def list_images(folder: str | Path) -> list[Path]:
@@ -58,8 +69,11 @@ def list_images(folder: str | Path) -> list[Path]:
         raise EdgevitError(f"{str(folder)!r} is not a folder of images.")
     others: list[str] = []
     images = [Path(p) for p in image_paths(str(folder), others)]
-    if others:
-        warnings.warn(f"{len(others)} non-image file(s) in {folder} skipped", stacklevel=2)
+    links = sum(other.endswith(os.sep) for other in others)
+    if len(others) > links:
+        warnings.warn(f"{len(others) - links} non-image file(s) in {folder} skipped", stacklevel=2)
+    if links:
+        warnings.warn(f"{links} folder link(s) in {folder} not followed", stacklevel=2)
     if not images:
         raise EdgevitError(f"Image folder {str(folder)!r} contains no images "
                            f"(looked for {', '.join(sorted(IMAGE_SUFFIXES))}).")
@@ -67,7 +81,19 @@ def list_images(folder: str | Path) -> list[Path]:
 
 
 def left_out_summary(left_out: list[str]) -> str:
-    """Files without an image suffix where images were expected, in words."""
-    names = ", ".join(left_out[:3]) + (" ..." if len(left_out) > 3 else "")
-    return (f"{len(left_out)} file(s) without an image suffix ({', '.join(sorted(IMAGE_SUFFIXES))}) left out: "
-            f"{names}")
+    """Files without an image suffix, and folder links (ending in a
+    separator), where images were expected, in words."""
+    files = [path for path in left_out if not path.endswith(os.sep)]
+    links = [path for path in left_out if path.endswith(os.sep)]
+    parts = []
+    if files:
+        parts.append(f"{len(files)} file(s) without an image suffix ({', '.join(sorted(IMAGE_SUFFIXES))}) left "
+                     f"out: {_first(files)}")
+    if links:
+        parts.append(f"{len(links)} folder link(s) not followed (a link may loop back up; copy or move the images "
+                     f"into the class folder instead): {_first(links)}")
+    return "; ".join(parts)
+
+
+def _first(paths: list[str]) -> str:
+    return ", ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
