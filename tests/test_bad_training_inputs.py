@@ -262,3 +262,36 @@ def test_a_folder_link_in_a_class_folder_is_named_as_a_link_not_a_file(tmp_path)
     (data / "val" / "wasps").mkdir()
     with pytest.warns(UserWarning, match="class folder.s. of .*val without images, not scored: 'wasps' is empty"):
         find_evaluation_images(data)
+
+
+# A PNG of argv[2] x argv[2] black pixels opened under an address-space limit 150 MB above what the process
+# holds: its decoded pixels do not fit.
+_DECODED_UNDER_A_LIMIT = textwrap.dedent("""\
+    import re, resource, struct, sys, zlib
+    from pathlib import Path
+    from edgevit.data.decode import UnreadableImage, open_rgb
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    side, compress = int(sys.argv[2]), zlib.compressobj()
+    rows = b"".join(compress.compress(b"\\0" * (3 * side + 1)) for _ in range(side)) + compress.flush()
+    header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)  # 8-bit RGB
+    Path(sys.argv[1]).write_bytes(b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows)
+                                  + chunk(b"IEND", b""))
+    held = int(re.search(r"VmSize:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (held + 150_000_000, resource.RLIM_INFINITY))
+    try:
+        open_rgb(sys.argv[1])
+    except UnreadableImage as err:
+        print(err.reason)
+""")
+
+
+def test_an_image_that_does_not_fit_in_memory_is_not_counted_as_damaged(tmp_path):
+    """A valid 13,000-px PNG under a memory limit was counted as 'not an image, or damaged'."""
+    from edgevit.data.decode import OUT_OF_MEMORY
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc here")
+    decoded = subprocess.run([sys.executable, "-c", _DECODED_UNDER_A_LIMIT, str(tmp_path / "big.png"), "9000"],
+                             capture_output=True, text=True, timeout=120)
+    assert decoded.stdout.strip() == OUT_OF_MEMORY, decoded.stderr[-2000:]

@@ -20,6 +20,8 @@ from PIL import Image, ImageOps
 NOT_AN_IMAGE = "not an image, or damaged"
 NOT_OPENED = "could not be opened (removed, no permission, or a link that leads nowhere)"
 TOO_LARGE = "more pixels than Pillow's decompression-bomb limit"
+# A whole image that decoding could not fit in memory (a shell's `ulimit -v`, or a host short of memory).
+OUT_OF_MEMORY = "too large to decode in the memory this process may use (`ulimit -v`, or free memory)"
 FLOAT_PIXELS = "floating-point pixels (no 8-bit scale)"
 UNCONVERTIBLE = "a colour mode with no RGB conversion"
 # Pillow's modes for 16-bit grayscale (PNG, TIFF; "I" holds it in 32 bits).
@@ -85,6 +87,8 @@ def open_rgb(path: str | Path, draft_size: tuple[int, int] | None = None) -> Ima
                 return _as_rgb(ImageOps.exif_transpose(img), path)
     except Image.DecompressionBombError:
         raise UnreadableImage(path, TOO_LARGE) from None
+    except MemoryError:  # Pillow's allocation of the decoded pixels failed: the file may be a valid image
+        raise UnreadableImage(path, OUT_OF_MEMORY) from None
     except UnreadableImage:
         raise
     except OSError as err:
