@@ -148,9 +148,9 @@ def _lossless_advice(result) -> str:
     was named (the diagnosis covers calibrated files only, and may find none)."""
     if result.quantization_ranges == "trained":
         return "train the QAT model longer, or on more images"
-    return {"int8": "calibrate on images like the ones it will see (--calib-dir), keep the worst layers in float "
+    return {"int8": "calibrate on images like the ones it will see (--calib DIR), keep the worst layers in float "
                     "(--int8-mixed), or train the ranges (`edgevit qat`)",
-            "int8_mixed": "calibrate on images like the ones it will see (--calib-dir), or train the ranges "
+            "int8_mixed": "calibrate on images like the ones it will see (--calib DIR), or train the ranges "
                           "(`edgevit qat`)",
             "int16x8": "try --int8-mixed or --fp16",
             "dynamic": "try --fp16",
