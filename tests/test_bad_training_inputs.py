@@ -47,7 +47,29 @@ def _class_folder_without_images(tmp):
     return ["qat", *SMALL, "--data", "data", "-o", "q.keras"]
 
 
+# What `finetune mobilevit_v3_xxs --input-size 64` on ants and bees records as its run.
+THIS_RUN = {"command": "finetune", "model": "mobilevit_v3_xxs", "input_size": 64, "classes": ["ants", "bees"],
+            "sizes": []}
+
+
+def _checkpoint_stating(state: dict):
+    def setup(tmp):
+        (tmp / "ckpt").mkdir()
+        (tmp / "ckpt" / "state.json").write_text(json.dumps({"run": THIS_RUN, **state}))
+        return ["finetune", *SMALL, "--data", _data(tmp), "--checkpoint-dir", "ckpt", "-o", "m.keras"]
+
+    return setup
+
+
 BAD_TRAINING_INPUTS = [
+    pytest.param(_checkpoint_stating({"epochs_done": -1, "history": []}), "Checkpoint folder 'ckpt' is damaged "
+                 "(state.json: epochs_done is -1, not a number of epochs): delete it (rm -r 'ckpt') to start fresh",
+                 id="checkpoint-epochs-done-negative"),
+    pytest.param(_checkpoint_stating({"epochs_done": 1, "history": "epoch 1"}), "Checkpoint folder 'ckpt' is damaged "
+                 "(state.json: history is a JSON string, not a list of the epochs' records)",
+                 id="checkpoint-history-not-a-list"),
+    pytest.param(_checkpoint_stating({"epochs_done": 1, "history": [{"epoch": 1, "val_top1": "best"}]}),
+                 "(state.json: history record 1 is not the record of epoch 1)", id="checkpoint-history-record-odd"),
     pytest.param(_class_folder_linked_to_another, "Class folders 'ants' and 'wasps' in 'data/train' are one folder "
                  "('wasps' is a symbolic link to 'ants'): their images would count under two labels",
                  id="class-folder-linked-to-another"),
@@ -111,7 +133,8 @@ _KILLED_SAVE = textwrap.dedent("""\
     with staged([folder / name for name in CHECKPOINT_FILES]) as staging:
         for name in CHECKPOINT_FILES[:2]:
             staging.write_bytes(folder / name, b"epoch 2")
-        staging.write_text(folder / "state.json", json.dumps({"epochs_done": 2, "history": [], "run": {}}))
+        staging.write_text(folder / "state.json", json.dumps({"epochs_done": 2, "history": [{"epoch": 1}, {"epoch": 2}],
+                                                             "run": {}}))
 """)
 
 
@@ -121,7 +144,8 @@ def _checkpoint_of_epoch(folder, epoch: int) -> None:
     folder.mkdir(exist_ok=True)
     for name in CHECKPOINT_FILES[:2]:
         (folder / name).write_bytes(f"epoch {epoch}".encode())
-    (folder / "state.json").write_text(json.dumps({"epochs_done": epoch, "history": [], "run": {}}))
+    (folder / "state.json").write_text(json.dumps({"epochs_done": epoch, "run": {},
+                                                   "history": [{"epoch": e} for e in range(1, epoch + 1)]}))
 
 
 # os.replace calls of a save: the record of the moves, three files moved aside, three placed
@@ -295,3 +319,50 @@ def test_an_image_that_does_not_fit_in_memory_is_not_counted_as_damaged(tmp_path
     decoded = subprocess.run([sys.executable, "-c", _DECODED_UNDER_A_LIMIT, str(tmp_path / "big.png"), "9000"],
                              capture_output=True, text=True, timeout=120)
     assert decoded.stdout.strip() == OUT_OF_MEMORY, decoded.stderr[-2000:]
+
+
+def _optimizer_state(folder, arrays: dict) -> None:
+    import numpy as np
+
+    folder.mkdir(exist_ok=True)
+    np.savez(folder / "optimizer.npz", **arrays)
+
+
+@pytest.mark.parametrize("arrays, damage, message", [
+    ({"v0": [1], "v1": [[0.0] * 3] * 2}, None, None),
+    ({"v0": [1], "v1": [0.0] * 3}, None, "optimizer.npz: v1 is float64 (3,), the optimizer's variable float64 (2, 3)"),
+    ({"v0": [1], "v1": [[None] * 3] * 2}, None, "optimizer.npz: v1 is object (2, 3)"),
+    ({"v0": [1]}, None, "its optimizer state has 1 arrays, this run's optimizer 2"),
+    ({"v0": [1], "v1": [[0.0] * 3] * 2}, "crc", "optimizer.npz: Bad CRC-32 for file 'v1.npy'"),
+    ({"v0": [1], "v1": [[0.0] * 3] * 2}, "cut", "optimizer.npz: File is not a zip file"),
+], ids=["whole", "wrong-shape", "object-array", "too-few-arrays", "bad-crc", "cut"])
+def test_a_damaged_optimizer_state_is_refused_in_one_line_before_any_is_used(tmp_path, arrays, damage, message):
+    """Optimizer entries of another shape, object arrays and a bad CRC ended
+    in tracebacks (or unpickled an object array)."""
+    import numpy as np
+
+    from edgevit.train.checkpoints import read_optimizer_state
+
+    folder = tmp_path / "ckpt"
+    _optimizer_state(folder, {name: np.asarray(value, object if None in np.ravel(value) else None)
+                              for name, value in arrays.items()})
+    path = folder / "optimizer.npz"
+    if damage == "crc":  # the last byte of v1's data changed (np.savez stores them uncompressed)
+        import zipfile
+
+        with zipfile.ZipFile(path) as archive:
+            info = archive.getinfo("v1.npy")
+        content = bytearray(path.read_bytes())
+        name_and_extra = int.from_bytes(content[info.header_offset + 26:info.header_offset + 28], "little") + \
+            int.from_bytes(content[info.header_offset + 28:info.header_offset + 30], "little")
+        content[info.header_offset + 30 + name_and_extra + info.compress_size - 1] ^= 0xFF
+        path.write_bytes(bytes(content))
+    elif damage == "cut":
+        path.write_bytes(path.read_bytes()[:100])
+    expected = [((1,), "int64"), ((2, 3), "float64")]
+    if message is None:
+        assert [a.shape for a in read_optimizer_state(folder, expected)] == [(1,), (2, 3)]
+        return
+    with pytest.raises(EdgevitError) as refused:
+        read_optimizer_state(folder, expected)
+    assert message in str(refused.value) and str(refused.value).startswith("Checkpoint "), refused.value

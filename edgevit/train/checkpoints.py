@@ -16,6 +16,7 @@ import io
 import json
 import os
 import stat
+import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -53,13 +54,16 @@ def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
         return None
     try:
         info = json.loads(state.read_text())
-        epochs_done = int(info["epochs_done"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
         raise _damaged(folder, "state.json unreadable") from None
-    saved = info.get("run") or {}
-    if saved != run:
+    saved = (info.get("run") or {}) if isinstance(info, dict) else {}
+    if isinstance(saved, dict) and saved != run:
         raise EdgevitError(f"Checkpoint folder {str(folder)!r} holds another run ({_describe_run(saved)}, "
-                           f"{epochs_done} epoch(s) done; this run: {_describe_run(run)}): {start_fresh(folder)}.")
+                           f"{json.dumps(info.get('epochs_done'))} epoch(s) done; this run: {_describe_run(run)}): "
+                           f"{start_fresh(folder)}.")
+    problem = state_problem(info)
+    if problem:
+        raise _damaged(folder, f"state.json: {problem}")
     return info
 
 
@@ -75,18 +79,14 @@ def read_checkpoint(checkpoint_dir: str | Path, run: dict, model, optimizer) -> 
     if info is None:
         return None
     folder = Path(checkpoint_dir)
-    weights, opt, _ = (folder / name for name in CHECKPOINT_FILES)
-    try:
-        model.load_weights(weights)
-        saved = np.load(opt)
-    except Exception as err:  # h5py, Keras and NumPy raise many types for missing or damaged files
-        raise _damaged(folder, first_line(err)) from None
     variables = optimizer.variables
-    if len(saved.files) != len(variables):
-        raise EdgevitError(f"Checkpoint in {checkpoint_dir} does not fit this run "
-                           "(different model or optimizer); use another --checkpoint-dir.")
-    for i, var in enumerate(variables):
-        var.assign(saved[f"v{i}"])
+    arrays = read_optimizer_state(folder, [(tuple(v.shape), v.dtype) for v in variables])  # all checked first
+    try:
+        model.load_weights(folder / CHECKPOINT_FILES[0])
+    except Exception as err:  # h5py and Keras raise many types for missing or damaged files
+        raise _damaged(folder, first_line(err)) from None
+    for var, array in zip(variables, arrays):
+        var.assign(array)
     return info
 
 
@@ -116,6 +116,67 @@ def write_checkpoint(checkpoint_dir: str | Path, model, optimizer, epochs_done: 
         if made:  # the first save: nothing of this run is left behind
             remove_checkpoint(folder)
         raise
+
+
+def state_problem(info) -> str | None:
+    """What is wrong with a checkpoint's state.json document as a Trainer
+    writes it (None: nothing): a whole number of epochs done, a history of
+    one record per epoch done, a run description."""
+    if not isinstance(info, dict):
+        return f"a JSON {_json_kind(info)}, not an object"
+    epochs_done, history = info.get("epochs_done"), info.get("history", [])
+    if type(epochs_done) is not int or epochs_done < 0:
+        return f"epochs_done is {json.dumps(epochs_done)}, not a number of epochs"
+    if not isinstance(history, list):
+        return f"history is a JSON {_json_kind(history)}, not a list of the epochs' records"
+    if len(history) != epochs_done:
+        return f"history holds {len(history)} record(s), not one per epoch done ({epochs_done})"
+    for number, record in enumerate(history, 1):
+        if not (isinstance(record, dict) and record.get("epoch") == number
+                and all(isinstance(record.get(key, 0), (int, float)) and not isinstance(record.get(key), bool)
+                        for key in ("loss", "val_top1"))):
+            return f"history record {number} is not the record of epoch {number}"
+    if not isinstance(info.get("run", {}), dict):
+        return "run is not a description of a run"
+    return None
+
+
+def _json_kind(value) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value),
+                                                                                                 "number")
+
+
+def read_optimizer_state(checkpoint_dir: str | Path, variables: list[tuple[tuple[int, ...], str]]) -> list:
+    """The arrays of the checkpoint's optimizer.npz, one per optimizer
+    variable of ``variables`` ((shape, dtype) each), read whole and checked
+    before any is used: an error naming the folder when the file holds
+    other arrays, arrays of Python objects (never unpickled), or fails its
+    checksums."""
+    folder = Path(checkpoint_dir)
+    expected = [f"v{i}.npy" for i in range(len(variables))]
+    arrays = []
+    try:
+        with zipfile.ZipFile(folder / CHECKPOINT_FILES[1]) as archive:
+            if sorted(archive.namelist()) != sorted(expected):
+                raise EdgevitError(f"Checkpoint in {str(folder)!r} does not fit this run (its optimizer state has "
+                                   f"{len(archive.namelist())} arrays, this run's optimizer {len(variables)}: another "
+                                   f"model or optimizer): {start_fresh(folder)}.")
+            for name, (shape, dtype) in zip(expected, variables):
+                with archive.open(name) as member:  # the header first: nothing of another size is read
+                    version = np.lib.format.read_magic(member)
+                    header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                              else np.lib.format.read_array_header_2_0)(member)
+                found_shape, _, found_dtype = header
+                if found_dtype.hasobject or tuple(found_shape) != tuple(shape) or found_dtype != np.dtype(dtype):
+                    raise _damaged(folder, f"{CHECKPOINT_FILES[1]}: {name[:-4]} is {found_dtype} {tuple(found_shape)}, "
+                                           f"the optimizer's variable {np.dtype(dtype)} {tuple(shape)}")
+                with archive.open(name) as member:
+                    arrays.append(np.lib.format.read_array(member, allow_pickle=False))
+    except EdgevitError:
+        raise
+    except Exception as err:  # zipfile, numpy: a bad checksum, a cut file, a header that is not numpy's
+        raise _damaged(folder, f"{CHECKPOINT_FILES[1]}: {first_line(err)}") from None
+    return arrays
 
 
 @contextmanager
