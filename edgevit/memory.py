@@ -26,15 +26,14 @@ from edgevit.errors import EdgevitError, OutOfMemory
 
 GB = 1e9
 
-# What to do when a stage does not fit in this machine's memory.
+# What to do when a stage of the export does not fit in this machine's memory (training's: _advice, from the
+# parts of its need).
 OUT_OF_MEMORY_ADVICE = {
     "BatchNorm estimation": "use fewer --calib-samples or a smaller --input-size, or give trained --weights",
     "conversion": "use a smaller --input-size or fewer --calib-samples",
     "validation": "use a smaller --input-size",
     "top-5 on the sample photos": "use a smaller --input-size",
     "layer-by-layer diagnosis": "skip it with --no-diagnosis, or use a smaller --input-size",
-    "training": "use a smaller --batch-size or --input-size",
-    "quantization-aware training": "use a smaller --batch-size or --input-size",
 }
 
 # What a stage takes beyond what the process holds before it: (bytes per
@@ -101,16 +100,70 @@ def weight_and_activation_bytes(model) -> tuple[int, int]:
     return 4 * model.count_params(), 4 * activations
 
 
-def stage_need(stage: str, model, images: int = 1, needs: dict = STAGE_NEEDS) -> float:
+def stage_need(stage: str, model, images: int = 1, needs: dict = STAGE_NEEDS, batches: dict | None = None) -> float:
     """The bytes ``stage`` is estimated to take on ``model`` (see STAGE_NEEDS,
     or ``needs``), on ``images`` images at once (a training batch)."""
+    return sum(need_parts(stage, model, images, needs, batches))
+
+
+def need_parts(stage: str, model, images: int = 1, needs: dict = STAGE_NEEDS,
+               batches: dict | None = None) -> tuple[float, float, float]:
+    """(the weights', the images', the fixed) part of what ``stage`` takes
+    on ``model``. ``batches``: the images a step takes at each multi-scale
+    resolution ({size: images}); the largest need of them counts (an image's
+    activations grow with its pixels). Default: ``images`` at the model's size."""
     weights, activations = weight_and_activation_bytes(model)
-    return need_for(stage, weights, activations * images, needs)
+    per_weight, per_activation, fixed = needs.get(stage, STAGE_NEEDS[stage])
+    base = int(model.inputs[0].shape[1]) if batches else 0
+    images_part = max(activations * (size / base) ** 2 * count for size, count in batches.items()) if batches \
+        else activations * images
+    return per_weight * weights, per_activation * images_part, fixed
 
 
 def need_for(stage: str, weight_bytes: float, activation_bytes: float, needs: dict = STAGE_NEEDS) -> float:
     per_weight, per_activation, fixed = needs.get(stage, STAGE_NEEDS[stage])
     return per_weight * weight_bytes + per_activation * activation_bytes + fixed
+
+
+def _advice(stage: str, model, images: int, batches: dict | None, room: float | None, needs: dict) -> str | None:
+    """What to do about ``stage`` not fitting in ``room`` bytes (None: an
+    allocation that failed while it ran): for training, the setting that
+    drives its need, and only a change that can make it fit; None when
+    nothing but more memory can (TensorFlow's part alone does not fit)."""
+    if stage not in ("training", "quantization-aware training"):
+        return OUT_OF_MEMORY_ADVICE[stage]
+    weights, images_part, fixed = need_parts(stage, model, images, needs, batches)
+    base = int(model.inputs[0].shape[1])
+    size, count = max((batches or {base: images}).items(),
+                      key=lambda item: (item[0] / base) ** 2 * item[1])  # the step that needs the most
+    if room is None:
+        return ("use a smaller --batch-size or --input-size" if size == base else
+                f"leave {size} out of --multiscale (its steps take {count} image(s) of {size} px), or use a "
+                "smaller --batch-size")
+    if fixed > room:
+        return None
+    if weights + fixed > room:  # before any image
+        return (f"before any image, {model.name}'s weights with their gradients and optimizer state take about "
+                f"{weights / GB:.2f} GB and TensorFlow's part {fixed / GB:.2f} GB, whatever the batch: train a "
+                "smaller model")
+    if size != base:
+        return (f"leave {size} out of --multiscale: its steps take {count} image(s) of {size} px, about "
+                f"{images_part / GB:.2f} GB (a step's batch is scaled to the pixels of --batch-size images at "
+                f"{base} px, but never below one image)")
+    if weights + fixed + images_part / images > room:
+        return (f"even one image a step at {size} px needs more: use a smaller --input-size, or train a smaller "
+                "model")
+    fitting = int((room - weights - fixed) / (images_part / images))
+    return f"use a --batch-size of {fitting} or less (the images of a step take about {images_part / GB:.2f} GB)"
+
+
+def _gb(*amounts: float) -> list[str]:
+    """``amounts`` in GB, with as many decimals (up to 4) as it takes to tell them apart."""
+    for decimals in (1, 2, 3, 4):
+        shown = [f"{amount / GB:.{decimals}f}" for amount in amounts]
+        if len(set(shown)) == len(shown):
+            break
+    return shown
 
 
 def address_space_left() -> tuple[int, int] | None:
@@ -185,30 +238,40 @@ def _headroom_at(folder: Path, limit_file: str, usage_file: str, cache_field: st
 
 
 @contextmanager
-def memory_of(stage: str, model, images: int = 1):
+def memory_of(stage: str, model, images: int = 1, batches: dict | None = None):
     """Refuse ``stage`` when its estimated need on ``model`` (on ``images``
-    images at once) is more than the memory available, or than what the
-    shell's address-space limit leaves; and a stage that runs out of memory
-    all the same ends the command with one error naming it and what to do
-    (the converter reports a failed allocation as a failed conversion,
-    caused by it)."""
+    images at once, or ``batches``: {multi-scale size: images a step}) is
+    more than the memory available, or than what the shell's address-space
+    limit leaves; and a stage that runs out of memory all the same ends the
+    command with one error naming it and what to do (the converter reports a
+    failed allocation as a failed conversion, caused by it)."""
     import tensorflow as tf
 
-    need, available, address_space = stage_need(stage, model, images), available_memory(), address_space_left()
+    need, available = stage_need(stage, model, images, batches=batches), available_memory()
+    address_space = address_space_left()
+    fixed_part = "TensorFlow's part of the stage alone takes about {:.2f} GB, whatever the model and batch"
     if available is not None and need > available:
-        raise EdgevitError(f"Not enough memory for the {stage} stage: it needs about {need / GB:.1f} GB and "
-                           f"{available / GB:.1f} GB is available: {OUT_OF_MEMORY_ADVICE[stage]}.")
-    mapped = stage_need(stage, model, images, ADDRESS_SPACE_NEEDS)
+        need_gb, available_gb = _gb(need, available)
+        advice = _advice(stage, model, images, batches, available, STAGE_NEEDS)
+        raise EdgevitError(f"Not enough memory for the {stage} stage: it needs about {need_gb} GB and "
+                           f"{available_gb} GB is available: " + (advice or "close other programs, or use a "
+                           f"machine with more memory ({fixed_part.format(need_parts(stage, model)[2] / GB)})") + ".")
+    mapped = stage_need(stage, model, images, ADDRESS_SPACE_NEEDS, batches)
     if address_space is not None and mapped > address_space[1]:
         limit, left = address_space
+        left_gb, mapped_gb = _gb(left, mapped)
+        advice = _advice(stage, model, images, batches, left, ADDRESS_SPACE_NEEDS)
         raise EdgevitError(f"Out of memory in the {stage} stage: this shell limits a process to {limit // 1024} "
-                           f"KiB of address space (`ulimit -v`), {left / GB:.1f} GB of it is left, and the stage "
-                           f"needs about {mapped / GB:.1f} GB: raise the limit (`ulimit -v unlimited`), or "
-                           f"{OUT_OF_MEMORY_ADVICE[stage]}.")
+                           f"KiB of address space (`ulimit -v`), {left_gb} GB of it is left, and the stage "
+                           f"needs about {mapped_gb} GB: raise the limit (`ulimit -v unlimited`)"
+                           + (f", or {advice}" if advice else
+                              f" ({fixed_part.format(need_parts(stage, model, 1, ADDRESS_SPACE_NEEDS)[2] / GB)})")
+                           + ".")
     out_of_memory = (MemoryError, tf.errors.ResourceExhaustedError)
     try:
         yield
     except out_of_memory + (EdgevitError,) as err:
         if isinstance(err, EdgevitError) and not isinstance(err.__cause__, out_of_memory):
             raise
-        raise OutOfMemory(f"Out of memory in the {stage} stage: {OUT_OF_MEMORY_ADVICE[stage]}.") from None
+        raise OutOfMemory(f"Out of memory in the {stage} stage: "
+                          f"{_advice(stage, model, images, batches, None, STAGE_NEEDS)}.") from None

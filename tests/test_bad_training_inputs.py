@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -366,3 +367,68 @@ def test_a_damaged_optimizer_state_is_refused_in_one_line_before_any_is_used(tmp
     with pytest.raises(EdgevitError) as refused:
         read_optimizer_state(folder, expected)
     assert message in str(refused.value) and str(refused.value).startswith("Checkpoint "), refused.value
+
+
+@pytest.mark.slow  # 30-60 s: TensorFlow starts and the step is traced before the signal
+def test_a_billion_steps_an_epoch_start_at_once_in_bounded_memory_and_sigterm_ends_them(tmp_path):
+    """--steps-per-epoch 1000000000 on 8 images: 4.9 GB in 2 minutes before
+    the first step, and SIGTERM not honoured (11.3 GB after 5 minutes)."""
+    image_folder(tmp_path / "data", per_class=4)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, "-m", "edgevit", "finetune", "mobilevit_v3_xxs", "--input-size", "32",
+                             "--data", "data", "--epochs", "1", "--steps-per-epoch", "1000000000", "--batch-size",
+                             "4", "-o", "m.keras"], cwd=tmp_path, env=env, text=True, stderr=subprocess.PIPE)
+    seen = ""
+    while "Building the training step's graph" not in seen:
+        line = proc.stderr.readline()
+        assert line, seen[-3000:]
+        seen += line
+    time.sleep(5)  # into the steps
+    rss = int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{proc.pid}/status").read_text()).group(1)) * 1024
+    proc.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.strip().endswith("terminated"), (seen + err)[-3000:]
+    assert time.monotonic() - stopped < 15
+    assert rss < 3e9
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no output, no checkpoint folder
+
+
+def _tiny_classifier(size: int = 16):
+    import keras
+
+    inputs = keras.Input((size, size, 3))
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3, name="conv")(inputs))
+    return keras.Model(inputs, keras.layers.Dense(2, name="head")(x), name="tiny")
+
+
+@pytest.mark.parametrize("case", ["only more memory", "no batch fits", "multiscale", "batch"])
+def test_an_out_of_memory_refusal_names_the_setting_that_drives_the_need(monkeypatch, case):
+    """QAT under `ulimit -v` and --multiscale 64,1024 were told to use a
+    smaller batch, which changed nothing, in numbers that read alike
+    ('2.2 GB left, needs about 2.2 GB')."""
+    from edgevit.export import memory
+
+    model = _tiny_classifier(128)
+    batches = {128: 8, 512: 1} if case == "multiscale" else None
+    weights, images, fixed = memory.need_parts("training", model, 8, memory.ADDRESS_SPACE_NEEDS, batches)
+    left = {"only more memory": fixed - 1e6, "no batch fits": weights + fixed - 1e3,
+            "multiscale": weights + fixed + images / 2, "batch": weights + fixed + images * 5 / 8}[case]
+    monkeypatch.setattr(memory, "available_memory", lambda: None)
+    monkeypatch.setattr(memory, "address_space_left", lambda: (4_000_000 * 1024, int(left)))
+    with pytest.raises(EdgevitError) as refused:
+        with memory.memory_of("training", model, 8, batches):
+            raise AssertionError("the stage ran")
+    message = str(refused.value)
+    assert re.search(r"([0-9.]+) GB of it is left, and the stage needs about ([0-9.]+) GB", message)
+    shown_left, shown_need = re.search(r"([0-9.]+) GB of it is left, and the stage needs about ([0-9.]+) GB",
+                                       message).groups()
+    assert shown_left != shown_need, message
+    assert message.endswith({
+        "only more memory": "raise the limit (`ulimit -v unlimited`) (TensorFlow's part of the stage alone takes "
+                            "about 1.05 GB, whatever the model and batch).",
+        "no batch fits": "TensorFlow's part 1.05 GB, whatever the batch: train a smaller model.",
+        "multiscale": "or leave 512 out of --multiscale: its steps take 1 image(s) of 512 px, about 0.01 GB (a "
+                      "step's batch is scaled to the pixels of --batch-size images at 128 px, but never below one "
+                      "image).",
+        "batch": "or use a --batch-size of 5 or less (the images of a step take about 0.01 GB)."}[case]), message
