@@ -62,7 +62,22 @@ def _checkpoint_stating(state: dict):
     return setup
 
 
+def _checkpoint_of_this_run_but(**changed):
+    def setup(tmp):
+        (tmp / "ckpt").mkdir()
+        (tmp / "ckpt" / "state.json").write_text(json.dumps({"run": {**THIS_RUN, **changed}, "epochs_done": 1,
+                                                             "history": [{"epoch": 1}]}))
+        return ["finetune", *SMALL, "--data", _data(tmp), "--checkpoint-dir", "ckpt", "-o", "m.keras"]
+
+    return setup
+
+
 BAD_TRAINING_INPUTS = [
+    pytest.param(_checkpoint_of_this_run_but(steps_per_epoch=100), "holds another run (finetune of mobilevit_v3_xxs "
+                 "at 64 px, 2 classes (ants, bees), 1 epoch(s) done; it differs in steps_per_epoch (the checkpoint's: "
+                 "100, this run's: absent)): delete it", id="checkpoint-of-other-steps-per-epoch"),
+    pytest.param(_checkpoint_of_this_run_but(sizes=[64, 96]), "it differs in sizes (the checkpoint's: [64, 96], this "
+                 "run's: [])", id="checkpoint-of-other-multiscale"),
     pytest.param(_checkpoint_stating({"epochs_done": -1, "history": []}), "Checkpoint folder 'ckpt' is damaged "
                  "(state.json: epochs_done is -1, not a number of epochs): delete it (rm -r 'ckpt') to start fresh",
                  id="checkpoint-epochs-done-negative"),

@@ -41,6 +41,22 @@ def _describe_run(run: dict) -> str:
             f"{len(classes)} classes ({', '.join(map(str, classes[:4]))}{' ...' if len(classes) > 4 else ''})")
 
 
+def _differences(saved: dict, run: dict) -> str:
+    """The fields in which the checkpoint's run and this one differ, with
+    both values (two descriptions alike but for a field not described read
+    as the same run)."""
+    if not saved:
+        return f"this run: {_describe_run(run)}"
+
+    def shown(value) -> str:
+        text = "absent" if value is None else json.dumps(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    fields = [key for key in [*saved, *(k for k in run if k not in saved)] if saved.get(key) != run.get(key)]
+    return "it differs in " + "; ".join(f"{key} (the checkpoint's: {shown(saved.get(key))}, this run's: "
+                                         f"{shown(run.get(key))})" for key in fields)
+
+
 def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
     """The saved state of ``checkpoint_dir`` when it holds a checkpoint of
     ``run`` (None when it holds none); an error naming the folder and how to
@@ -59,7 +75,7 @@ def checkpoint_state(checkpoint_dir: str | Path, run: dict) -> dict | None:
     saved = (info.get("run") or {}) if isinstance(info, dict) else {}
     if isinstance(saved, dict) and saved != run:
         raise EdgevitError(f"Checkpoint folder {str(folder)!r} holds another run ({_describe_run(saved)}, "
-                           f"{json.dumps(info.get('epochs_done'))} epoch(s) done; this run: {_describe_run(run)}): "
+                           f"{json.dumps(info.get('epochs_done'))} epoch(s) done; {_differences(saved, run)}): "
                            f"{start_fresh(folder)}.")
     problem = state_problem(info)
     if problem:
