@@ -422,7 +422,7 @@ def test_an_out_of_memory_refusal_names_the_setting_that_drives_the_need(monkeyp
     """QAT under `ulimit -v` and --multiscale 64,1024 were told to use a
     smaller batch, which changed nothing, in numbers that read alike
     ('2.2 GB left, needs about 2.2 GB')."""
-    from edgevit.export import memory
+    from edgevit import memory
 
     model = _tiny_classifier(128)
     batches = {128: 8, 512: 1} if case == "multiscale" else None

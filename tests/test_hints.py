@@ -28,7 +28,7 @@ OTHER_PROGRAMS = {
     "cli/__init__.py": {"--help"},
 }
 # Which commands print a module's texts (the others: any command may).
-COMMANDS_OF = {"export/verdict.py": {"convert"}, "export/memory.py": {"convert", "finetune", "qat"},
+COMMANDS_OF = {"export/verdict.py": {"convert"}, "memory.py": {"convert", "finetune", "qat"},
                "train/": {"finetune", "qat"}, "cli/train.py": {"finetune", "qat", "eval"}, "data/folders.py":
                {"finetune", "qat", "eval"}, "export/android_bundle.py": {"bundle"}}
 
