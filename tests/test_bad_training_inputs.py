@@ -72,7 +72,42 @@ def _checkpoint_of_this_run_but(**changed):
     return setup
 
 
+def _qat_of_b_with_the_checkpoint_of_qat_of_a(tmp):
+    from edgevit.registry import create_model
+    from edgevit.saving import save_model
+    from edgevit.train.run import file_identity
+
+    for name in ("A.keras", "B.keras"):  # two trainings of one model: its name alike, its weights not
+        save_model(create_model("mobilevit_v3_xxs", num_classes=2, input_size=64), tmp / name)
+    (tmp / "ckpt").mkdir()
+    run = {**THIS_RUN, "command": "qat", "source": file_identity(tmp / "A.keras")}
+    (tmp / "ckpt" / "state.json").write_text(json.dumps({"run": run, "epochs_done": 1, "history": [{"epoch": 1}]}))
+    return ["qat", "B.keras", "--data", _data(tmp), "--checkpoint-dir", "ckpt", "-o", "q.keras"]
+
+
+def _images_all_unreadable(tmp, split: str, command: str):
+    data = image_folder(tmp / "data")
+    for image in (data / split).rglob("*.png"):
+        image.write_bytes(b"not a png")
+    return [command, *SMALL, "--data", "data", "-o", "m.keras"]
+
+
 BAD_TRAINING_INPUTS = [
+    pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _data(tmp), "--worker-timeout", "nan", "-o", "m.keras"],
+                 "Invalid value for '--worker-timeout': 'nan' is not a number of seconds", id="worker-timeout-nan"),
+    pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _data(tmp), "--worker-timeout", "inf", "-o", "m.keras"],
+                 "Invalid value for '--worker-timeout': inf is not in the range 1<=x<=86400", id="worker-timeout-inf"),
+    pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _data(tmp), "--checkpoint-dir", "m.keras", "-o",
+                              "m.keras"], "-o m.keras is also the --checkpoint-dir: the checkpoint folder and the "
+                 "trained model cannot share a path", id="output-is-the-checkpoint-dir"),
+    pytest.param(_qat_of_b_with_the_checkpoint_of_qat_of_a, "holds another run (qat of mobilevit_v3_xxs at 64 px, 2 "
+                 "classes (ants, bees), 1 epoch(s) done; it differs in source (the checkpoint's: \"A.keras sha256:",
+                 id="qat-of-b-resuming-qat-of-a"),
+    pytest.param(lambda tmp: _images_all_unreadable(tmp, "val", "qat"), "None of the 4 validation images could be "
+                 "read: 4 unreadable image(s) skipped: 4 not an image, or damaged", id="every-val-image-unreadable"),
+    pytest.param(lambda tmp: _images_all_unreadable(tmp, "train", "finetune"), "None of the 4 training images read "
+                 "first (to estimate BatchNorm statistics or calibrate the ranges) could be read: 4 unreadable "
+                 "image(s) skipped", id="every-train-image-unreadable"),
     pytest.param(_checkpoint_of_this_run_but(steps_per_epoch=100), "holds another run (finetune of mobilevit_v3_xxs "
                  "at 64 px, 2 classes (ants, bees), 1 epoch(s) done; it differs in steps_per_epoch (the checkpoint's: "
                  "100, this run's: absent)): delete it", id="checkpoint-of-other-steps-per-epoch"),

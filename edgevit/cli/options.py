@@ -48,12 +48,13 @@ class InputSizes(click.ParamType):
 
 
 class Seconds(click.FloatRange):
-    """A time in seconds, at least ``low``: a finite number (nan compares
-    false with every bound, so a range alone takes it; inf never ends)."""
+    """A time in seconds, at least ``low`` (and at most ``high`` where
+    given): a finite number (nan compares false with every bound, so a range
+    alone takes it; inf never ends)."""
     name = "SECONDS"
 
-    def __init__(self, low: float):
-        super().__init__(low, None)
+    def __init__(self, low: float, high: float | None = None):
+        super().__init__(low, high)
 
     def convert(self, value, param, ctx):
         seconds = super().convert(value, param, ctx)

@@ -11,6 +11,7 @@ from edgevit.cli.options import (
     IMAGENET_DOWNLOAD,
     InputSize,
     InputSizes,
+    Seconds,
     leads_somewhere,
     open_fraction,
     overwrite_option,
@@ -50,7 +51,7 @@ def _common_options(lr: float):
                           "refused, and so is any run while one uses it (it holds a lock file there, which the "
                           "system releases when that run ends, however it ends) (default: OUTPUT.ckpt/, removed "
                           "once OUTPUT is saved). Across workers (TF_CONFIG) only the chief uses it."),
-        click.option("--worker-timeout", type=click.FloatRange(1, 86400), default=WORKER_TIMEOUT, show_default=True,
+        click.option("--worker-timeout", type=Seconds(1, 86400), default=WORKER_TIMEOUT, show_default=True,
                      metavar="SECONDS",
                      help="Across workers (TF_CONFIG): how long a worker waits for the others to start before the "
                           "run ends with an error (a worker lost later ends the run within a minute)."),

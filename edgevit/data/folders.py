@@ -9,6 +9,8 @@ nothing here opens an image. The images are listed by the one rule of
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -35,6 +37,16 @@ class ImageFolder:
     val: Split
     val_source: str
     left_out: list[str]     # files of the class folders without an image suffix, named relative to root
+
+    def fingerprint(self) -> str:
+        """A hash of the classes and of every image's path (relative to the
+        root) and target in both splits: two workers that read other data,
+        wherever their folders are, differ in it."""
+        digest = hashlib.sha256(json.dumps(self.classes).encode())
+        for split in (self.train, self.val):
+            for path, label in zip(split.files, split.labels.tolist()):
+                digest.update(os.fsencode(os.path.relpath(path, self.root)) + f"\0{label}\n".encode())
+        return digest.hexdigest()[:16]
 
 
 def _class_dirs(folder: str) -> list[str]:

@@ -81,7 +81,12 @@ def first_images(images, size: int, count: int, seed: int | None = None, batch_s
         images = images.subset(np.random.default_rng(seed).permutation(len(images))[:count])
     else:
         images = images.subset(range(min(count, len(images))))
-    return [x for x, _ in images.batches(size, batch_size)]
+    batches = [x for x, _ in images.batches(size, batch_size)]
+    if not batches:
+        raise EdgevitError(f"None of the {len(images)} training images read first (to estimate BatchNorm statistics "
+                           "or calibrate the ranges) could be read"
+                           + (f": {images.tally.summary()}." if len(images.tally) else "."))
+    return batches
 
 
 def classes_in(weights: str, head_name: str) -> int | None:

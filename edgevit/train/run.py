@@ -18,6 +18,7 @@ is theirs: the model they train and how it is validated.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from abc import ABC, abstractmethod
@@ -73,6 +74,10 @@ def check_output(output: str, inputs: list[str | None], checkpoint_dir: str | No
     out = Path(output)
     if out.suffix != ".keras":
         raise EdgevitError(f"Output {output!r} must end in .keras.")
+    if checkpoint_dir is not None and _same_file(Path(checkpoint_dir), out):
+        raise EdgevitError(f"-o {output} is also the --checkpoint-dir: the checkpoint folder and the trained model "
+                           "cannot share a path (the save would fail after the training); choose another -o or "
+                           "--checkpoint-dir.")
     checkpoint = checkpoint_dir or str(out) + ".ckpt"
     check_writable([out], folders=[] if checkpoint_dir else [Path(checkpoint)])
     if checkpoint_dir:
@@ -88,6 +93,16 @@ def _same_file(a: Path, b: Path) -> bool:
     if a.exists() and b.exists():
         return os.path.samefile(a, b)
     return a.resolve() == b.resolve()
+
+
+def file_identity(path: str | Path) -> str:
+    """A file's name and the start of the SHA-256 of its content: which
+    model or weights a run started from, whatever its name."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return f"{Path(path).name} sha256:{digest.hexdigest()[:16]}"
 
 
 def kept_epoch(history: list[dict]) -> dict:
@@ -155,12 +170,36 @@ class TrainingRun(ABC):
         return trained
 
     def describe(self, spec, size: int) -> dict:
-        """What this run is, as its checkpoint records it."""
+        """What this run is, as its checkpoint records it: a checkpoint of
+        `qat A.keras` is no checkpoint of `qat B.keras`, whatever their model."""
         run = {"command": self.command, "model": spec.name, "input_size": size, "classes": list(self.dataset.classes),
                "sizes": list(self.sizes())}
+        source = self.source()
+        if source:
+            run["source"] = source
         if self.options.steps_per_epoch:
             run["steps_per_epoch"] = self.options.steps_per_epoch
         return run
+
+    def source(self) -> str | None:
+        """The identity of the model file and the weights a run starts
+        from (None: a registered model's random weights)."""
+        from edgevit.registry import is_imagenet
+
+        o = self.options
+        parts = [file_identity(o.model)] if o.model.endswith(".keras") or Path(o.model).is_file() else []
+        if o.weights is not None:
+            parts.append("weights " + ("imagenet" if is_imagenet(o.weights) else file_identity(o.weights)))
+        return "; ".join(parts) or None
+
+    def agreed(self, run: dict) -> dict:
+        """What every worker of a run across workers must share before step
+        1: the run and every option that changes what it trains, the data by
+        its file lists; the same keys on every worker."""
+        o = self.options
+        return {**run, "source": run.get("source"), "steps_per_epoch": o.steps_per_epoch, "epochs": o.epochs,
+                "batch_size": o.batch_size, "lr": o.lr, "val_split": o.val_split, "data": self.dataset.fingerprint(),
+                **self.config_options()}
 
     def facts(self) -> dict:
         """What the command's result says besides what every run's does."""
@@ -201,8 +240,9 @@ class TrainingRun(ABC):
                 yield
 
     def execute(self) -> dict:
+        from edgevit.data.stream import scaled_batch_size
         from edgevit.memory import memory_of
-        from edgevit.train.distribute import workers
+        from edgevit.train.distribute import WORKER_TIMEOUT, agree_on_run, workers
         from edgevit.train.loop import TrainConfig, Trainer
         from edgevit.train.prepare import load_data
 
@@ -213,9 +253,12 @@ class TrainingRun(ABC):
             model, spec = self.build(sizes)
         size = int(model.inputs[0].shape[1])
         run = self.describe(spec, size)
+        # before anything is held or read: workers started with other commands refuse together, naming the field
+        agree_on_run(strategy, self.agreed(run), WORKER_TIMEOUT if o.worker_timeout is None else o.worker_timeout)
         # calibration, BatchNorm estimation and validation run batches as large as training's: the stage's need
-        # is checked before them
-        with self._held(run), memory_of(self.memory_stage, model, o.batch_size):
+        # is checked before them (with --multiscale, at the resolution whose steps need the most)
+        batches = {s: int(scaled_batch_size(o.batch_size, size, s)) for s in sizes} or None
+        with self._held(run), memory_of(self.memory_stage, model, o.batch_size, batches):
             train, val = load_data(self.dataset, spec, size, sizes, self.progress.step)
             trained, build, evaluate = self.prepare(model, spec, size, train, val)
             cfg = TrainConfig(epochs=o.epochs, batch_size=o.batch_size, lr=o.lr, sizes=sizes,

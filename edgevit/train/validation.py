@@ -8,6 +8,7 @@ import math
 
 from edgevit.data.stream import BATCH_SIZE, ImageStream
 from edgevit.data.transforms import normalise
+from edgevit.errors import EdgevitError
 from edgevit.progress import Progress
 from edgevit.train.distribute import workers
 from edgevit.train.metrics import forward
@@ -78,10 +79,15 @@ class Validation:
     def __call__(self, model) -> dict:
         steps, batches = self._batches()
         step = self._step(model, batches.element_spec)
-        total = None
+        total, seen = None, 0.0
         with self.progress.bar("validating", len(self.images), "images") as advance:
             for _, batch in zip(range(steps), batches):
                 counts, images = step(*batch)
                 total = counts.numpy() if total is None else total + counts.numpy()
+                seen += float(images)
                 advance(int(images))
+        if not seen:  # every worker's count is the global one: all of them end here alike
+            tally = self.images.tally
+            raise EdgevitError(f"None of the {len(self.images)} validation images could be read"
+                               + (f": {tally.summary()}." if len(tally) else "."))
         return objective_for(model).metrics(total)
