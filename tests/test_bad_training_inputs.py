@@ -92,6 +92,37 @@ def _images_all_unreadable(tmp, split: str, command: str):
     return [command, *SMALL, "--data", "data", "-o", "m.keras"]
 
 
+@pytest.fixture(scope="module")
+def qat_weights(tmp_path_factory):
+    """The weights of a QAT model, as a QAT checkpoint holds them (last.weights.h5), and the QAT .keras."""
+    from edgevit.quantize.qat import quantize_model
+    from edgevit.registry import create_model
+    from edgevit.saving import save_model
+
+    folder = tmp_path_factory.mktemp("qat")
+    qat = quantize_model(create_model("mobilevit_v3_xxs", num_classes=2, input_size=64), input_range=(0.0, 1.0))
+    qat.save_weights(folder / "last.weights.h5")
+    save_model(qat, folder / "q.keras")
+    return folder
+
+
+@pytest.mark.parametrize("name", ["last.weights.h5", "q.keras"])
+def test_a_qat_models_weights_given_as_weights_are_refused_in_one_line(tmp_path, monkeypatch, qat_weights, name):
+    """A QAT checkpoint's weights given as --weights ended in a cut Keras line
+    ('A total of 125 objects could not be loaded. Example error message for object ...:')."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(qat_weights / name, tmp_path / name)
+    args = ["finetune", *SMALL, "--data", _data(tmp_path), "--weights", name, "-o", "m.keras"]
+    before = snapshot(tmp_path)
+    code, _, err = run(*args)
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: --weights {name} holds the weights of a quantization-aware (QAT) model, which fit "
+                          "no float model"), err
+    assert snapshot(tmp_path) == before
+
+
 BAD_TRAINING_INPUTS = [
     pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _data(tmp), "--worker-timeout", "nan", "-o", "m.keras"],
                  "Invalid value for '--worker-timeout': 'nan' is not a number of seconds", id="worker-timeout-nan"),

@@ -23,6 +23,7 @@ def build_model(model_arg: str, classes: list[str], *, weights, input_size, log,
 
     if weights is not None and not is_imagenet(weights):
         existing_file(weights, "Weights file")
+        refuse_qat_weights(weights)
     if model_arg.endswith(".keras") or Path(model_arg).is_file():
         model, spec = resolve_model(model_arg, input_size=input_size, weights=weights)
     else:
@@ -51,6 +52,32 @@ def build_model(model_arg: str, classes: list[str], *, weights, input_size, log,
         check_input_size(spec, s)
     set_class_names(model, classes)
     return model, spec
+
+
+def refuse_qat_weights(weights: str) -> None:
+    """Refuse a QAT model's weights (a qat output, or a QAT checkpoint's
+    last.weights.h5) as the start of a float model: beside each layer they
+    hold fake-quantization ranges, folded BatchNorms and other shapes, and
+    Keras ended in a cut line about objects it could not load."""
+    if weights.endswith(".keras"):
+        from edgevit.quantize.qat import is_qat_model
+        from edgevit.saving import load_model
+
+        qat = is_qat_model(load_model(weights))
+    else:
+        import h5py
+
+        try:
+            with h5py.File(weights, "r") as f:
+                layers = f.get("layers")
+                # Keras keys each layer of a .weights.h5 by its class: ActivationQuantizer -> activation_quantizer_N
+                qat = layers is not None and any(key.startswith("activation_quantizer") for key in layers.keys())
+        except OSError:  # not HDF5: said in words where the weights load
+            return
+    if qat:
+        raise EdgevitError(f"--weights {weights} holds the weights of a quantization-aware (QAT) model, which fit no "
+                           "float model: pass the float model's weights it was trained from, or resume a QAT "
+                           "checkpoint with the `edgevit qat` command that wrote it (the same --checkpoint-dir).")
 
 
 def load_data(dataset, spec, size: int, sizes, log):
