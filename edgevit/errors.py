@@ -85,8 +85,11 @@ def is_control(character: str) -> bool:
 def printable(text: str) -> str:
     """``text`` with its control characters written as escapes, so that a
     name a file or a folder chose is shown on a terminal, not acted on by
-    it; line breaks and tabs stay."""
-    return "".join(c if c in "\n\t" or not is_control(c) else repr(c)[1:-1] for c in text)
+    it; line breaks and tabs stay. So are the lone surrogates a name that is
+    not UTF-8 decodes to (no stream can encode them: a progress line that
+    named such a file ended the command in UnicodeEncodeError)."""
+    return "".join(c if c in "\n\t" or not (is_control(c) or unicodedata.category(c) == "Cs") else repr(c)[1:-1]
+                   for c in text)
 
 
 def shell_word(path) -> str:

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from edgevit.errors import printable
+
 # advance(count=1, status=None): ``count`` more pieces done; ``status`` (a
 # running loss, the sub-step under way) shown after the estimate.
 Advance = Callable[..., None]
@@ -47,7 +49,9 @@ class Progress:
 
             # A private handle on stderr by default: the converter's native output is
             # captured through file descriptors 1/2 while progress still shows.
-            self._console = Console(file=stream or os.fdopen(os.dup(2), "w", buffering=1), highlight=False)
+            # (a character standard error's encoding lacks is written as an escape, as Python's own stderr does)
+            self._console = Console(file=stream or os.fdopen(os.dup(2), "w", buffering=1, errors="backslashreplace"),
+                                    highlight=False)
 
     @property
     def live(self) -> bool:
@@ -59,7 +63,7 @@ class Progress:
             from rich.text import Text
 
             # a message's [brackets] are text; a long line stays one line in a log (the terminal wraps its own)
-            self._console.print(Text.assemble((">", "bold"), " ", message), soft_wrap=True)
+            self._console.print(Text.assemble((">", "bold"), " ", printable(message)), soft_wrap=True)
 
     @contextmanager
     def bar(self, description: str, total: int | None, unit: str = "") -> Iterator[Advance]:
@@ -108,7 +112,7 @@ class Progress:
             last = now
             minutes, seconds = divmod(int(now - started), 60)
             count_text = f"{done}/{total}" if total is not None else f"{done}"
-            self._console.print(Text(f"  {description}: {count_text} {unit}, {minutes}:{seconds:02d} spent"
-                                     + (f", {shown}" if shown else "")), soft_wrap=True)
+            self._console.print(Text(printable(f"  {description}: {count_text} {unit}, {minutes}:{seconds:02d} spent"
+                                               + (f", {shown}" if shown else ""))), soft_wrap=True)
 
         return advance

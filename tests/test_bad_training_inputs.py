@@ -513,3 +513,20 @@ def test_an_out_of_memory_refusal_names_the_setting_that_drives_the_need(monkeyp
                       "step's batch is scaled to the pixels of --batch-size images at 128 px, but never below one "
                       "image).",
         "batch": "or use a --batch-size of 5 or less (the images of a step take about 0.01 GB)."}[case]), message
+
+
+@pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
+def test_eval_names_a_file_whose_name_is_not_utf8_in_its_progress_lines(tmp_path, locale):
+    """A non-UTF-8 file name in an eval folder ended the progress line in UnicodeEncodeError."""
+    from tests.test_bad_inputs import edgevit_tflite
+
+    data = image_folder(tmp_path / "data")
+    edgevit_tflite(tmp_path / "m.tflite")
+    (data / "val" / "bees" / os.fsdecode(b"caf\xe9.txt")).write_text("no image")
+    (data / "val" / "bees" / os.fsdecode(b"caf\xe9.png")).write_text("no image either")
+    env = dict(os.environ, LC_ALL=locale, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.run([sys.executable, "-m", "edgevit", "eval", "m.tflite", "--data", "data"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, errors="replace", timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "val/bees/caf\\udce9.txt" in proc.stderr and "images scored" in proc.stdout, proc.stderr[-3000:]
