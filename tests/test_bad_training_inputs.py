@@ -530,3 +530,28 @@ def test_eval_names_a_file_whose_name_is_not_utf8_in_its_progress_lines(tmp_path
                           env=env, capture_output=True, text=True, errors="replace", timeout=300)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "val/bees/caf\\udce9.txt" in proc.stderr and "images scored" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_what_workers_agree_on_names_the_options_and_the_data_they_differ_in(tmp_path):
+    """Workers at --input-size 64 and 96, with other --epochs or other data
+    trained together: what they compare before step 1 tells them apart."""
+    import numpy as np
+
+    from edgevit.registry import get_spec
+    from edgevit.train.distribute import _field_hashes, run_disagreement
+    from edgevit.train.run import Finetune, RunOptions
+
+    spec = get_spec("mobilevit_v3_xxs")
+    image_folder(tmp_path / "a")
+    image_folder(tmp_path / "b", per_class=3)
+
+    def agreed(data="a", epochs=2, size=64):
+        run = Finetune(RunOptions("mobilevit_v3_xxs", str(tmp_path / data), str(tmp_path / "m.keras"), epochs=epochs,
+                                  input_size=size))
+        return run.agreed(run.describe(spec, size))
+
+    mine = agreed()
+    for other, fields in ((agreed(size=96), ["input_size"]), (agreed(epochs=3), ["epochs"]), (agreed("b"), ["data"])):
+        rows = np.stack([_field_hashes(mine)[1], _field_hashes(other)[1]])
+        assert [part.split(":")[0] for part in run_disagreement(mine, rows).split("; ")] == fields
+    assert run_disagreement(mine, np.stack([_field_hashes(mine)[1]] * 2)) is None
