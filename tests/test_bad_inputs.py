@@ -1221,7 +1221,7 @@ def tiny_classifier(size: int = 16):
 def test_a_failed_or_interrupted_checkpoint_save_keeps_the_last_checkpoint_whole(tmp_path, monkeypatch, failure):
     """h5py under a file-size limit printed a traceback per open object, then
     crashed the process; Ctrl-C left last.partial.weights.h5 behind."""
-    from edgevit.train import loop
+    from edgevit.train import checkpoints
     from edgevit.train.loop import TrainConfig, Trainer
 
     folder = tmp_path / "ckpt"
@@ -1232,7 +1232,7 @@ def test_a_failed_or_interrupted_checkpoint_save_keeps_the_last_checkpoint_whole
         def interrupted(model):
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(loop, "weights_h5", interrupted)
+        monkeypatch.setattr(checkpoints, "weights_h5", interrupted)  # checkpoints write the files now
         with pytest.raises(KeyboardInterrupt):
             trainer.save_checkpoint(2)
         monkeypatch.undo()
