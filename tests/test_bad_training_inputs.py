@@ -123,7 +123,19 @@ def test_a_qat_models_weights_given_as_weights_are_refused_in_one_line(tmp_path,
     assert snapshot(tmp_path) == before
 
 
+def _checkpoint_with_a_foreign_optimizer_state(tmp):
+    """A checkpoint of this run whose optimizer state is one array of Python
+    objects: refused by its count before any is read (never unpickled)."""
+    import numpy as np
+
+    args = _checkpoint_stating({"epochs_done": 1, "history": [{"epoch": 1, "loss": 0.5}]})(tmp)
+    np.savez(tmp / "ckpt" / "optimizer.npz", v0=np.asarray([None, 1], object))
+    return args
+
+
 BAD_TRAINING_INPUTS = [
+    pytest.param(_checkpoint_with_a_foreign_optimizer_state, "Checkpoint in 'ckpt' does not fit this run (its "
+                 "optimizer state has 1 arrays", id="checkpoint-optimizer-state-of-another-model"),
     pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _data(tmp), "--worker-timeout", "nan", "-o", "m.keras"],
                  "Invalid value for '--worker-timeout': 'nan' is not a number of seconds", id="worker-timeout-nan"),
     pytest.param(lambda tmp: ["finetune", *SMALL, "--data", _data(tmp), "--worker-timeout", "inf", "-o", "m.keras"],
