@@ -116,7 +116,7 @@ def test_output_stride_8_dilates_where_transformers_does(tmp_path, monkeypatch, 
     import dataclasses
 
     from edgevit.models import deeplabv3
-    from edgevit.saving import copy_all_but_head
+    from edgevit.models.common import copy_all_but_head
 
     photos = sample_batch(get_spec(name).preprocessing.at_size(SIZE), 2)
     seen = np.ascontiguousarray(photos[..., ::-1]) if "_v1_" in name else photos
