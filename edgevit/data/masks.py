@@ -19,8 +19,10 @@ colour mask, a palette that is neither.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +73,22 @@ class SegmentationFolder:
     train: MaskSplit
     val: MaskSplit
     layout: str             # which layout, in words
+    left_out: list[str] = field(default_factory=list)   # (a segmentation folder names its images: none left out)
+
+    @property
+    def val_source(self) -> str:
+        return f"val of a {self.layout} folder"
+
+    def fingerprint(self) -> str:
+        """A hash of the classes and of every image's and mask's path
+        (relative to the root) in both splits: two workers that read other
+        data, wherever their folders are, differ in it."""
+        digest = hashlib.sha256(json.dumps(self.classes).encode())
+        for split in (self.train, self.val):
+            for image, mask in zip(split.files, split.masks):
+                digest.update(os.fsencode(os.path.relpath(image, self.root)) + b"\0" +
+                              os.fsencode(os.path.relpath(mask, self.root)) + b"\n")
+        return digest.hexdigest()[:16]
 
 
 def voc_colour_map(entries: int = 256) -> np.ndarray:

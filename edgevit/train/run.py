@@ -105,21 +105,26 @@ def file_identity(path: str | Path) -> str:
     return f"{Path(path).name} sha256:{digest.hexdigest()[:16]}"
 
 
-def kept_epoch(history: list[dict]) -> dict:
+def kept_epoch(history: list[dict], metric: str = "val_top1") -> dict:
     """Which epoch's weights the output holds (the last) and, when an
-    earlier epoch scored higher on the validation images, which one and why
-    it is not the one kept."""
-    if not history or "val_top1" not in history[-1]:
+    earlier epoch scored higher on the validation images (by ``metric``),
+    which one and why it is not the one kept."""
+    if not history or history[-1].get(metric) is None:
         return {}
     last = history[-1]
-    best = max(history, key=lambda record: record["val_top1"])  # the first of equals
+    best = max(history, key=lambda record: record[metric])  # the first of equals
     kept = {"kept_epoch": last["epoch"], "best_val_epoch": best["epoch"]}
-    note = f"the last epoch's weights (epoch {last['epoch']}, val top-1 {last['val_top1']})"
-    if best["val_top1"] > last["val_top1"]:
-        note += (f"; epoch {best['epoch']} scored higher ({best['val_top1']}), but the run ends where its "
-                 "learning-rate schedule does, and a model chosen by its validation images would make their top-1 "
+    name = METRIC_NAMES.get(metric, metric)
+    note = f"the last epoch's weights (epoch {last['epoch']}, {name} {last[metric]})"
+    if best[metric] > last[metric]:
+        note += (f"; epoch {best['epoch']} scored higher ({best[metric]}), but the run ends where its "
+                 f"learning-rate schedule does, and a model chosen by its validation images would make their {name} "
                  f"an optimistic estimate (to stop earlier, train with --epochs {best['epoch']})")
     return {**kept, "kept": note}
+
+
+# how a run's log names its validation figure
+METRIC_NAMES = {"val_top1": "val top-1", "val_miou": "val mIoU"}
 
 
 class TrainingRun(ABC):
@@ -133,6 +138,7 @@ class TrainingRun(ABC):
 
     def __init__(self, options: RunOptions, progress: Progress | None = None, log: Callable[[str], None] = print):
         from edgevit.data.folders import find_dataset
+        from edgevit.data.masks import find_segmentation_dataset, is_segmentation_folder
         from edgevit.registry import is_imagenet
         from edgevit.saving import existing_file
 
@@ -144,7 +150,15 @@ class TrainingRun(ABC):
         refuse_existing([self.output, *options.other_outputs], options.overwrite)
         if options.weights is not None and not is_imagenet(options.weights):
             existing_file(options.weights, "Weights file")
-        self.dataset = find_dataset(options.data_dir, val_split=options.val_split)
+        if is_segmentation_folder(options.data_dir):
+            if options.val_split is not None:
+                raise EdgevitError(f"{options.data_dir} is a segmentation folder, whose val/ images validate the "
+                                   "training: leave --val-split out.")
+            self.dataset = find_segmentation_dataset(options.data_dir)
+        else:
+            self.dataset = find_dataset(options.data_dir, val_split=options.val_split)
+        self.segments = is_segmentation_folder(options.data_dir)
+        self.metric = "val_miou" if self.segments else "val_top1"  # what validation reports and epochs compare by
         self.strategy = None
         self.model = self.spec = None  # the saved model and its spec, once executed
 
@@ -251,6 +265,7 @@ class TrainingRun(ABC):
         sizes = self.sizes()
         with strategy.scope():
             model, spec = self.build(sizes)
+        self._check_task(model, spec)
         size = int(model.inputs[0].shape[1])
         run = self.describe(spec, size)
         # before anything is held or read: workers started with other commands refuse together, naming the field
@@ -269,7 +284,7 @@ class TrainingRun(ABC):
             trainer = Trainer(trained, build, size, cfg, strategy, log=self.progress.step, progress=self.progress)
             history = trainer.fit(train, evaluate, self.started)
             final = self.saved_model(trained, model)
-            kept = kept_epoch(history)
+            kept = kept_epoch(history, self.metric)
             if self.is_chief:
                 self.progress.step(f"Saving {self.output}" + (f": {kept['kept']}" if kept else ""))
                 self._save(final)
@@ -278,7 +293,17 @@ class TrainingRun(ABC):
                 **self.facts(), "replicas": strategy.num_replicas_in_sync, "workers": workers(strategy),
                 "steps_per_epoch": o.steps_per_epoch, "seconds_to_first_step": trainer.seconds_to_first_step,
                 "unreadable_skipped": len(train.tally), "skipped_reasons": train.tally.counts(),
-                "history": history, "val_top1": history[-1].get("val_top1") if history else None, **kept}
+                "history": history, self.metric: history[-1].get(self.metric) if history else None, **kept}
+
+    def _check_task(self, model, spec) -> None:
+        """A segmenter trains on a segmentation folder, a classifier on class folders."""
+        segmenter = len(model.outputs[0].shape) == 4
+        if segmenter != self.segments:
+            has = "a segmentation folder (classes.txt, images and masks)" if self.segments else "class folders"
+            wants = "a segmentation folder: DIR/classes.txt, DIR/train/images + DIR/train/masks" if segmenter \
+                else "class folders: DIR/train/<class>/*.jpg"
+            raise EdgevitError(f"{spec.name} is a {'segmenter' if segmenter else 'classifier'} and "
+                               f"{self.options.data_dir} holds {has}: it trains on {wants}.")
 
     def config_options(self) -> dict:
         """TrainConfig fields of this command's own."""
@@ -383,8 +408,9 @@ class QuantizationAwareTraining(TrainingRun):
         o, progress = self.options, self.progress
         # the fake-quant graph alone: the exact kernel arithmetic's first call took 35-50 s, this ~12 s (issue 40)
         evaluate = val_metrics(val, size, self.strategy, progress, kernel_arithmetic=False)
-        self.scores["float_val_top1"] = evaluate(model)["val_top1"]
-        progress.step(f"Float model: val top-1 {self.scores['float_val_top1']}")
+        metric, name = self.metric, METRIC_NAMES[self.metric]
+        self.scores[f"float_{metric}"] = evaluate(model)[metric]
+        progress.step(f"Float model: {name} {self.scores[f'float_{metric}']}")
         # every worker calibrates on the same images; training starts from the chief's ranges
         calib = first_images(train, size, self.calib_batches * o.batch_size, seed=0, batch_size=o.batch_size)
         progress.step(f"Rewriting {spec.name} with fake quantization at every int8 tensor")
@@ -394,8 +420,8 @@ class QuantizationAwareTraining(TrainingRun):
             progress.step(f"Calibrating the activation ranges of the QAT model on {len(calib)} batches")
             with progress.bar("calibrating", len(calib), "batches") as advance:
                 calibrate(qat, calib, on_batch=advance)
-        self.scores["qat_val_top1_calibrated"] = evaluate(qat)["val_top1"]
-        progress.step(f"QAT model after range calibration: val top-1 {self.scores['qat_val_top1_calibrated']} "
+        self.scores[f"qat_{metric}_calibrated"] = evaluate(qat)[metric]
+        progress.step(f"QAT model after range calibration: {name} {self.scores[f'qat_{metric}_calibrated']} "
                       "(fake quantization)")
         return qat, None, evaluate
 
@@ -404,6 +430,6 @@ class QuantizationAwareTraining(TrainingRun):
 
     def execute(self) -> dict:
         result = super().execute()
-        if result["val_top1"] is None:
-            result["val_top1"] = self.scores.get("qat_val_top1_calibrated")
-        return {**result, "val_top1_of": FAKE_QUANT_TOP1}
+        if result[self.metric] is None:
+            result[self.metric] = self.scores.get(f"qat_{self.metric}_calibrated")
+        return {**result, f"{self.metric}_of": FAKE_QUANT_TOP1}

@@ -1,0 +1,97 @@
+"""A segmenter trained by `edgevit finetune` and `edgevit qat` on a
+segmentation folder (masks travel with their images, per-pixel loss over
+counted pixels, mIoU), and the QAT model's int8 file computing what the QAT
+model computes, per pixel, on this host's kernels, the kernels of older x86
+CPUs and the phone's Arm64 kernels (emulated, where installed)."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from edgevit.cli import main
+from edgevit.data.masks import find_segmentation_dataset
+from edgevit.data.stream import ImageStream
+from edgevit.export.convert import convert
+from edgevit.export.graph import describe
+from edgevit.litert.run_model import run_in_child
+from edgevit.saving import load_model, spec_of
+from tests.helpers import X86_KERNELS, needs_arm, outputs
+from tests.test_segmentation_data import make_segmentation_folder
+
+SIZE = 64
+
+
+def run(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """deeplabv3_mobilevit_v1_xxs fine-tuned (2 epochs) then trained
+    quantization-aware (1 epoch) by the commands on a shapes folder; the QAT
+    model's int8 file, the validation inputs and the QAT model's logits."""
+    root = tmp_path_factory.mktemp("segmentation")
+    data = make_segmentation_folder(root / "shapes", per_split=8, size=(96, 80))
+    finetuned = run("finetune", "deeplabv3_mobilevit_v1_xxs", "--data", data, "--input-size", SIZE, "--epochs", 2,
+                    "--batch-size", 8, "-o", root / "seg.keras", "--json")
+    qat_result = run("qat", root / "seg.keras", "--data", data, "--epochs", 1, "--batch-size", 8,
+                     "-o", root / "seg_qat.keras", "--json")
+    qat = load_model(root / "seg_qat.keras")
+    x, masks = ImageStream(find_segmentation_dataset(data).val, spec_of(qat).preprocessing_at(SIZE)).read_all(SIZE)
+    path = root / "seg_qat_int8.tflite"
+    path.write_bytes(convert(qat, "int8", None, "int8"))
+    return finetuned, qat_result, path, x, outputs(qat, x)
+
+
+def test_finetune_and_qat_train_a_segmenter_on_masks_and_report_miou(trained):
+    finetuned, qat_result, path, x, expected = trained
+    assert [r["epoch"] for r in finetuned["history"]] == [1, 2]
+    record = finetuned["history"][-1]
+    assert {"val_miou", "val_pixel_accuracy", "train_pixel_accuracy"} <= set(record) and record["images"] == 8
+    assert 0.0 <= finetuned["val_miou"] <= 1.0 and finetuned["classes"] == ["background", "square"]
+    assert {"float_val_miou", "qat_val_miou_calibrated", "val_miou"} <= set(qat_result)
+    assert expected.shape == (8, SIZE // 16, SIZE // 16, 2)  # logits at the output stride
+
+
+@pytest.mark.parametrize("x86", X86_KERNELS)
+def test_the_int8_file_of_a_qat_segmenter_computes_what_it_computes(trained, x86):
+    """Every logit of every pixel: the same on this host (measured: all
+    equal), per-pixel argmax agreement >= 99.9 % and cosine >= 0.999 on
+    the emulated kernels; no float op in the file."""
+    _, _, path, x, expected = trained
+    assert not describe(path.read_bytes()).float_ops()
+    actual = run_in_child(path, x, x86_level=x86)
+    if x86 is None:
+        np.testing.assert_array_equal(actual, expected)
+    within_pixel_acceptance(expected, actual, x86)
+
+
+@needs_arm
+def test_on_arm64_kernels_a_qat_segmenters_file_computes_what_it_computes(trained):
+    from edgevit.litert.arm import PROFILES, find_emulator, run_guest
+
+    _, _, path, x, expected = trained
+    within_pixel_acceptance(expected, run_guest(find_emulator(), path, x, PROFILES["a76"]).outputs["xnnpack"], "arm")
+
+
+def within_pixel_acceptance(expected, actual, where):
+    argmax = np.mean(expected.argmax(-1) == actual.argmax(-1))
+    flat_e, flat_a = expected.reshape(-1, expected.shape[-1]), actual.reshape(-1, actual.shape[-1])
+    norms = np.linalg.norm(flat_e, axis=1) * np.linalg.norm(flat_a, axis=1)
+    cosine = np.where(norms > 0, (flat_e * flat_a).sum(1) / np.maximum(norms, 1e-12), 1.0)
+    assert argmax >= 0.999 and cosine.mean() >= 0.999, (where, argmax, cosine.mean())
+
+
+def test_a_classifier_on_a_segmentation_folder_and_a_segmenter_on_class_folders_are_one_error(tmp_path):
+    data = make_segmentation_folder(tmp_path / "shapes")
+    result = CliRunner().invoke(main, ["finetune", "mobilevit_v3_xxs", "--data", str(data), "--input-size", "64",
+                                       "-o", str(tmp_path / "x.keras")])
+    assert result.exit_code == 1 and result.stderr.startswith("error: mobilevit_v3_xxs is a classifier"), \
+        result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "x.keras").exists()
+    result = CliRunner().invoke(main, ["finetune", "deeplabv3_mobilevit_v1_xxs", "--data", str(data),
+                                       "--val-split", "0.2", "-o", str(tmp_path / "x.keras")])
+    assert result.exit_code == 1 and "leave --val-split out" in result.stderr
