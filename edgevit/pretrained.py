@@ -96,7 +96,8 @@ def load_imagenet(model, spec: ModelSpec, path: Path) -> None:
     """Fill ``model`` with the variant's ImageNet weights at its input size,
     imported to ``path`` (:func:`cached_weights`); a model with another
     class count gets every weight but its classifier's."""
-    from edgevit.saving import copy_all_but_head, load_weights_into
+    from edgevit.models.common import copy_all_but_head
+    from edgevit.saving import load_weights_into
 
     size = int(model.inputs[0].shape[1])
     if int(model.outputs[0].shape[-1]) == spec.num_classes:

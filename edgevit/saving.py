@@ -273,16 +273,6 @@ def copy_weights(source, target, source_label: str) -> None:
     target.set_weights(source.get_weights())
 
 
-def copy_all_but_head(source, target) -> None:
-    """Copy every weight of ``source`` that ``target`` has with the same shape
-    (all but a classifier of another class count)."""
-    by_path = {w.path: w for w in source.weights}
-    for w in target.weights:
-        src = by_path.get(w.path)
-        if src is not None and tuple(src.shape) == tuple(w.shape):
-            w.assign(src)
-
-
 def resolve_model(name_or_path: str, num_classes: int | None = None, input_size: int | None = None,
                   weights: str | None = None):
     """A registered name or a ``.keras`` file -> (model, spec). A ``.keras``

@@ -39,3 +39,13 @@ def mean_pool_head(tokens, num_classes: int):
 def transpose_tokens(x, name: str):
     """``[B, N, C]`` <-> ``[B, C, N]``: token mixing as a Dense over the last axis."""
     return layers.Permute((2, 1), name=name)(x)
+
+
+def copy_all_but_head(source, target) -> None:
+    """Copy every weight of ``source`` that ``target`` has with the same shape
+    (all but a classifier of another class count)."""
+    by_path = {w.path: w for w in source.weights}
+    for w in target.weights:
+        src = by_path.get(w.path)
+        if src is not None and tuple(src.shape) == tuple(w.shape):
+            w.assign(src)

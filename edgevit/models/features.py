@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 
 from edgevit.errors import EdgevitError
-from edgevit.models.common import image_input
+from edgevit.models.common import copy_all_but_head, image_input
 from edgevit.models.mobilevit import CONFIGS as V1_BASED
 from edgevit.models.mobilevit import OUTPUT_STRIDES, mobilevit_features
 from edgevit.models.mobilevit_v2 import CONFIGS as V2_BASED
@@ -40,8 +40,6 @@ def create_features(name: str, input_size: int | None = None, output_stride: int
     check_input_size(spec, input_size)
     model = build_features(name, input_size, output_stride)
     if weights is not None:
-        from edgevit.saving import copy_all_but_head
-
         copy_all_but_head(create_model(name, input_size=input_size, weights=weights), model)
     return model
 

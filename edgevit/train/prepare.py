@@ -19,7 +19,8 @@ def build_model(model_arg: str, classes: list[str], *, weights, input_size, log,
     count differs; the model carries the class names."""
     from edgevit.pretrained import IMAGENET_CLASSES, is_imagenet
     from edgevit.registry import check_input_size, create_model, get_spec
-    from edgevit.saving import copy_all_but_head, existing_file, load_weights_into, resolve_model, set_class_names
+    from edgevit.models.common import copy_all_but_head
+    from edgevit.saving import existing_file, load_weights_into, resolve_model, set_class_names
 
     if weights is not None and not is_imagenet(weights):
         existing_file(weights, "Weights file")
