@@ -198,12 +198,9 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     if weights is not None and not imagenet:
         existing_file(weights, "Weights file")
     if android_demo is not None:
-        from edgevit.export.android_bundle import check_bundles, check_demo_folder
-        from edgevit.registry import get_spec
+        from edgevit.export.android_bundle import check_demo_folder
 
         check_demo_folder(android_demo)
-        if not from_file:
-            check_bundles(get_spec(model).task, model)
     import_tensorflow_quietly()
     from edgevit.export.report import print_report
     from edgevit.pretrained import weights_label as weights_label_of
@@ -212,7 +209,9 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     progress = Progress(enabled=not as_json)
     progress.step(f"Building {model}")
     keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
-    if android_demo is not None:
+    if android_demo is not None:  # before anything is converted or written
+        from edgevit.export.android_bundle import check_bundles
+
         check_bundles(spec.task, model)
     if imagenet:
         from edgevit.pretrained import entry_of

@@ -32,8 +32,8 @@ IO_DTYPES = ("float32", "int8", "uint8")
 # what a file outputs: class probabilities (a softmax in the file) or raw logits
 OUTPUT_KINDS = ("probabilities", "logits")
 # what the model does (as the registry's tasks): a classifier outputs [1, classes],
-# a segmenter logits [1, h, w, classes] at its output stride (documents
-# written before segmenters have no task: classifiers)
+# a segmenter logits [1, h, w, classes] at its output stride (a document
+# without a task is a classifier's: classifiers' documents stay as they were)
 CLASSIFICATION, SEGMENTATION = TASKS
 
 
@@ -58,7 +58,7 @@ def build_metadata(*, model_name: str, family: str, precision: str, weights: str
         "edgevit_version": __version__,
         "model": model_name,
         "family": family,
-        "task": task,
+        **({} if task == CLASSIFICATION else {"task": task}),
         "precision": precision,
         "quantization_ranges": quantization_ranges,
         "weights": weights,
