@@ -25,7 +25,8 @@ from edgevit.litert.inputs import file_inputs
 from edgevit.litert.metadata import read_embedded
 from edgevit.litert.metadata_check import metadata_problems
 from edgevit.litert.run_model import run_in_process
-from edgevit.litert.standard_metadata import ACTIVATION_SOFTMAX, read_standard, segmenter_activation
+from edgevit.litert.standard_metadata import ACTIVATION_NONE, ACTIVATION_SOFTMAX, populate, read_standard, \
+    segmenter_activation, serialize
 from edgevit.registry import get_spec
 from edgevit.saving import save_model, set_class_names
 from edgevit.train.metrics import SegmentationTally, upsampled_classes
@@ -105,6 +106,23 @@ def test_int8_segmenter_is_all_integer_and_its_metadata_says_what_mediapipe_need
     assert segmenter_activation(standard) == ACTIVATION_SOFTMAX
     normalization = standard["subgraph_metadata"][0]["input_tensor_metadata"][0]["process_units"][0]["options"][1]
     assert normalization == {"mean": [0.0], "std": [1.0]}  # the camera's bytes as they are
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda sub: sub.pop("custom_metadata"), "names no readable activation (SEGMENTER_METADATA)"),
+    (lambda sub: sub["custom_metadata"][0].update(data=b"garbage!" * 4), "names no readable activation"),
+    (lambda sub: sub["custom_metadata"][0].update(data=serialize({"activation": ACTIVATION_NONE},
+                                                                 "ImageSegmenterOptions", b"V001")),
+     "names no activation for a segmenter that outputs logits"),
+], ids=["no-segmenter-metadata", "unreadable-segmenter-metadata", "no-softmax"])
+def test_check_lists_a_segmenter_entry_mediapipe_would_misread(segmenter, edit, problem):
+    _, path, _, _ = segmenter
+    content = path.read_bytes()
+    standard = read_standard(content)
+    files = standard.pop("files")
+    edit(standard["subgraph_metadata"][0])
+    problems = metadata_problems(populate(content, standard, files))
+    assert any(problem in p for p in problems), problems
 
 
 def test_mediapipe_image_segmenter_loads_the_file_and_agrees_with_litert(segmenter, shapes, tmp_path):

@@ -139,7 +139,8 @@ def _multiply_accumulates(macs: int) -> str:
                    "float32 otherwise.")
 @click.option("--logits", is_flag=True,
               help="Output raw logits instead of probabilities (by default the file ends in the softmax, as "
-                   "image classifiers do, so client scores and thresholds are probabilities).")
+                   "image classifiers do, so client scores and thresholds are probabilities). A segmenter's file "
+                   "always outputs its map of logits; its metadata names the softmax MediaPipe applies.")
 @click.option("-o", "--output", type=str, default=None,
               help="Output .tflite path (default: NAME_PRECISION.tflite in the current folder, named after where "
                    "the weights come from: model_int8.tflite for model.keras or --weights model.weights.h5, "
