@@ -162,7 +162,7 @@ def eval_command(model_file, data_dir, threads, as_json):
         return
     skipped = ", ".join(f"{count} {reason}" for reason, count in report["skipped_reasons"].items())
     if report.get("task") == "segmentation":
-        print_table(f"{report['model']} on {report['data']} (val, {report['layout']})", ["metric", "value"],
+        print_table(f"{report['model']} on {report['data']} (val)", ["metric", "value"],
                     [["images scored", f"{report['images']} of {report['found']}"],
                      ["pixels scored", f"{report['pixels']:,}"], ["mIoU", report["miou"]],
                      ["pixel accuracy", report["pixel_accuracy"]],
