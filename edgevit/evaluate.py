@@ -1,10 +1,14 @@
-"""Top-1 / top-5 accuracy and a confusion summary of a Keras or TFLite model
-on every image of an image folder (``DIR/val/<class>/*`` when there is a val/
-folder, ``DIR/<class>/*`` otherwise).
+"""Top-1 / top-5 accuracy and a confusion summary of a Keras or TFLite
+classifier on every image of an image folder (``DIR/val/<class>/*`` when
+there is a val/ folder, ``DIR/<class>/*`` otherwise); mIoU, per-class IoU
+and pixel accuracy of a segmenter on the val/ images of a segmentation
+folder (``classes.txt`` with ``val/images`` and ``val/masks``, or a VOC
+devkit folder).
 
-Class folders are matched to the model's outputs by name when the model
-knows its class names (training stores them; converted files carry them as
-labels), and by sorted order when it has only default labels."""
+Class folders (and a segmentation folder's classes) are matched to the
+model's outputs by name when the model knows its class names (training
+stores them; converted files carry them as labels), and by sorted order when
+it has only default labels."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +20,8 @@ from edgevit.data.labels import default_labels
 from edgevit.data.stream import BATCH_SIZE
 from edgevit.errors import EdgevitError, about
 from edgevit.progress import Progress
-from edgevit.train.metrics import AccuracyTally, traced_forward
+from edgevit.litert.metadata import SEGMENTATION
+from edgevit.train.metrics import AccuracyTally, SegmentationTally, traced_forward, upsampled_classes
 
 
 def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None) -> dict:
@@ -24,20 +29,23 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     ``data_dir``, streamed: it holds a batch of images at a time."""
     from edgevit.data.folders import find_evaluation_images
     from edgevit.data.listing import left_out_summary
+    from edgevit.data.masks import find_segmentation_dataset, is_segmentation_folder
     from edgevit.data.stream import ImageStream
     from edgevit.litert.flatbuffer import read_file
-    from edgevit.litert.metadata import preprocessing_of
+    from edgevit.litert.metadata import preprocessing_of, task_of
     from edgevit.saving import existing_file
 
     progress = progress or Progress(enabled=False)
     path = existing_file(model_path, "Model file")
     if path.suffix not in (".tflite", ".keras"):
         raise EdgevitError(f"{model_path!r} is neither a .keras nor a .tflite model.")
-    images = find_evaluation_images(data_dir)
+    segmentation = is_segmentation_folder(data_dir)
+    images = find_segmentation_dataset(data_dir) if segmentation else find_evaluation_images(data_dir)
     if path.suffix == ".tflite":
         content = read_file(path)
         meta = _edgevit_metadata(path, content)  # checked against the file: every field is there and fits it
-        pre, name, labels = preprocessing_of(meta), meta["model"], meta["labels"]
+        pre, name, labels, task = preprocessing_of(meta), meta["model"], meta["labels"], task_of(meta)
+        _check_task(task, segmentation, name, data_dir)
     else:
         from edgevit.native_output import import_tensorflow_quietly
         from edgevit.saving import check_model_file, class_names_of, load_model, spec_of
@@ -47,11 +55,18 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
         import_tensorflow_quietly()
 
         model = load_model(path)
-        pre = spec_of(model).preprocessing_at(int(model.inputs[0].shape[1]))
+        spec = spec_of(model)
+        _check_task(spec.task, segmentation, model.name, data_dir)
+        pre = spec.preprocessing_at(int(model.inputs[0].shape[1]))
         name = model.name
         classes_out = int(model.outputs[0].shape[-1])
         labels = class_names_of(model) or default_labels(classes_out)
     to_output = _output_index(images.classes, [str(label) for label in labels], name, data_dir)
+    if segmentation:
+        forward, file = (None, (content, meta)) if path.suffix == ".tflite" else \
+            (keras_forward(model, len(images.val.files)), None)
+        return _segmentation_report(path, images, to_output, pre, name, [str(label) for label in labels], threads,
+                                    forward, file, progress)
     if path.suffix == ".tflite":
         from edgevit.native_output import import_tensorflow_quietly
 
@@ -87,6 +102,64 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
                    "input_size": pre.input_size, "found": found,
                    "unreadable_skipped": len(skipped), "skipped_reasons": skipped.counts(),
                    "left_out": images.left_out})
+    return report
+
+
+def _check_task(task: str, segmentation: bool, name: str, data_dir: str) -> None:
+    """One error where the model's task is not the folder's."""
+    if segmentation and task != SEGMENTATION:
+        raise EdgevitError(f"{data_dir} is a segmentation folder (masks of class indices); {name} is an image "
+                           f"{task} model: evaluate a segmenter on it (e.g. one of `edgevit list`'s deeplabv3_*), "
+                           "or this model on a folder of class folders.")
+    if not segmentation and task == SEGMENTATION:
+        raise EdgevitError(f"{name} is a segmenter; {data_dir} is not a segmentation folder (classes.txt with "
+                           "val/images and val/masks, or a VOC devkit folder with SegmentationClass/): its mIoU "
+                           "needs masks.")
+
+
+def _segmentation_report(path: Path, folder, to_output: np.ndarray, pre, name: str, labels: list[str],
+                         threads: int, forward, file: tuple[bytes, dict] | None, progress: Progress) -> dict:
+    """mIoU, per-class IoU and pixel accuracy of the model on the val/
+    images of ``folder``, streamed: each image's logits resized bilinearly
+    to its crop (:func:`upsampled_classes`, as MediaPipe's ImageSegmenter
+    does) and their argmax scored against its mask, placed by the same
+    transform; mask pixels of 255 are not scored. ``to_output``: the
+    model's output of each of the folder's classes; ``forward``: the Keras
+    model's, or ``file``: the .tflite file's content and metadata."""
+    from edgevit.data.masks import IGNORE_INDEX
+    from edgevit.data.stream import ImageStream
+
+    stream = ImageStream(folder.val, pre)
+    found = len(stream)
+    # a mask's class index -> the model's output (255 stays ignored)
+    remap = np.full(256, IGNORE_INDEX, np.uint8)
+    remap[:len(to_output)] = to_output
+    tally = SegmentationTally(labels, ignore=IGNORE_INDEX)
+    progress.step(f"Running {path.name} on the {found} val images of {folder.root} ({folder.layout})")
+    with contextlib.ExitStack() as stack:
+        if file is not None:
+            from edgevit.litert.inputs import file_input_values
+            from edgevit.litert.run_model import StreamedRun
+            from edgevit.native_output import import_tensorflow_quietly
+
+            import_tensorflow_quietly()  # the input pipeline is tf.data
+            run, values = stack.enter_context(StreamedRun(path, num_threads=threads)), file_input_values(*file)
+            forward = lambda batch: run(values(batch))  # noqa: E731
+        advance = stack.enter_context(progress.bar("scoring", found, "images"))
+        for inputs, masks in stream.batches(pre.input_size, BATCH_SIZE):
+            logits = np.asarray(forward(inputs))
+            logits = logits.reshape(len(masks), *logits.shape[-3:])
+            tally.add(upsampled_classes(logits, *masks.shape[1:]), remap[masks])
+            advance(len(masks))
+    skipped = stream.tally
+    report = tally.report()
+    if not report["pixels"]:
+        raise EdgevitError(f"None of the {found} val images of {folder.root} could be scored"
+                           + (f": {skipped.summary()}." if skipped else " (their masks ignore every pixel)."))
+    report.update({"model": name, "file": str(path), "data": str(folder.root), "split": "val",
+                   "layout": folder.layout, "task": SEGMENTATION, "input_size": pre.input_size, "found": found,
+                   "images": found - len(skipped), "unreadable_skipped": len(skipped),
+                   "skipped_reasons": skipped.counts()})
     return report
 
 

@@ -81,13 +81,14 @@ def random_init_hint(spec: ModelSpec, precision: str) -> str:
     own = ("your own: --weights FILE (.weights.h5 or .keras; `edgevit import-weights` reads PyTorch "
            "checkpoints)")
     entry = spec.pretrained
+    does = "segments" if spec.task == "segmentation" else "classifies"
     if isinstance(entry, Pretrained):
         flag = "--" + precision.replace("_", "-")
-        return (f"The weights are random: this file classifies nothing. Official ImageNet weights: "
+        return (f"The weights are random: this file {does} nothing. Official weights: "
                 f"`edgevit convert {flag} {spec.name} --weights imagenet` ({entry.tag}, {entry.metric} {entry.top1}%, "
                 f"licence: {entry.licence}); {own}.")
     reason = f" ({entry.reason})" if isinstance(entry, Unpublished) else ""
-    return (f"The weights are random: this file classifies nothing. {spec.name} has no official ImageNet "
+    return (f"The weights are random: this file {does} nothing. {spec.name} has no official ImageNet "
             f"weights edgevit can fetch{reason}; {own}.")
 
 

@@ -139,7 +139,8 @@ def _multiply_accumulates(macs: int) -> str:
                    "float32 otherwise.")
 @click.option("--logits", is_flag=True,
               help="Output raw logits instead of probabilities (by default the file ends in the softmax, as "
-                   "image classifiers do, so client scores and thresholds are probabilities).")
+                   "image classifiers do, so client scores and thresholds are probabilities). A segmenter's file "
+                   "always outputs its map of logits; its metadata names the softmax MediaPipe applies.")
 @click.option("-o", "--output", type=str, default=None,
               help="Output .tflite path (default: NAME_PRECISION.tflite in the current folder, named after where "
                    "the weights come from: model_int8.tflite for model.keras or --weights model.weights.h5, "
@@ -209,6 +210,10 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     progress = Progress(enabled=not as_json)
     progress.step(f"Building {model}")
     keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
+    if android_demo is not None:  # before anything is converted or written
+        from edgevit.export.android_bundle import check_bundles
+
+        check_bundles(spec.task, model)
     if imagenet:
         from edgevit.pretrained import entry_of
 

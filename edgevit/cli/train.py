@@ -144,14 +144,16 @@ def _export_trained(run, export_files, progress) -> dict:
 @click.command("eval")
 @click.argument("model_file", metavar="MODEL.keras|MODEL.tflite")
 @click.option("--data", "data_dir", required=True, metavar="DIR", callback=leads_somewhere,
-              help="Image folder: every image of DIR/val/<class>/* when DIR has val/, else of DIR/<class>/*.")
+              help="Image folder: every image of DIR/val/<class>/* when DIR has val/, else of DIR/<class>/*; for "
+                   "a segmenter, a segmentation folder (classes.txt, val/images and val/masks, or a VOC devkit).")
 @click.option("--threads", type=click.IntRange(1, 64), default=2, show_default=True, help="LiteRT threads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @user_errors
 def eval_command(model_file, data_dir, threads, as_json):
-    """Top-1/top-5 accuracy and a confusion summary of a .keras or .tflite model
-    on every image of an image folder (class folders matched to the model's
-    classes by name)."""
+    """Top-1/top-5 accuracy and a confusion summary of a .keras or .tflite
+    classifier on every image of an image folder (class folders matched to
+    the model's classes by name); mIoU, per-class IoU and pixel accuracy of
+    a segmenter on the val/ images of a segmentation folder."""
     from edgevit.evaluate import evaluate
     from edgevit.progress import Progress
 
@@ -159,8 +161,16 @@ def eval_command(model_file, data_dir, threads, as_json):
     if as_json:
         print_json(report)
         return
-    k5 = next(k for k in report if k.startswith("top") and k != "top1" and k != "top_confusions")
     skipped = ", ".join(f"{count} {reason}" for reason, count in report["skipped_reasons"].items())
+    if report.get("task") == "segmentation":
+        print_table(f"{report['model']} on {report['data']} (val)", ["metric", "value"],
+                    [["images scored", f"{report['images']} of {report['found']}"],
+                     ["pixels scored", f"{report['pixels']:,}"], ["mIoU", report["miou"]],
+                     ["pixel accuracy", report["pixel_accuracy"]],
+                     ["unreadable skipped", report["unreadable_skipped"] if not skipped else skipped]])
+        print_table("per class", ["class", "IoU"], [[c, v] for c, v in report["per_class_iou"].items()])
+        return
+    k5 = next(k for k in report if k.startswith("top") and k != "top1" and k != "top_confusions")
     print_table(f"{report['model']} on {report['data']} ({report['split']})", ["metric", "value"],
                 [["images scored", f"{report['images']} of {report['found']}"], ["top-1", report["top1"]],
                  [k5.replace("top", "top-"), report[k5]],

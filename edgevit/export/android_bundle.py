@@ -25,7 +25,7 @@ from pathlib import Path
 
 from edgevit.errors import EdgevitError, about, cause, not_there, shell_word
 from edgevit.litert.flatbuffer import read, read_file
-from edgevit.litert.metadata import SCHEMA, read_embedded
+from edgevit.litert.metadata import SCHEMA, SEGMENTATION, read_embedded, task_of
 from edgevit.writing import check_folder_writable, staged
 
 ASSETS_DIR = Path("app") / "src" / "main" / "assets"
@@ -162,6 +162,16 @@ def _labels(labels_path: Path, meta: dict) -> list[str]:
     return labels
 
 
+SEGMENTER_NOT_BUNDLED = ("the model is a segmenter, and the Android demo classifies images (MediaPipe's "
+                         "ImageSegmenter loads the .tflite file as it is)")
+
+
+def check_bundles(task: str, name: str) -> None:
+    """Refuse, before a conversion, a model the demo cannot show."""
+    if task == SEGMENTATION:
+        raise EdgevitError(f"--android-demo: {name}: {SEGMENTER_NOT_BUNDLED}.")
+
+
 def validate_metadata(meta: dict, source: str) -> None:
     """The checks the app would otherwise fail on at run time, as one clear error."""
     def fail(why: str):
@@ -180,6 +190,8 @@ def validate_metadata(meta: dict, source: str) -> None:
     shape = meta["input"].get("shape") or []
     if len(shape) != 4 or shape[0] != 1 or shape[3] != 3 or shape[1] != shape[2]:
         fail(f"input shape {shape} (the app feeds one square RGB image: [1, S, S, 3])")
+    if task_of(meta) == SEGMENTATION:
+        fail(SEGMENTER_NOT_BUNDLED)
     out_shape = meta["output"].get("shape") or []
     if len(out_shape) != 2 or out_shape[0] != 1:
         fail(f"output shape {out_shape} (the app reads class scores: [1, classes])")

@@ -10,6 +10,7 @@ fails), so a failed or interrupted run never leaves a half-written set.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 import warnings
@@ -45,7 +46,7 @@ from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
 from edgevit.litert.inputs import file_input_values
 from edgevit.litert.logits_view import logits_file
-from edgevit.litert.metadata import build_metadata, embed
+from edgevit.litert.metadata import SEGMENTATION, build_metadata, embed
 from edgevit.litert.run_model import run_in_child
 from edgevit.memory import memory_of
 from edgevit.native_output import native_output_captured
@@ -255,7 +256,7 @@ def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Pr
         graph_output=checked.summary.output, preprocessing=pre.to_dict(),
         quantization_ranges=job.ranges, output_kind=opts.outputs,
         input_takes=input_takes(opts.precision, job.io_dtype, (pre.mean, pre.std)),
-        licence=opts.licence)
+        licence=opts.licence, task=spec.task)
     return Package(embed(content, metadata, labels), metadata, labels)
 
 
@@ -407,6 +408,11 @@ def write(staging: Staging, packaged: Package, result: ExportResult) -> None:
 def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | None = None) -> ExportResult:
     """Convert ``model`` and write NAME.tflite with its sidecars."""
     progress = progress or Progress(enabled=False)
+    if spec.task == SEGMENTATION:
+        # a segmenter's file outputs its map of logits: MediaPipe resizes them
+        # to the image before it applies the softmax its metadata names, and
+        # ImageNet's top-5 photos say nothing of it
+        opts = dataclasses.replace(opts, outputs="logits", show_top5_photos=False)
     job = prepare(model, spec, opts, progress)
     with memory_of("conversion", model):
         content, convert_seconds = convert_model(model, spec, opts, job, progress)

@@ -40,6 +40,19 @@ def _fmt_delegate(d: dict, falling_back: str) -> str:
     return text
 
 
+def _agreement_rows(a: dict, probabilities: bool) -> list[tuple[str, str]]:
+    """A classifier's agreement per image; a segmenter's per pixel (its
+    argmax, and the cosine of each pixel's logits)."""
+    if "pixels" in a:
+        return [("pixel argmax agreement", f"{a['top1_agreement'] * 100:.2f}% of {a['pixels']:,} pixels "
+                                           f"({a['samples']} images, at the output stride)"),
+                ("pixel logit cosine", f"mean {a['cosine_mean']:.5f}, min {a['cosine_min']:.5f}")]
+    return [("top-1 agreement" + (" (logits)" if probabilities else ""),
+             f"{a['top1_agreement'] * 100:.1f}% of {a['samples']} images"),
+            ("top-5 overlap", f"{a['top5_overlap'] * 100:.1f}%"),
+            ("logit cosine", f"mean {a['cosine_mean']:.5f}, min {a['cosine_min']:.5f}")]
+
+
 def print_report(result: ExportResult, stream=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -65,10 +78,7 @@ def print_report(result: ExportResult, stream=None) -> None:
         ("quantization ranges", RANGES.get(result.quantization_ranges, "none (float activations)")),
         ("calibration images", result.images.calibration or "none"),
         ("validation images", result.images.validation),
-        ("top-1 agreement" + (" (logits)" if result.probability_agreement else ""),
-         f"{a['top1_agreement'] * 100:.1f}% of {a['samples']} images"),
-        ("top-5 overlap", f"{a['top5_overlap'] * 100:.1f}%"),
-        ("logit cosine", f"mean {a['cosine_mean']:.5f}, min {a['cosine_min']:.5f}"),
+        *_agreement_rows(a, bool(result.probability_agreement)),
         ("max abs logit error", f"{a['max_abs_logit_error']:.4g} (logits span "
                                 f"{a['reference_logit_range'][0]:.3g} .. {a['reference_logit_range'][1]:.3g})"),
         *_probability_rows(result.probability_agreement),

@@ -61,7 +61,10 @@ def verdict(result) -> Verdict:
             doubts.append((check.place, f"{check.name} failed ({check.detail})"))
     a = result.agreement
     level = agreement_level(a)
-    measured = f"top-1 {a['top1_agreement'] * 100:.1f}%, logit cosine {a['cosine_mean']:.4f} on {a['samples']} images"
+    segmenter = "pixels" in a  # agreement measured per pixel
+    measured = (f"pixel argmax {a['top1_agreement'] * 100:.1f}%, pixel logit cosine {a['cosine_mean']:.4f} on "
+                f"{a['samples']} images" if segmenter else
+                f"top-1 {a['top1_agreement'] * 100:.1f}%, logit cosine {a['cosine_mean']:.4f} on {a['samples']} images")
     random_weights = result.weights == RANDOM_INIT
     model = shell_word(result.files.model)
     if failed:
@@ -77,7 +80,9 @@ def verdict(result) -> Verdict:
         why = f"agreement with the Keras model good ({measured})"
         if random_weights:
             why += " (random weights: convert pretrained or fine-tuned ones to judge the real model)"
-        nxt = (f"`edgevit eval {model} --data DIR` for its accuracy on your images, then "
+        nxt = (f"`edgevit eval {model} --data DIR` for its mIoU on your segmentation folder; MediaPipe's "
+               "ImageSegmenter loads it as it is" if segmenter else
+               f"`edgevit eval {model} --data DIR` for its accuracy on your images, then "
                f"`edgevit bundle {model} --android-demo android_demo` to try it on a phone")
     elif random_weights:
         why = (f"agreement {level} ({measured}), as expected with random weights: their logits lie close "

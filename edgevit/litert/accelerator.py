@@ -107,7 +107,8 @@ class GpuRun:
             f"NOT fully accelerated ({self._cpu_side()})"
         line = (f"{placement}; {'agrees with' if self.agrees else 'DISAGREES with'} XNNPACK on {a['samples']} "
                 f"images: cosine mean {a['cosine_mean']:.5f}, min {a['cosine_min']:.5f}, max abs error "
-                f"{a['max_abs_logit_error']:.3g}, top-1 agreement {a['top1_agreement'] * 100:.0f}% ({self.device})")
+                f"{a['max_abs_logit_error']:.3g}, {'pixel argmax' if 'pixels' in a else 'top-1'} agreement "
+                f"{a['top1_agreement'] * 100:.0f}% ({self.device})")
         if not self.agrees:
             line += f"; the mean cosine must reach {self.floor:.4g}"
         if self.cpu_kernels_cosine is not None and self.floor < INTEGER_AGREEMENT_FLOOR:
@@ -172,12 +173,12 @@ def run_on_gpu(model_path: str | Path, inputs: np.ndarray, precision: str, image
         if proc.returncode != 0:
             return GpuRun(False, _failure(proc.returncode, log))
         outputs = np.load(out_path)
-        from edgevit.litert.agreement import agreement
+        from edgevit.litert.agreement import agreement, per_image
 
         placement = _PLACEMENT.search(log)
         adapter = _ADAPTER.search(log)
-        cpu, gpu = (outputs[k].reshape(len(inputs), -1) for k in ("cpu", "gpu"))
-        kernels_cosine = agreement(cpu, outputs["reference"].reshape(len(inputs), -1))["cosine_mean"] \
+        cpu, gpu = (per_image(outputs[k], len(inputs)) for k in ("cpu", "gpu"))
+        kernels_cosine = agreement(cpu, per_image(outputs["reference"], len(inputs)))["cosine_mean"] \
             if integer else None
         floor = integer_floor(kernels_cosine) if integer else AGREEMENT_FLOOR[precision]
         ops_on_cpu, cpu_ops = int(placement.group(2)) if placement else None, unsupported_ops(log)

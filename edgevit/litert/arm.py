@@ -360,7 +360,8 @@ class ArmCheck:
                 f"image{'s' if samples != 1 else ''} ({', '.join(dict.fromkeys(r.profile for r in self.rows))}; "
                 f"{', '.join(dict.fromkeys(r.kernels for r in self.rows))}): "
                 f"{'lowest ' if len(self.rows) > 1 else ''}mean cosine {worst.agreement['cosine_mean']:.5f}"
-                f"{f' ({worst.profile} {worst.kernels})' if len(self.rows) > 1 else ''}, top-1 "
+                f"{f' ({worst.profile} {worst.kernels})' if len(self.rows) > 1 else ''}, "
+                f"{'pixel argmax' if 'pixels' in worst.agreement else 'top-1'} "
                 f"{min(r.agreement['top1_agreement'] for r in self.rows) * 100:.0f}%")
         if steps:
             line += f", int8 outputs at most {max(steps)} step{'s' if max(steps) != 1 else ''} apart" \
@@ -376,10 +377,10 @@ class ArmCheck:
 
 def compare(profile: str, kernels: str, x86: np.ndarray, arm: np.ndarray, floor: float,
             scale: float | None) -> ArmAgreement:
-    from edgevit.litert.agreement import agreement
+    from edgevit.litert.agreement import agreement, per_image
 
     n = len(x86)
-    a, b = x86.reshape(n, -1), arm.reshape(n, -1)
+    a, b = per_image(x86, n), per_image(arm, n)
     row = ArmAgreement(profile, kernels, agreement(a, b), floor)
     if scale:
         steps = np.rint(np.abs(a.astype(np.float64) - b) / scale)
@@ -421,7 +422,7 @@ def _check_on_arm(path: Path, profiles, kernels, inputs, images_note, x86_output
     kernels_cosine = None
     if floor is None:
         # the floor of another kernel set's answers: see integer_floor
-        from edgevit.litert.agreement import agreement
+        from edgevit.litert.agreement import agreement, per_image
 
         step(f"x86: running {path.name} with the builtin and reference kernels")
         cosines = []
@@ -432,8 +433,8 @@ def _check_on_arm(path: Path, profiles, kernels, inputs, images_note, x86_output
                 # LiteRT 2.3's x86 reference kernels abort (SIGABRT) on some int8 files that XNNPACK and the
                 # builtin kernels run (pit_ti and cvt_13 at 224 px): the floor then comes from the others
                 continue
-            cosines.append(agreement(x86_outputs.reshape(len(inputs), -1),
-                                     outputs.reshape(len(inputs), -1))["cosine_mean"])
+            cosines.append(agreement(per_image(x86_outputs, len(inputs)),
+                                     per_image(outputs, len(inputs)))["cosine_mean"])
         kernels_cosine = min(cosines, default=None)
         floor = integer_floor(kernels_cosine)
 

@@ -15,6 +15,7 @@ import json
 
 from edgevit.errors import EdgevitError
 from edgevit.litert.flatbuffer import metadata_entry, with_metadata
+from edgevit.registry import TASKS
 
 METADATA_NAME = "edgevit_metadata"
 SCHEMA = "edgevit-model-metadata"
@@ -30,14 +31,19 @@ QUANTIZED_PRECISIONS = ("int8", "int8_mixed", "int16x8")
 IO_DTYPES = ("float32", "int8", "uint8")
 # what a file outputs: class probabilities (a softmax in the file) or raw logits
 OUTPUT_KINDS = ("probabilities", "logits")
+# what the model does (as the registry's tasks): a classifier outputs [1, classes],
+# a segmenter logits [1, h, w, classes] at its output stride (a document
+# without a task is a classifier's: classifiers' documents stay as they were)
+CLASSIFICATION, SEGMENTATION = TASKS
 
 
 def build_metadata(*, model_name: str, family: str, precision: str, weights: str,
                    labels: list[str], labels_file: str, graph_input: dict, graph_output: dict,
                    preprocessing: dict, quantization_ranges: str | None = None, output_kind: str = "logits",
-                   input_takes: str = TAKES_NORMALISED, licence: str | None = None) -> dict:
+                   input_takes: str = TAKES_NORMALISED, licence: str | None = None,
+                   task: str = CLASSIFICATION) -> dict:
     """``output_kind``: "probabilities" or "logits"; ``input_takes``: one of
-    the TAKES_* values."""
+    the TAKES_* values; ``task``: one of TASKS."""
     from edgevit import __version__
 
     image = {"shape": graph_input["shape"], "layout": "NHWC", "dtype": graph_input["dtype"],
@@ -52,6 +58,7 @@ def build_metadata(*, model_name: str, family: str, precision: str, weights: str
         "edgevit_version": __version__,
         "model": model_name,
         "family": family,
+        **({} if task == CLASSIFICATION else {"task": task}),
         "precision": precision,
         "quantization_ranges": quantization_ranges,
         "weights": weights,
@@ -73,6 +80,10 @@ def preprocessing_of(metadata: dict):
     pre = metadata["preprocessing"]
     return Preprocessing(pre["input_size"], pre["resize_size"], pre["interpolation"], tuple(pre["mean"]),
                          tuple(pre["std"]))
+
+
+def task_of(metadata: dict | None) -> str:
+    return (metadata or {}).get("task") or CLASSIFICATION
 
 
 def takes_of(metadata: dict | None) -> str:

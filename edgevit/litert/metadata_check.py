@@ -14,11 +14,12 @@ from edgevit.errors import EdgevitError
 from edgevit.litert.camera_input import single_scale
 from edgevit.litert.flatbuffer import Graph, Tensor, read
 from edgevit.litert.logits_view import closing_softmax
-from edgevit.litert.metadata import QUANTIZED_PRECISIONS, TAKES_NORMALISED, TAKES_RGB_BYTES, TAKES_RGB_UNIT, \
-    read_embedded
+from edgevit.litert.metadata import QUANTIZED_PRECISIONS, SEGMENTATION, TAKES_NORMALISED, TAKES_RGB_BYTES, \
+    TAKES_RGB_UNIT, read_embedded, task_of
 from edgevit.litert.metadata_fields import document_problems
 from edgevit.litert.packed_files import packed_names
-from edgevit.litert.standard_metadata import named_files, read_standard, standard_metadata
+from edgevit.litert.standard_metadata import ACTIVATION_NONE, ACTIVATION_SOFTMAX, SEGMENTER_METADATA, named_files, \
+    read_standard, segmenter_activation, standard_metadata
 
 # The integer values of each quantized type.
 LEVELS = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
@@ -88,6 +89,10 @@ def document_against_graph(meta: dict, graph: Graph) -> list[str]:
     if (meta["precision"] in QUANTIZED_PRECISIONS) != quantized:
         problems.append(f"edgevit metadata says {meta['precision']}; the graph computes in "
                         f"{'integers' if quantized else 'float'}")
+    segmenter, maps = task_of(meta) == SEGMENTATION, len(scores.shape) == 4
+    if segmenter != maps:
+        problems.append(f"edgevit metadata says the file is {'a segmenter' if segmenter else 'a classifier'}; the "
+                        f"graph outputs {'a map' if maps else 'a vector'} of class scores {list(scores.shape)}")
     ends_in_softmax = closing_softmax(graph) is not None
     if said_out["kind"] == "probabilities" and not ends_in_softmax:
         problems.append("edgevit metadata says the file outputs probabilities; the graph does not end in a softmax")
@@ -170,6 +175,8 @@ def _standard_against(standard: dict, edgevit: dict | None, graph: Graph) -> lis
     if output in ("probability", "logits") and (output == "probability") != ends_in_softmax:
         problems.append(f"the standard metadata names the output {output!r}; the graph "
                         f"{'ends' if ends_in_softmax else 'does not end'} in a softmax")
+    if len(graph.tensors[graph.outputs[0]].shape) == 4:
+        problems += _segmenter_problems(standard, ends_in_softmax)
     if edgevit is None:
         return problems
     if labels is not None and labels != edgevit["labels"]:
@@ -185,6 +192,22 @@ def _standard_against(standard: dict, edgevit: dict | None, graph: Graph) -> lis
         problems.append(f"the standard metadata names the model {standard.get('name')!r}; edgevit metadata "
                         f"{expected['name']!r}")
     return problems
+
+
+def _segmenter_problems(standard: dict, ends_in_softmax: bool) -> list[str]:
+    """Where the standard entry of a segmenter (a file that outputs a map)
+    misleads MediaPipe's ImageSegmenter: no activation named (it takes
+    NONE: confidence masks of logits), or a softmax over probabilities."""
+    activation = segmenter_activation(standard)
+    if activation is None:
+        return [f"the standard metadata of a segmenter names no readable activation ({SEGMENTER_METADATA}): "
+                "MediaPipe's ImageSegmenter would take NONE"]
+    if ends_in_softmax and activation == ACTIVATION_SOFTMAX:
+        return ["the standard metadata names a softmax for a segmenter whose graph ends in one"]
+    if not ends_in_softmax and activation == ACTIVATION_NONE:
+        return ["the standard metadata names no activation for a segmenter that outputs logits: MediaPipe's "
+                "confidence masks would be logits"]
+    return []
 
 
 def _tensor(standard: dict, side: str) -> dict:
@@ -245,6 +268,7 @@ def metadata_summary(content: bytes) -> dict:
         said_in, said_out = (edgevit.get(side) if isinstance(edgevit.get(side), dict) else {}
                              for side in ("input", "output"))
         summary["edgevit"] = {key: edgevit.get(key) for key in ("model", "precision", "weights", "num_classes")}
+        summary["edgevit"]["task"] = task_of(edgevit)
         summary["edgevit"].update({"input": said_in.get("takes", TAKES_NORMALISED), "output": said_out.get("kind")})
     if standard:
         labels = _standard_labels(standard)

@@ -12,7 +12,7 @@ import math
 from edgevit.data.labels import label_problem
 from edgevit.data.transforms import INTERPOLATIONS
 from edgevit.errors import is_control
-from edgevit.litert.metadata import IO_DTYPES, OUTPUT_KINDS, PRECISIONS, SCHEMA, TAKES
+from edgevit.litert.metadata import CLASSIFICATION, IO_DTYPES, OUTPUT_KINDS, PRECISIONS, SCHEMA, TAKES, TASKS
 
 CHANNELS = 3  # RGB
 
@@ -32,6 +32,8 @@ def document_problems(doc: dict) -> list[str]:
     for key in ("model", "family", "weights"):
         if not isinstance(doc.get(key), str) or any(map(is_control, doc[key])):
             wrong(key, "text without control characters", doc.get(key))
+    if doc.get("task", CLASSIFICATION) not in TASKS:
+        wrong("task", "one of " + ", ".join(TASKS), doc.get("task"))
     if doc.get("precision") not in PRECISIONS:
         wrong("precision", "one of " + ", ".join(PRECISIONS), doc.get("precision"))
     if not _whole(doc.get("num_classes"), 1):

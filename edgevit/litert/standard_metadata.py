@@ -26,16 +26,24 @@ import flatbuffers
 
 from edgevit.errors import EdgevitError
 from edgevit.litert.flatbuffer import MAX_REFERENCED_PER_BYTE, metadata_entry, with_metadata
-from edgevit.litert.metadata import TAKES_RGB_BYTES, TAKES_RGB_UNIT
+from edgevit.litert.metadata import SEGMENTATION, TAKES_RGB_BYTES, TAKES_RGB_UNIT, task_of
 from edgevit.litert.packed_files import packed_files
 
 METADATA_NAME = "TFLITE_METADATA"
 FILE_IDENTIFIER = b"M001"
-# The oldest metadata parser that reads every field written here.
-MIN_PARSER_VERSION = "1.0.0"
+# The oldest metadata parser that reads every field written here (a
+# segmenter's: SubGraphMetadata.custom_metadata came with schema 1.5.0).
+MIN_PARSER_VERSION, MIN_PARSER_VERSION_CUSTOM = "1.0.0", "1.5.0"
 LABELS_FILE = "labels.txt"
+# MediaPipe's ImageSegmenter reads its activation from the subgraph's custom
+# metadata of this name, an ImageSegmenterOptions flatbuffer (identifier
+# V001, schema 1.0.0); without it, it warns and takes NONE.
+SEGMENTER_METADATA, SEGMENTER_IDENTIFIER, SEGMENTER_PARSER_VERSION = "SEGMENTER_METADATA", b"V001", "1.0.0"
+ACTIVATION_NONE, ACTIVATION_SIGMOID, ACTIVATION_SOFTMAX = 0, 1, 2
+# the name of a segmenter's output tensor (as tflite-support's segmenter writer names it)
+SEGMENTATION_OUTPUT = "segmentation_masks"
 
-COLOR_RGB = 1
+COLOR_RGB, COLOR_GRAYSCALE = 1, 2
 LABELS_TYPE_AXIS = 2       # AssociatedFileType.TENSOR_AXIS_LABELS
 CONTENT_FEATURE, CONTENT_IMAGE = 1, 2   # ContentProperties union members
 UNIT_NORMALIZATION = 1                   # ProcessUnitOptions union member
@@ -49,7 +57,14 @@ SCHEMA: dict[str, list[tuple[str, str]]] = {
     "SubGraphMetadata": [("name", "string"), ("description", "string"),
                          ("input_tensor_metadata", "[TensorMetadata]"),
                          ("output_tensor_metadata", "[TensorMetadata]"),
-                         ("associated_files", "[AssociatedFile]")],
+                         ("associated_files", "[AssociatedFile]"), ("input_process_units", "[ProcessUnit]"),
+                         ("output_process_units", "[ProcessUnit]"), ("input_tensor_groups", "[TensorGroup]"),
+                         ("output_tensor_groups", "[TensorGroup]"), ("custom_metadata", "[CustomMetadata]")],
+    "TensorGroup": [("name", "string"), ("tensor_names", "[string]")],
+    "CustomMetadata": [("name", "string"), ("data", "[ubyte]")],
+    # MediaPipe's segmenter options (image_segmenter_metadata_schema.fbs), a
+    # flatbuffer of its own (identifier V001) in a CustomMetadata's data
+    "ImageSegmenterOptions": [("activation", "byte"), ("min_parser_version", "string")],
     "TensorMetadata": [("name", "string"), ("description", "string"), ("dimension_names", "[string]"),
                        ("content", "Content"), ("process_units", "[ProcessUnit]"), ("stats", "Stats"),
                        ("associated_files", "[AssociatedFile]")],
@@ -72,8 +87,8 @@ _SCALARS = {"byte": ("<b", "PrependInt8Slot"), "utype": ("<B", "PrependUint8Slot
 
 
 def standard_metadata(doc: dict) -> dict:
-    """The ModelMetadata of an image classifier, as a dict of the schema's
-    fields, built from edgevit's metadata document ``doc``
+    """The ModelMetadata of an image classifier or segmenter, as a dict of
+    the schema's fields, built from edgevit's metadata document ``doc``
     (:func:`edgevit.litert.metadata.build_metadata`), so the two entries
     cannot say different things."""
     pre, inp, out = doc["preprocessing"], doc["input"], doc["output"]
@@ -96,6 +111,8 @@ def standard_metadata(doc: dict) -> dict:
     probabilities = out.get("kind") == "probabilities"
     labels_file = {"name": LABELS_FILE, "type": LABELS_TYPE_AXIS,
                    "description": f"The {doc['num_classes']} class names, one a line, in output order."}
+    if task_of(doc) == SEGMENTATION:
+        return _segmenter_metadata(doc, size, input_text, mean, std, low, high, labels_file)
     return {
         "name": doc["model"],
         "description": (f"{doc['model']} ({doc['family']}) image classifier, {doc['precision']}, "
@@ -125,6 +142,69 @@ def standard_metadata(doc: dict) -> dict:
             }],
         }],
     }
+
+
+def _segmenter_metadata(doc: dict, size: int, input_text: str, mean: list, std: list, low: list, high: list,
+                        labels_file: dict) -> dict:
+    """A segmenter's ModelMetadata, as MediaPipe's ImageSegmenter reads it:
+    the image input as a classifier's; the output a map of logits
+    ([1, h, w, classes] at the output stride: dimensions 1-2 the image,
+    the last the classes, labelled); the softmax named in the subgraph's
+    custom metadata, which MediaPipe applies to its confidence masks after
+    resizing the logits to the image (its category mask is their argmax)."""
+    pre, out = doc["preprocessing"], doc["output"]
+    _, height, width, _ = out["shape"]
+    segmenter_options = serialize({"activation": ACTIVATION_SOFTMAX, "min_parser_version": SEGMENTER_PARSER_VERSION},
+                                  "ImageSegmenterOptions", SEGMENTER_IDENTIFIER)
+    return {
+        "name": doc["model"],
+        "description": (f"{doc['model']} ({doc['family']}) image segmenter, {doc['precision']}, "
+                        f"{doc['num_classes']} classes, {size}x{size} input ({pre['interpolation']} resize); outputs "
+                        f"the logits of each class at {height}x{width}: resize them bilinearly to the image and "
+                        f"take the argmax. Weights: {doc['weights']}."),
+        "version": f"edgevit {doc['edgevit_version']}",
+        "author": "edgevit",
+        "license": doc.get("licence") or "",
+        "min_parser_version": MIN_PARSER_VERSION_CUSTOM,
+        "subgraph_metadata": [{
+            "input_tensor_metadata": [{
+                "name": "image",
+                "description": input_text,
+                "content": {"content_properties": (CONTENT_IMAGE, {
+                    "color_space": COLOR_RGB, "default_size": {"width": size, "height": size}})},
+                "process_units": [{"options": (UNIT_NORMALIZATION, {"mean": mean, "std": std})}],
+                "stats": {"max": high, "min": low},
+            }],
+            "output_tensor_metadata": [{
+                "name": SEGMENTATION_OUTPUT,
+                "description": (f"Logit of each class at each place of a {height}x{width} map (no softmax: "
+                                "the softmax is the segmenter metadata's activation)."),
+                "content": {"content_properties": (CONTENT_IMAGE, {
+                    "color_space": COLOR_GRAYSCALE, "default_size": {"width": width, "height": height}}),
+                    "range": {"min": 1, "max": 2}},
+                "associated_files": [labels_file],
+            }],
+            "custom_metadata": [{"name": SEGMENTER_METADATA, "data": segmenter_options}],
+        }],
+    }
+
+
+def segmenter_activation(standard: dict) -> int | None:
+    """The activation a parsed entry's SEGMENTER_METADATA names (None: the
+    entry has none, or one that cannot be read)."""
+    for subgraph in standard.get("subgraph_metadata") or []:
+        for custom in subgraph.get("custom_metadata") or []:
+            data = custom.get("data")
+            if custom.get("name") != SEGMENTER_METADATA or not data:
+                continue
+            try:
+                if data[4:8] != SEGMENTER_IDENTIFIER:
+                    return None
+                reader = _BoundedReader(data)
+                return reader.table(reader.target(0), "ImageSegmenterOptions").get("activation", ACTIVATION_NONE)
+            except ValueError:
+                return None
+    return None
 
 
 def _one_if_equal(values: list[float]) -> list[float]:
@@ -157,9 +237,9 @@ def with_files(flatbuffer: bytes, files: dict[str, bytes]) -> bytes:
     return whole.getvalue()
 
 
-def serialize(metadata: dict) -> bytes:
+def serialize(metadata: dict, table: str = "ModelMetadata", identifier: bytes = FILE_IDENTIFIER) -> bytes:
     builder = flatbuffers.Builder(1024)
-    builder.Finish(_build(builder, "ModelMetadata", metadata), file_identifier=FILE_IDENTIFIER)
+    builder.Finish(_build(builder, table, metadata), file_identifier=identifier)
     return bytes(builder.Output())
 
 
@@ -190,7 +270,12 @@ def _build(b: flatbuffers.Builder, table: str, obj: dict) -> int:
     return b.EndObject()
 
 
-def _vector(b: flatbuffers.Builder, element: str, values: list) -> int:
+def _vector(b: flatbuffers.Builder, element: str, values) -> int:
+    if element == "ubyte":  # CustomMetadata.data: the schema aligns it to 16 bytes (force_align)
+        b.StartVector(1, len(values), 16)
+        b.head -= len(values)
+        b.Bytes[b.head:b.head + len(values)] = values
+        return b.EndVector()
     if element == "float":
         b.StartVector(4, len(values), 4)
         for v in reversed(values):
@@ -288,8 +373,12 @@ class _BoundedReader:
 
     def vector(self, at: int, element: str) -> list:
         count = self.get("<I", at)
-        self.visit(4 + 4 * count)
+        self.visit(4 + (1 if element == "ubyte" else 4) * count)
         start = at + 4
+        if element == "ubyte":
+            if start + count > len(self.data):
+                raise ValueError(f"a byte vector runs past its {len(self.data)} bytes")
+            return self.data[start:start + count]
         if element == "float":
             if count:
                 self.get("<f", start + 4 * count - 4)  # the last one lies inside the buffer

@@ -106,3 +106,30 @@ class SegmentationTally:
                 "miou": round(float(np.mean(list(iou.values()))), 4) if iou else None,
                 "pixel_accuracy": round(float(hits.sum() / pixels), 4) if pixels else None,
                 "per_class_iou": iou}
+
+
+def upsampled_classes(logits: np.ndarray, height: int, width: int) -> np.ndarray:
+    """The class of each pixel of a ``height`` x ``width`` image from a
+    segmenter's logits ``[N, h, w, classes]``: the logits resized
+    bilinearly with the corners aligned, in float32, then the argmax, as
+    MediaPipe's ImageSegmenter makes its category mask on the CPU (so that
+    `edgevit eval` of a file scores what the app shows). One image at a
+    time: a batch of 512x512 maps of 21 classes in float32 is 700 MB."""
+    n, h, w, _ = logits.shape
+    ys, y0, y1, ty = _corner_aligned(h, height)
+    xs, x0, x1, tx = _corner_aligned(w, width)
+    out = np.empty((n, height, width), np.uint8)
+    for i, image in enumerate(logits.astype(np.float32)):
+        rows = image[y0] + (image[y1] - image[y0]) * ty[:, None, None]
+        out[i] = (rows[:, x0] + (rows[:, x1] - rows[:, x0]) * tx[None, :, None]).argmax(-1)
+    return out
+
+
+def _corner_aligned(source: int, target: int):
+    """Where each of ``target`` places falls on ``source`` ones, corners on
+    corners: (positions, lower and upper neighbours, the fraction between)."""
+    scale = np.float32(source - 1) / np.float32(max(target - 1, 1))
+    at = np.arange(target, dtype=np.float32) * scale
+    low = np.maximum(np.floor(at), 0).astype(np.int64)
+    high = np.minimum(np.ceil(at), source - 1).astype(np.int64)
+    return at, low, high, np.clip(at - low, 0, 1).astype(np.float32)
