@@ -112,14 +112,14 @@ def test_module_list_covers_the_package():
     assert len(MODULES) > 60
 
 
-def test_no_import_cycle_among_modules():
-    graph = {m: _imports(m, module_level_only=True) for m in MODULES}
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles a depth-first walk of ``graph`` (node -> the nodes it imports) meets."""
     cycles, state, stack = [], {}, []
 
     def dfs(node):
         state[node] = "open"
         stack.append(node)
-        for nxt in sorted(graph[node]):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
                 cycles.append(stack[stack.index(nxt):] + [nxt])
             elif nxt not in state:
@@ -127,9 +127,15 @@ def test_no_import_cycle_among_modules():
         stack.pop()
         state[node] = "done"
 
-    for module in sorted(graph):
-        if module not in state:
-            dfs(module)
+    for node in sorted(graph):
+        if node not in state:
+            dfs(node)
+    return cycles
+
+
+def test_no_import_cycle_among_modules():
+    graph = {m: _imports(m, module_level_only=True) for m in MODULES}
+    cycles = _cycles(graph)
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
@@ -155,22 +161,7 @@ def test_no_import_cycle_between_rooms_even_through_imports_inside_functions():
             _imports(module, module_level_only=False) - _imports(module, module_level_only=True)
         graph.setdefault(_room(module), set()).update(
             _room(t) for t in _imports(module, module_level_only=False) - lazy if _room(t) != _room(module))
-    cycles, state, stack = [], {}, []
-
-    def dfs(node):
-        state[node] = "open"
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
-            elif nxt not in state:
-                dfs(nxt)
-        stack.pop()
-        state[node] = "done"
-
-    for room in sorted(graph):
-        if room not in state:
-            dfs(room)
+    cycles = _cycles(graph)
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 

@@ -111,8 +111,16 @@ def standard_metadata(doc: dict) -> dict:
     probabilities = out.get("kind") == "probabilities"
     labels_file = {"name": LABELS_FILE, "type": LABELS_TYPE_AXIS,
                    "description": f"The {doc['num_classes']} class names, one a line, in output order."}
+    image_input = {
+        "name": "image",
+        "description": input_text,
+        "content": {"content_properties": (CONTENT_IMAGE, {
+            "color_space": COLOR_RGB, "default_size": {"width": size, "height": size}})},
+        "process_units": [{"options": (UNIT_NORMALIZATION, {"mean": mean, "std": std})}],
+        "stats": {"max": high, "min": low},
+    }
     if task_of(doc) == SEGMENTATION:
-        return _segmenter_metadata(doc, size, input_text, mean, std, low, high, labels_file)
+        return _segmenter_metadata(doc, size, image_input, labels_file)
     return {
         "name": doc["model"],
         "description": (f"{doc['model']} ({doc['family']}) image classifier, {doc['precision']}, "
@@ -124,14 +132,7 @@ def standard_metadata(doc: dict) -> dict:
         "license": doc.get("licence") or "",
         "min_parser_version": MIN_PARSER_VERSION,
         "subgraph_metadata": [{
-            "input_tensor_metadata": [{
-                "name": "image",
-                "description": input_text,
-                "content": {"content_properties": (CONTENT_IMAGE, {
-                    "color_space": COLOR_RGB, "default_size": {"width": size, "height": size}})},
-                "process_units": [{"options": (UNIT_NORMALIZATION, {"mean": mean, "std": std})}],
-                "stats": {"max": high, "min": low},
-            }],
+            "input_tensor_metadata": [image_input],
             "output_tensor_metadata": [{
                 "name": "probability" if probabilities else "logits",
                 "description": ("Probability of each class (softmax)." if probabilities else
@@ -144,8 +145,7 @@ def standard_metadata(doc: dict) -> dict:
     }
 
 
-def _segmenter_metadata(doc: dict, size: int, input_text: str, mean: list, std: list, low: list, high: list,
-                        labels_file: dict) -> dict:
+def _segmenter_metadata(doc: dict, size: int, image_input: dict, labels_file: dict) -> dict:
     """A segmenter's ModelMetadata, as MediaPipe's ImageSegmenter reads it:
     the image input as a classifier's; the output a map of logits
     ([1, h, w, classes] at the output stride: dimensions 1-2 the image,
@@ -167,14 +167,7 @@ def _segmenter_metadata(doc: dict, size: int, input_text: str, mean: list, std: 
         "license": doc.get("licence") or "",
         "min_parser_version": MIN_PARSER_VERSION_CUSTOM,
         "subgraph_metadata": [{
-            "input_tensor_metadata": [{
-                "name": "image",
-                "description": input_text,
-                "content": {"content_properties": (CONTENT_IMAGE, {
-                    "color_space": COLOR_RGB, "default_size": {"width": size, "height": size}})},
-                "process_units": [{"options": (UNIT_NORMALIZATION, {"mean": mean, "std": std})}],
-                "stats": {"max": high, "min": low},
-            }],
+            "input_tensor_metadata": [image_input],
             "output_tensor_metadata": [{
                 "name": SEGMENTATION_OUTPUT,
                 "description": (f"Logit of each class at each place of a {height}x{width} map (no softmax: "
