@@ -821,6 +821,12 @@ BAD_INPUTS += [
 
 @pytest.mark.parametrize("setup, message", BAD_INPUTS)
 def test_bad_input_is_one_error_line_and_changes_nothing(tmp_path, monkeypatch, setup, message):
+    one_error_line_and_nothing_changed(tmp_path, monkeypatch, setup, message)
+
+
+def one_error_line_and_nothing_changed(tmp_path, monkeypatch, setup, message):
+    """The command ``setup(tmp_path)`` returns, run in ``tmp_path``: exit 1,
+    one `error:` line holding ``message``, no file changed."""
     monkeypatch.chdir(tmp_path)
     args = setup(tmp_path)
     before = snapshot(tmp_path)

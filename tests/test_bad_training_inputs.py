@@ -18,7 +18,7 @@ import pytest
 
 from edgevit import writing
 from edgevit.errors import EdgevitError
-from tests.test_bad_inputs import SMALL, image_folder, run, snapshot
+from tests.test_bad_inputs import SMALL, image_folder, one_error_line_and_nothing_changed, run, snapshot
 
 
 def _data(tmp, **kw):
@@ -181,14 +181,7 @@ BAD_TRAINING_INPUTS = [
 
 @pytest.mark.parametrize("setup, message", BAD_TRAINING_INPUTS)
 def test_bad_training_input_is_one_error_line_and_changes_nothing(tmp_path, monkeypatch, setup, message):
-    monkeypatch.chdir(tmp_path)
-    args = setup(tmp_path)
-    before = snapshot(tmp_path)
-    code, _, err = run(*args)
-    assert code == 1, err
-    assert len(err.splitlines()) == 1 and err.startswith("error: ") and "Traceback" not in err, err
-    assert message in err, err
-    assert snapshot(tmp_path) == before
+    one_error_line_and_nothing_changed(tmp_path, monkeypatch, setup, message)
 
 
 @pytest.mark.parametrize("kind", ["symbolic link", "hard link", "fifo", "folder"])
