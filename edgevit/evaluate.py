@@ -62,15 +62,10 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
         classes_out = int(model.outputs[0].shape[-1])
         labels = class_names_of(model) or default_labels(classes_out)
     to_output = _output_index(images.classes, [str(label) for label in labels], name, data_dir)
+    scored = (content, meta) if path.suffix == ".tflite" else model
     if segmentation:
-        forward, file = (None, (content, meta)) if path.suffix == ".tflite" else \
-            (keras_forward(model, len(images.val.files)), None)
         return _segmentation_report(path, images, to_output, pre, name, [str(label) for label in labels], threads,
-                                    forward, file, progress)
-    if path.suffix == ".tflite":
-        from edgevit.native_output import import_tensorflow_quietly
-
-        import_tensorflow_quietly()  # the input pipeline is tf.data
+                                    scored, progress)
     stream = ImageStream(images.split, pre)
     tally = AccuracyTally([str(label) for label in labels])
     found = len(stream)
@@ -78,16 +73,8 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     if images.left_out:
         progress.step(left_out_summary(images.left_out))
     with contextlib.ExitStack() as stack:
-        if path.suffix == ".tflite":
-            from edgevit.litert.inputs import file_input_values
-            from edgevit.litert.run_model import StreamedRun
-
-            # probabilities or logits: either ranks the classes alike
-            run, values = stack.enter_context(StreamedRun(path, num_threads=threads)), \
-                file_input_values(content, meta)
-            forward = lambda batch: run(values(batch))  # noqa: E731
-        else:
-            forward = keras_forward(model, found)
+        # a file's probabilities or logits: either ranks the classes alike
+        forward = _forward(stack, path, scored, found, threads)
         advance = stack.enter_context(progress.bar("scoring", found, "images"))
         for inputs, batch_labels in stream.batches(pre.input_size, BATCH_SIZE):
             tally.add(np.asarray(forward(inputs)), to_output[batch_labels])
@@ -117,15 +104,30 @@ def _check_task(task: str, segmentation: bool, name: str, data_dir: str) -> None
                            "needs masks.")
 
 
+def _forward(stack: contextlib.ExitStack, path: Path, scored, images: int, threads: int):
+    """The forward pass that scores ``images`` images: the .tflite file's
+    (``scored``: its content and metadata), batches streamed to one LiteRT
+    child held open by ``stack``; else the Keras model ``scored``'s."""
+    if path.suffix != ".tflite":
+        return keras_forward(scored, images)
+    from edgevit.litert.inputs import file_input_values
+    from edgevit.litert.run_model import StreamedRun
+    from edgevit.native_output import import_tensorflow_quietly
+
+    import_tensorflow_quietly()  # the input pipeline is tf.data
+    run, values = stack.enter_context(StreamedRun(path, num_threads=threads)), file_input_values(*scored)
+    return lambda batch: run(values(batch))
+
+
 def _segmentation_report(path: Path, folder, to_output: np.ndarray, pre, name: str, labels: list[str],
-                         threads: int, forward, file: tuple[bytes, dict] | None, progress: Progress) -> dict:
+                         threads: int, scored, progress: Progress) -> dict:
     """mIoU, per-class IoU and pixel accuracy of the model on the val/
     images of ``folder``, streamed: each image's logits resized bilinearly
     to its crop (:func:`upsampled_classes`, as MediaPipe's ImageSegmenter
     does) and their argmax scored against its mask, placed by the same
     transform; mask pixels of 255 are not scored. ``to_output``: the
-    model's output of each of the folder's classes; ``forward``: the Keras
-    model's, or ``file``: the .tflite file's content and metadata."""
+    model's output of each of the folder's classes; ``scored``: the Keras
+    model, or the .tflite file's content and metadata."""
     from edgevit.data.masks import IGNORE_INDEX
     from edgevit.data.stream import ImageStream
 
@@ -137,14 +139,7 @@ def _segmentation_report(path: Path, folder, to_output: np.ndarray, pre, name: s
     tally = SegmentationTally(labels, ignore=IGNORE_INDEX)
     progress.step(f"Running {path.name} on the {found} val images of {folder.root} ({folder.layout})")
     with contextlib.ExitStack() as stack:
-        if file is not None:
-            from edgevit.litert.inputs import file_input_values
-            from edgevit.litert.run_model import StreamedRun
-            from edgevit.native_output import import_tensorflow_quietly
-
-            import_tensorflow_quietly()  # the input pipeline is tf.data
-            run, values = stack.enter_context(StreamedRun(path, num_threads=threads)), file_input_values(*file)
-            forward = lambda batch: run(values(batch))  # noqa: E731
+        forward = _forward(stack, path, scored, found, threads)
         advance = stack.enter_context(progress.bar("scoring", found, "images"))
         for inputs, masks in stream.batches(pre.input_size, BATCH_SIZE):
             logits = np.asarray(forward(inputs))

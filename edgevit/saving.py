@@ -167,6 +167,13 @@ def check_model_file(path: str | Path) -> Path:
     """A ``.keras`` file whose model description is readable JSON (junk in
     it made Keras fail with a text codec message); cheap, before TensorFlow
     loads."""
+    model_description(path)
+    return Path(path)
+
+
+def model_description(path: str | Path) -> bytes:
+    """The config.json of the ``.keras`` file ``path``, checked to be
+    readable JSON, read without Keras (see :func:`check_model_file`)."""
     path = existing_file(path, "Model file")
     if path.suffix != MODEL_SUFFIX or not zipfile.is_zipfile(path):
         raise EdgevitError(f"{str(path)!r} is not a Keras model file (.keras).")
@@ -181,7 +188,7 @@ def check_model_file(path: str | Path) -> Path:
     except (OSError, zipfile.BadZipFile, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise EdgevitError(f"{str(path)!r} is damaged: its config.json (the model description) is not "
                            f"readable ({type(err).__name__}).") from None
-    return path
+    return config
 
 
 def _refuse_bombs(archive: zipfile.ZipFile, path: Path) -> None:

@@ -156,8 +156,8 @@ def test_a_jpeg_training_crop_is_the_same_box_through_tensorflows_decoder(tmp_pa
     place = transform(Preprocessing(64, 64), 64, is_training=True)  # a crop of 64 px needs every pixel
     draws = [0.3, 0.8, 0.1, 0.2]
     for other in ("rotated.jpg", "truncated.jpg", "x.png"):
-        assert tensorflow_box(str(tmp_path / other), place.placement, draws) is None, other
-    assert tensorflow_box(str(tmp_path / "x.jpg"), place.placement, draws) is not None
+        assert tensorflow_box(str(tmp_path / other), place, draws) is None, other
+    assert tensorflow_box(str(tmp_path / "x.jpg"), place, draws) is not None
     stream = ImageStream(Split([str(tmp_path / "x.jpg"), str(tmp_path / "x.png")], np.array([0, 1])),
                          Preprocessing(64, 64))
     plan = plan_epoch(2, 2, 1, 64, [], np.random.default_rng(0))

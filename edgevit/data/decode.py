@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -77,14 +78,21 @@ def open_rgb(path: str | Path, draft_size: tuple[int, int] | None = None) -> Ima
     stays at least this size (libjpeg's scaled decoding: a 4000x3000 photo
     cropped to 256 px decodes at 500x375, 30 times less work); other formats
     ignore it."""
+    with reading(path), Image.open(path) as img:
+        if draft_size is not None and img.format == "JPEG":
+            img.draft(None, draft_size)
+        return _as_rgb(ImageOps.exif_transpose(img), path)
+
+
+@contextmanager
+def reading(path: str | Path):
+    """While ``path`` is opened and decoded: the system's and Pillow's
+    errors raised as :class:`UnreadableImage`, with their reason."""
     try:
         with warnings.catch_warnings():
             # Between Pillow's warning and error limits an image is still read.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
-                if draft_size is not None and img.format == "JPEG":
-                    img.draft(None, draft_size)
-                return _as_rgb(ImageOps.exif_transpose(img), path)
+            yield
     except Image.DecompressionBombError:
         raise UnreadableImage(path, TOO_LARGE) from None
     except MemoryError:  # Pillow's allocation of the decoded pixels failed: the file may be a valid image

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from edgevit.data.decode import UnreadableImage
+from edgevit.data.decode import SIXTEEN_BIT_MODES, UnreadableImage, reading
 from edgevit.data.labels import label_problem
 from edgevit.data.listing import IMAGE_SUFFIXES
 from edgevit.errors import EdgevitError
@@ -212,16 +212,9 @@ def read_mask(path: str | os.PathLike, image_size: tuple[int, int], classes: int
     """The mask at ``path`` as an 8-bit image of class indices (mode "L")
     for an image of ``image_size``; :class:`UnreadableImage` with one of the
     MASK_* reasons (or the decoder's) when it cannot serve."""
-    from edgevit.data.decode import NOT_AN_IMAGE, NOT_OPENED
-
-    try:
-        with Image.open(path) as mask:
-            mask.load()
-    except OSError as err:
-        raise UnreadableImage(path, NOT_OPENED if err.errno is not None else NOT_AN_IMAGE) from None
-    except Exception:  # Pillow's decoders raise many types for damaged files
-        raise UnreadableImage(path, NOT_AN_IMAGE) from None
-    if mask.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+    with reading(path), Image.open(path) as mask:
+        mask.load()
+    if mask.mode in SIXTEEN_BIT_MODES or mask.mode == "F":
         raise UnreadableImage(path, MASK_DEPTH)
     if mask.mode == "P":
         if not _palette_means_classes(mask):

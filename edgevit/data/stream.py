@@ -4,22 +4,23 @@ images and reading overlaps the step.
 
 batch of file indices -> for each, open, decode and place (the training or
 evaluation transform of :mod:`edgevit.data.transforms`), a batch per call,
-one call per core in parallel -> prefetch. A training batch's whole,
-upright JPEGs are decoded and cropped by TensorFlow's decoder (each header
-read in Python first, 0.3 ms, to choose), the rest by Pillow. Every dataset yields one batch
+one call per core in parallel -> prefetch. Every dataset yields one batch
 shape: ``(pixels, targets, real)``, uint8 pixels ``[N, size, size, 3]``, a
 target per image and whether each place holds an image (an unreadable
 image or a place padding a shard does not); the step that consumes a batch
 normalises it (:func:`edgevit.data.transforms.normalise`) and counts only
 the real places.
 
-The decoding and resizing are Pillow's, called through
-``tf.numpy_function``: evaluation pixels are exactly those of the
-preprocessing the exported files describe and `edgevit convert --calib`
-uses, which TensorFlow's own JPEG decoder and resize do not reproduce.
-Pillow releases the GIL while it decodes and resamples, so the parallel
-calls run on several cores. A call makes a whole batch: per image, tf.data's
-own work around a call (its ops, the call, the batching) took as long as a
+Evaluation images are decoded and resized by Pillow, called through
+``tf.numpy_function``: their pixels are exactly those of the preprocessing
+the exported files describe and `edgevit convert --calib` uses, which
+TensorFlow's own JPEG decoder and resize do not reproduce. A training
+batch's whole, upright JPEGs are decoded and cropped by TensorFlow's
+decoder (each header read in Python first, 0.07 ms, to choose: see
+:func:`edgevit.data.transforms.tensorflow_box`), the rest by Pillow, which
+releases the GIL while it decodes and resamples, so the parallel calls run
+on several cores. A call makes a whole batch: per image, tf.data's own
+work around a call (its ops, the call, the batching) took as long as a
 third of the image.
 
 An epoch is a :class:`EpochPlan`: the resolution and global batch of each
@@ -32,6 +33,7 @@ pipeline reads only the images of its own replicas.
 """
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, replace
 
@@ -160,8 +162,9 @@ class ImageStream:
         return len(self.files)
 
     def subset(self, indices) -> ImageStream:
-        stream = ImageStream(Split([self.files[i] for i in indices], []), self.pre, self.tally)
-        stream.targets = self.targets.subset(indices)
+        """These images at ``indices``, counting unreadable ones in the same tally."""
+        stream = copy.copy(self)
+        stream.files, stream.targets = [self.files[i] for i in indices], self.targets.subset(indices)
         return stream
 
     # -- a batch, in a pipeline thread -----------------------------------------------------------
@@ -182,7 +185,7 @@ class ImageStream:
         paths, boxes, labels, by_tensorflow = [], [], [], []
         for index, draw in zip(indices, draws):
             # a mask is Pillow's to read and place with its image
-            box = tensorflow_box(self.files[int(index)], place.placement, draw) if self.targets.label_only else None
+            box = tensorflow_box(self.files[int(index)], place, draw) if self.targets.label_only else None
             by_tensorflow.append(box is not None)
             if box is not None:
                 paths.append(self.files[int(index)].encode("utf-8", "surrogateescape"))
@@ -276,19 +279,19 @@ class ImageStream:
             paths, boxes, tf_labels, by_tensorflow = tf.numpy_function(
                 self._routes, [indices, draws, size], [tf.string, tf.int32, target_type, tf.bool], stateful=False)
             boxes.set_shape([None, 5])
+            no_images = tf.zeros(tf.stack([0, size, size, 3]), tf.uint8)
             decoded = tf.cond(  # map_fn cannot stack no image of an unknown size
                 tf.size(paths) > 0,
                 lambda: tf.map_fn(lambda item: tensorflow_crop(tf.io.read_file(item[0]), item[1], size),
                                   (paths, boxes), fn_output_signature=tf.TensorSpec([None, None, 3], tf.uint8)),
-                lambda: tf.zeros(tf.stack([0, size, size, 3]), tf.uint8))
+                lambda: no_images)
             others = tf.where(tf.logical_not(by_tensorflow))[:, 0]
             pixels, labels, real = self._outputs(tf.cond(  # Python only when some image needs Pillow
                 tf.size(others) > 0,
                 lambda: tf.numpy_function(self._training_batch, [tf.gather(indices, others),
                                                                  tf.gather(draws, others), size],
                                           [tf.uint8, target_type, tf.bool], stateful=False),
-                lambda: [tf.zeros(tf.stack([0, size, size, 3]), tf.uint8), tf.zeros(tf.stack(
-                    [0, *([size, size] if not self.targets.label_only else [])]), target_type),
+                lambda: [no_images, tf.zeros(tf.stack([0, *self.targets.batch_shape(size)[1:]]), target_type),
                          tf.zeros([0], tf.bool)]))
             mine = tf.cast(tf.where(by_tensorflow)[:, 0], tf.int32)
             theirs = tf.cast(others, tf.int32)

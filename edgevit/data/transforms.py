@@ -82,7 +82,7 @@ def normalise(pixels, pre: Preprocessing):
     [0, 1], then ``(x - mean) / std``. A numpy array (or anything array-like)
     gives a numpy array, a TensorFlow tensor a tensor, by the same formula."""
     mean, std = np.asarray(pre.mean, np.float32), np.asarray(pre.std, np.float32)
-    if isinstance(pixels, np.ndarray) or hasattr(pixels, "__array_interface__") or isinstance(pixels, list):
+    if hasattr(pixels, "__array_interface__") or isinstance(pixels, (list, tuple)):
         x = np.asarray(pixels, dtype=np.float32)
     else:
         import tensorflow as tf
@@ -231,23 +231,21 @@ class Transform:
         return target
 
 
-def tensorflow_box(path: str, placement_of, draws) -> tuple[int, int, int, int, bool] | None:
+def tensorflow_box(path: str, place: Transform, draws) -> tuple[int, int, int, int, bool] | None:
     """(top, left, height, width, mirror) of the training crop of the image at
     ``path`` when TensorFlow's decoder gives it (see the module docstring):
     a JPEG in YCbCr or grayscale, upright, ending in its end-of-image marker
     (a truncated file goes to Pillow, which counts it as damaged), and not
-    large enough for Pillow's scaled decoding; None otherwise.
-    ``placement_of(image_size, draws)`` places the crop
-    (:meth:`Transform.placement`). Reads the header alone
-    (:mod:`edgevit.data.jpeg_header`)."""
+    large enough for Pillow's scaled decoding (twice the training
+    transform's :meth:`~Transform.draft_size`); None otherwise. Reads the
+    header alone (:mod:`edgevit.data.jpeg_header`)."""
     header = read_jpeg_header(path)
     if header is None or header.components not in (1, 3) or header.orientation != 1 or not header.whole:
         return None
-    size = (header.width, header.height)
-    placement = placement_of(size, draws)
-    left, top, right, bottom = (int(v) for v in placement.box)
-    if min(size) >= 2 * math.ceil(placement.size * min(size) / (right - left)):
+    if min(header.width, header.height) >= 2 * place.draft_size(draws)[0]:
         return None
+    placement = place.placement((header.width, header.height), draws)
+    left, top, right, bottom = (int(v) for v in placement.box)
     return top, left, bottom - top, right - left, placement.mirror
 
 

@@ -141,6 +141,7 @@ class TrainingRun(ABC):
         from edgevit.data.masks import find_segmentation_dataset, is_segmentation_folder
         from edgevit.registry import is_imagenet
         from edgevit.saving import existing_file
+        from edgevit.train.objectives import Classification, Segmentation
 
         self.options, self.log = options, log
         self.progress = progress or Progress(enabled=False)
@@ -150,15 +151,16 @@ class TrainingRun(ABC):
         refuse_existing([self.output, *options.other_outputs], options.overwrite)
         if options.weights is not None and not is_imagenet(options.weights):
             existing_file(options.weights, "Weights file")
-        if is_segmentation_folder(options.data_dir):
+        self.segments = is_segmentation_folder(options.data_dir)
+        if self.segments:
             if options.val_split is not None:
                 raise EdgevitError(f"{options.data_dir} is a segmentation folder, whose val/ images validate the "
                                    "training: leave --val-split out.")
             self.dataset = find_segmentation_dataset(options.data_dir)
         else:
             self.dataset = find_dataset(options.data_dir, val_split=options.val_split)
-        self.segments = is_segmentation_folder(options.data_dir)
-        self.metric = "val_miou" if self.segments else "val_top1"  # what validation reports and epochs compare by
+        # what validation reports and epochs are compared by
+        self.metric = (Segmentation if self.segments else Classification).metric
         self.strategy = None
         self.model = self.spec = None  # the saved model and its spec, once executed
 
