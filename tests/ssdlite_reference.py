@@ -1,0 +1,39 @@
+"""Seeded random weights and input of the cvnets SSDLite reference
+(tests/data/ssdlite_mobilevit_v1_xxs_cvnets.npz): the official model ran
+once on them outside the project, and only its tensor names and shapes and
+its outputs are kept. numpy only: the reference script imports this file."""
+from __future__ import annotations
+
+import numpy as np
+
+CLASSES = 5  # few classes keep the stored outputs small
+# levels of 12, 6, 3, 2, 1 and the pooled 1: 1168 anchors. Not 128: there
+# layer 3 has 64 patches of 64 channels, and cvnets' LayerNorm then takes
+# the patch axis for the channel axis (layer_norm.py's channel-first guess).
+SIZE = 192
+SEED = 55
+
+
+def random_state_dict(shapes: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """Weights scaled so activations stay O(1) through the network: kernels
+    ~ N(0, 1 / fan_in), norm scales near 1, biases and means near 0,
+    variances in [0.5, 1.5]; drawn in sorted-name order."""
+    rng = np.random.default_rng(SEED)
+    out = {}
+    for name in sorted(shapes):
+        shape = shapes[name]
+        if name.endswith("running_var"):
+            value = rng.uniform(0.5, 1.5, shape)
+        elif len(shape) >= 2:
+            value = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+        elif name.endswith("weight"):
+            value = 1.0 + 0.1 * rng.standard_normal(shape)
+        else:  # biases, running means
+            value = 0.1 * rng.standard_normal(shape)
+        out[name] = value.astype(np.float32)
+    return out
+
+
+def random_image() -> np.ndarray:
+    """[1, 3, SIZE, SIZE] in [0, 1] (NCHW, as cvnets takes it)."""
+    return np.random.default_rng(SEED + 1).uniform(0, 1, (1, 3, SIZE, SIZE)).astype(np.float32)
