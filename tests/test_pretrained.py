@@ -544,8 +544,8 @@ def test_entries_name_their_licence_source_and_channel_order():
         bgr = name.startswith("mobilevit_v3_") and name[len("mobilevit_v3_"):] in ("xxs", "xs", "s", "xxs_l2",
                                                                                   "xs_l2", "s_l2")
         bgr = bgr or name.startswith("deeplabv3_mobilevit_v1_")
-        bgr = bgr or name.startswith("ssdlite_mobilevit_v1_") or name in ("ssdlite_mobilevit_v3_xxs",
-                                                                          "ssdlite_mobilevit_v3_xs", "ssdlite_mobilevit_v3_s")
+        bgr = bgr or name.startswith("ssdlite_mobilevit_v1_") or name in (
+            "ssdlite_mobilevit_v3_xxs", "ssdlite_mobilevit_v3_xs", "ssdlite_mobilevit_v3_s")
         assert entry.channel_order == ("BGR" if bgr else "RGB"), name
         if entry.location.startswith("https://github.com/micronDLA/"):
             assert entry.licence.startswith("non-commercial"), name
