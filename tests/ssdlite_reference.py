@@ -1,17 +1,18 @@
-"""Seeded random weights and input of the cvnets SSDLite reference
-(tests/data/ssdlite_mobilevit_v1_xxs_cvnets.npz): the official model ran
-once on them outside the project, and only its tensor names and shapes and
-its outputs are kept. numpy only: the reference script imports this file."""
+"""Seeded random weights and inputs of the cvnets SSDLite references
+(tests/data/<variant>_cvnets.npz): the official model ran once on them
+outside the project, and only its tensor names and shapes and its outputs
+are kept. numpy only: the reference scripts import this file."""
 from __future__ import annotations
 
 import numpy as np
 
 CLASSES = 5  # few classes keep the stored outputs small
-# levels of 12, 6, 3, 2, 1 and the pooled 1: 1168 anchors. Not 128: there
-# layer 3 has 64 patches of 64 channels, and cvnets' LayerNorm then takes
-# the patch axis for the channel axis (layer_norm.py's channel-first guess).
-SIZE = 192
 SEED = 55
+# variant -> input size. v1-XXS at 192 (levels of 12, 6, 3, 2, 1 and the
+# pooled 1: 1168 anchors), not 128: there its layer 3 has 64 patches of 64
+# channels, and cvnets' LayerNorm then takes the patch axis for the channel
+# axis (cvnets/layers/normalization/layer_norm.py guesses channel-first).
+SIZES = {"ssdlite_mobilevit_v1_xxs": 192, "ssdlite_mobilevit_v2_050": 128}
 
 
 def random_state_dict(shapes: dict[str, tuple]) -> dict[str, np.ndarray]:
@@ -34,6 +35,6 @@ def random_state_dict(shapes: dict[str, tuple]) -> dict[str, np.ndarray]:
     return out
 
 
-def random_image() -> np.ndarray:
-    """[1, 3, SIZE, SIZE] in [0, 1] (NCHW, as cvnets takes it)."""
-    return np.random.default_rng(SEED + 1).uniform(0, 1, (1, 3, SIZE, SIZE)).astype(np.float32)
+def random_image(size: int) -> np.ndarray:
+    """[1, 3, size, size] in [0, 1] (NCHW, as cvnets takes it)."""
+    return np.random.default_rng(SEED + 1).uniform(0, 1, (1, 3, size, size)).astype(np.float32)
