@@ -139,10 +139,11 @@ def _ssd_rules(model) -> list[Rule]:
     return _in_encoder(V1_RULES if _v1_based(model) else V2_RULES) + SSD_RULES
 
 
-# head=(): the class count is not one tensor's first axis (--num-classes when not COCO's 81)
+# The class count: the pooled level's class_conv rows over its anchors.
 for family, notes in (("ssdlite_mobilevit_v1", "ml-cvnets v0.1 SSDLite MobileViT (ssd_mobilevit_*_320.pt)"),
                       ("ssdlite_mobilevit_v2", "ml-cvnets SSDLite MobileViTv2 (coco-ssd-mobilevitv2-*.pt)"),
                       ("ssdlite_mobilevit_v3", "MobileViTv3 release COCO checkpoint_ema_best.pt")):
     register(Importer("cvnets", family, _ssd_rules, reference=f"{CVNETS}/blob/main/cvnets/models/detection/ssd.py",
-                      head=(), notes=notes, merged=split_ssd_heads,
+                      head=(f"ssd_heads.{len(LEVELS) - 1}.class_conv",), notes=notes, merged=split_ssd_heads,
+                      head_classes=lambda value: int(value.shape[0]) // LEVELS[-1].anchors,
                       channel_order=lambda model: "BGR" if _v1_based(model) else "RGB"))

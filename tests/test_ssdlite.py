@@ -51,11 +51,11 @@ def reference(name):
 
 
 def import_reference(name, folder):
-    """The reference's weights as a cvnets checkpoint, imported."""
+    """The reference's weights as a cvnets checkpoint, imported (its class count read from the heads)."""
     data = reference(name)
     shapes = {str(n): tuple(int(d) for d in s.split(",")) for n, s in zip(data["names"], data["shapes"])}
     path = write_checkpoint(ref.random_state_dict(shapes), folder / f"{name}.pt")
-    return import_weights(path, name, num_classes=ref.CLASSES, input_size=ref.SIZES[name]), data
+    return import_weights(path, name, input_size=ref.SIZES[name]), data
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def check_official_outputs(result, data, name):
     report, model = result.report, result.model
     bgr = name.startswith("ssdlite_mobilevit_v1_")
     assert report["source"] == "cvnets" and report["channel_order"].startswith("BGR" if bgr else "RGB")
-    assert report["tensors"] == len(model.weights)
+    assert report["tensors"] == len(model.weights) and report["num_classes"] == ref.CLASSES
     np.testing.assert_allclose(anchor_boxes(model), data["anchors"][:, YX], atol=1e-7)
     image = ref.random_image(ref.SIZES[name]).transpose(0, 2, 3, 1)
     # cvnets v0.1 read BGR: the imported model takes RGB
