@@ -16,6 +16,7 @@ import pytest
 
 import edgevit
 from edgevit.converters import import_weights
+from edgevit.data.labels import default_labels
 from edgevit.errors import EdgevitError
 from edgevit.export.convert import convert
 from edgevit.export.graph import describe
@@ -71,6 +72,9 @@ def test_registry_holds_the_detectors_as_users_name_them():
     for name in names:
         spec = get_spec(name)
         assert (spec.task, spec.num_classes, spec.default_input_size) == ("detection", 81, 320)
+    labels = default_labels(81, "detection")
+    assert labels[:3] == ["background", "person", "bicycle"] and labels[-1] == "toothbrush" and len(set(labels)) == 81
+    assert default_labels(81) == [f"class_{i}" for i in range(81)]
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_M))
