@@ -186,6 +186,9 @@ def validate_metadata(meta: dict, source: str) -> None:
             fail(f"output shape {out_shape} (the app reads a segmenter's logits: [1, height, width, classes])")
     elif len(out_shape) != 2 or out_shape[0] != 1:
         fail(f"output shape {out_shape} (the app reads class scores: [1, classes])")
+    labels, classes = meta.get("labels") or [], out_shape[-1]
+    if len(labels) != classes:
+        fail(f"{len(labels)} labels but the model outputs {classes} classes (the app shows one label a class)")
     pre = meta.get("preprocessing") or {}
     if pre.get("input_size") != shape[1]:
         fail(f"preprocessing.input_size {pre.get('input_size')} does not match the input shape {shape}")
@@ -210,9 +213,6 @@ def bundle(model_path: str | Path, demo_dir: str | Path) -> dict:
     meta, source = _load_metadata(model_path, content)
     validate_metadata(meta, source)
     labels = _labels(_sidecars(model_path)[1], meta)
-    classes = meta["output"]["shape"][-1]
-    if len(labels) != classes:
-        raise EdgevitError(f"The metadata has {len(labels)} labels but the model outputs {classes} classes.")
 
     targets = {"model": assets / MODEL_ASSET, "metadata": assets / METADATA_ASSET, "labels": assets / LABELS_ASSET}
     # The three files are replaced together, and only once every check passed.
