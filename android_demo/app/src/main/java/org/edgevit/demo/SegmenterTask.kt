@@ -39,9 +39,9 @@ class SegmenterTask(
     private var mask = ByteArray(0)
     private var painted = IntArray(0)
 
-    // The worker paints one while the UI thread shows the other (a frame takes longer than a redraw).
+    // The worker paints the one the UI thread does not show ([shown], set when it shows one).
     private val bitmaps = arrayOfNulls<Bitmap>(2)
-    private var next = 0
+    @Volatile private var shown = 0
 
     override fun attach(views: ResultViews) {
         views.overlay.setImageBitmap(null)
@@ -58,12 +58,13 @@ class SegmenterTask(
             val maskRow = y * crop.width
             for (x in 0 until crop.width) painted[row + x] = colors[mask[maskRow + x].toInt() and 0xFF]
         }
-        val bitmap = bitmaps[next]!!
-        next = 1 - next
+        val index = 1 - shown
+        val bitmap = bitmaps[index]!!
         bitmap.setPixels(painted, 0, frame.width, 0, 0, frame.width, frame.height)
         val text = legendText(crop.width * crop.height)
         return VisionTask.Shown { views ->
             views.overlay.setImageBitmap(bitmap)
+            shown = index
             views.results.text = text
         }
     }

@@ -149,7 +149,7 @@ class Legend(private val labels: List<String>, private val colors: IntArray) {
     fun of(mask: ByteArray, pixels: Int): List<LegendEntry> {
         counts.fill(0)
         for (i in 0 until pixels) counts[mask[i].toInt() and 0xFF]++
-        val present = (counts.indices).filter { counts[it] > 0 }
+        val present = counts.indices.filter { counts[it] > 0 }
             .sortedWith(compareByDescending<Int> { counts[it] }.thenBy { it })
         return present.map { LegendEntry(it, labels[it], colors[it], counts[it].toFloat() / pixels) }
     }
