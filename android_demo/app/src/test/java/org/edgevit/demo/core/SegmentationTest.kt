@@ -3,8 +3,45 @@ package org.edgevit.demo.core
 import org.junit.Assert.assertArrayEquals
 import org.junit.Assert.assertEquals
 import org.junit.Test
+import kotlin.random.Random
 
 class SegmentationTest {
+    /** Every class interpolated at every pixel, in the same float32 steps: what pruning must reproduce. */
+    private fun everyClass(logits: FloatArray, h: Int, w: Int, classes: Int, height: Int, width: Int): ByteArray {
+        fun place(source: Int, target: Int, i: Int): Triple<Int, Int, Float> {
+            val at = i.toFloat() * ((source - 1).toFloat() / maxOf(target - 1, 1).toFloat())
+            val low = maxOf(kotlin.math.floor(at), 0f).toInt()
+            return Triple(low, minOf(kotlin.math.ceil(at).toInt(), source - 1), (at - low).coerceIn(0f, 1f))
+        }
+        return ByteArray(height * width) { p ->
+            val (y0, y1, ty) = place(h, height, p / width)
+            val (x0, x1, tx) = place(w, width, p % width)
+            fun row(x: Int, c: Int): Float {
+                val a = logits[(y0 * w + x) * classes + c]
+                return a + (logits[(y1 * w + x) * classes + c] - a) * ty
+            }
+            val values = FloatArray(classes) { c -> row(x0, c) + (row(x1, c) - row(x0, c)) * tx }
+            values.indices.maxByOrNull { values[it] }!!.toByte()
+        }
+    }
+
+    @Test
+    fun keepingOnlyTheClassesThatCanWinGivesTheMaskOfEveryClass() {
+        val random = Random(7)
+        for ((h, w, classes) in listOf(Triple(8, 8, 21), Triple(5, 7, 3), Triple(1, 4, 150))) {
+            // Smooth maps (each class a plane plus noise, some classes equal): near-ties at every boundary.
+            val logits = FloatArray(h * w * classes) { i ->
+                val c = i % classes
+                val x = (i / classes) % w
+                val y = i / classes / w
+                if (c % 5 == 4) 0f else (c % 3 - 1) * (x - y) * 0.7f + random.nextFloat() * 2f
+            }
+            val mask = ByteArray(37 * 53)
+            MaskUpsampler(h, w, classes, 37, 53).classify(logits, mask)
+            assertArrayEquals(everyClass(logits, h, w, classes, 37, 53), mask)
+        }
+    }
+
     @Test
     fun equalLogitsGoToTheLowerClassAndAOnePixelMapFillsTheMask() {
         val mask = ByteArray(6)
