@@ -9,7 +9,7 @@ The Kotlin test (GoldenPreprocessingTest) must reproduce every byte.
 The segmentation case starts from the raw logits a real int8 segmenter file
 gave for a photo (`segment.logits.bin`, with that file's metadata,
 `segment.json`): Python makes the category mask (`edgevit.train.metrics.
-upsampled_classes`, as MediaPipe and `edgevit eval` make it), the legend and
+upsampled_classes`, as `edgevit eval` makes it), the legend and
 the colours, which GoldenSegmentationTest must reproduce. `--segmenter FILE`
 runs FILE to make new logits; without it, the committed ones are used.
 

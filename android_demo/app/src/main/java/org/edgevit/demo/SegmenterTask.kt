@@ -17,7 +17,7 @@ import java.nio.ByteBuffer
 /**
  * A segmenter's logits `[1, h, w, classes]` as a category mask over the frame: dequantized,
  * upsampled bilinearly to the part of the frame the model saw and argmaxed ([MaskUpsampler], as
- * MediaPipe and `edgevit eval` do), each class in its colour ([ClassColors]) on a frame-sized
+ * `edgevit eval` does), each class in its colour ([ClassColors]) on a frame-sized
  * overlay (transparent outside the crop), with a legend of the classes present and their share.
  * The overlay's opacity is the view's alpha, set by the activity: no repaint to change it.
  */
