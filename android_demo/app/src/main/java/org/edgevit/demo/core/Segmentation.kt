@@ -10,7 +10,7 @@ import kotlin.math.floor
  * [height] x [width] mask: the logits resized bilinearly with the corners aligned, in float32, then
  * the argmax (ties: the lower class). That is how `edgevit eval` scores a file
  * (`edgevit.train.metrics.upsampled_classes`), so the app shows what edgevit measured, and how
- * MediaPipe's ImageSegmenter makes its category mask (from the softmax: nearly the same pixels). Argmaxing at the output stride and scaling the mask would be cheaper but
+ * nearly how MediaPipe's ImageSegmenter makes its category mask (at least 98% of pixels agree). Argmaxing at the output stride and scaling the mask would be cheaper but
  * gives blocky edges 16 pixels wide and a different mask from the one evaluated.
  *
  * Separable: the rows first ([height] x w x classes), then each output pixel's argmax over its two
