@@ -322,16 +322,24 @@ def check_input_size(spec: ModelSpec, input_size: int) -> None:
             f"multiple of {multiple} (its patch grid), e.g. {lo} or {lo + multiple}.")
 
 
+# Builder options that switch arithmetic a checkpoint was trained with
+# (deeplabv3's ``dilate_blocks``); the others change training only.
+SWITCHES = ("dilate_blocks",)
+
+
 def check_options(spec: ModelSpec, options: dict) -> None:
     unknown = [key for key in options if key not in spec.options]
     if unknown:
         takes = f"it takes {', '.join(spec.options)}" if spec.options else "it takes no builder arguments"
         raise EdgevitError(f"{spec.name} has no argument {', '.join(unknown)}: {takes} "
                            "(besides num_classes, input_size and weights).")
-    # Every builder option so far is a drop probability; an option of another
-    # kind needs its own rule here.
+    # Every builder option but the switches is a drop probability; an option
+    # of another kind needs its own rule here.
     for key, value in options.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        if key in SWITCHES:
+            if not isinstance(value, bool):
+                raise EdgevitError(f"{spec.name}: {key} must be True or False, got {value!r}.")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
             raise EdgevitError(f"{spec.name}: {key} must be a probability in [0, 1), got {value!r}.")
 
 
@@ -351,7 +359,9 @@ def create_model(name: str, num_classes: int | None = None, input_size: int | No
     (stochastic depth) for the ViT-style and MLP families, ``dropout``,
     ``attn_dropout``, ``ffn_dropout`` and ``classifier_dropout`` for MobileViT;
     ``get_spec(name).options`` lists what a model takes. They change training
-    only: parameters and inference outputs stay the same.
+    only: parameters and inference outputs stay the same; ``SWITCHES`` aside
+    (DeepLabV3's ``dilate_blocks``: the arithmetic an official checkpoint was
+    trained with, which ``weights="imagenet"`` sets itself).
     """
     spec = get_spec(name)
     input_size = spec.default_input_size if input_size is None else int(input_size)

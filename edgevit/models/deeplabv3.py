@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import keras
 from keras import layers
 
+from edgevit.errors import EdgevitError
 from edgevit.layers import aspp
 from edgevit.models.common import image_input
 from edgevit.models.mobilevit import CONFIGS as V1_BASED, mobilevit_features
@@ -102,20 +103,29 @@ PRETRAINED = {
 }
 
 
-def backbone_features(inputs, backbone: str, output_stride: int, **dropouts) -> list:
-    """The feature maps of a MobileViT backbone (layers 3, 4, 5)."""
+def backbone_features(inputs, backbone: str, output_stride: int, dilate_blocks: bool = False, **dropouts) -> list:
+    """The feature maps of a MobileViT backbone (layers 3, 4, 5);
+    ``dilate_blocks`` as ``mobilevit_v2.mobilevit_v2_features`` (v2-based
+    backbones: ml-cvnets' v1 blocks, and MobileViTv3's on them, dilate none)."""
     if backbone in V1_BASED:
+        if dilate_blocks:
+            raise EdgevitError(f"dilate_blocks is for MobileViT v2-based backbones; {backbone}'s blocks are never "
+                               "dilated (ml-cvnets and transformers alike).")
         return mobilevit_features(inputs, backbone, output_stride, **dropouts)
-    return mobilevit_v2_features(inputs, backbone, output_stride, **dropouts)
+    return mobilevit_v2_features(inputs, backbone, output_stride, dilate_blocks=dilate_blocks, **dropouts)
 
 
 def build_deeplabv3(name: str, num_classes: int = VOC_CLASSES, input_size: int = 512, *, dropout: float = 0.0,
                     attn_dropout: float = 0.0, ffn_dropout: float = 0.0, aspp_dropout: float = 0.1,
-                    classifier_dropout: float = 0.1) -> keras.Model:
+                    classifier_dropout: float = 0.1, dilate_blocks: bool = False) -> keras.Model:
+    """``dilate_blocks`` changes the arithmetic, not the weights: the v2
+    blocks' depthwise 3x3 dilated as ml-cvnets trained its v2 checkpoints
+    (its importer builds the model so); transformers' ports of them run
+    undilated."""
     cfg = CONFIGS[name]
     inputs = image_input(input_size)
-    x = backbone_features(inputs, cfg.backbone, cfg.output_stride, dropout=dropout, attn_dropout=attn_dropout,
-                          ffn_dropout=ffn_dropout)[-1]
+    x = backbone_features(inputs, cfg.backbone, cfg.output_stride, dilate_blocks, dropout=dropout,
+                          attn_dropout=attn_dropout, ffn_dropout=ffn_dropout)[-1]
     x = aspp(x, cfg.aspp_channels, cfg.atrous_rates, dropout=aspp_dropout, name="aspp")
     if classifier_dropout:
         x = layers.SpatialDropout2D(classifier_dropout, name="classifier.drop")(x)
@@ -125,9 +135,11 @@ def build_deeplabv3(name: str, num_classes: int = VOC_CLASSES, input_size: int =
 
 _COMMON = dict(default_input_size=512, preprocessing=PREPROCESS_VOC, task="segmentation", num_classes=VOC_CLASSES,
                options=builder_options(build_deeplabv3), pretrained=PRETRAINED)
-_V1 = dict(family="deeplabv3_mobilevit_v1", reference=REFERENCE, checkpoint_formats=("huggingface",), **_COMMON)
-_V2 = dict(family="deeplabv3_mobilevit_v2", reference=REFERENCE, checkpoint_formats=("huggingface",), **_COMMON)
-_V3 = dict(family="deeplabv3_mobilevit_v3", reference=REFERENCE_V3, **_COMMON)
+_V1 = dict(family="deeplabv3_mobilevit_v1", reference=REFERENCE, checkpoint_formats=("huggingface", "cvnets"),
+           **_COMMON)
+_V2 = dict(family="deeplabv3_mobilevit_v2", reference=REFERENCE, checkpoint_formats=("huggingface", "cvnets"),
+           **_COMMON)
+_V3 = dict(family="deeplabv3_mobilevit_v3", reference=REFERENCE_V3, checkpoint_formats=("cvnets",), **_COMMON)
 
 
 @register_model(**_V1)
