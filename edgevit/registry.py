@@ -137,9 +137,9 @@ def hub_weights(repo: str, file: str, top1: float, licence: str, *, naming: str,
 
 
 def url_weights(url: str, member: str, top1: float, licence: str, *, tag: str, naming: str,
-                channel_order: str = "RGB", sha256: str | None = None) -> Pretrained:
+                channel_order: str = "RGB", sha256: str | None = None, metric: str = TOP1) -> Pretrained:
     """A plain URL: the checkpoint itself, or an archive holding ``member``."""
-    return Pretrained(tag, "url", url, member, naming, top1, licence, channel_order, sha256)
+    return Pretrained(tag, "url", url, member, naming, top1, licence, channel_order, sha256, metric)
 
 
 PretrainedTable = Mapping[str, "Pretrained | Unpublished"]
@@ -371,12 +371,14 @@ def create_model(name: str, num_classes: int | None = None, input_size: int | No
         raise EdgevitError(f"--num-classes must be at least 1, got {num_classes}.")
     check_options(spec, options)
     from edgevit.native_output import import_tensorflow_quietly
-    from edgevit.pretrained import cached_weights, is_imagenet, load_imagenet
+    from edgevit.pretrained import cached_weights, is_imagenet, load_imagenet, trained_with
 
     import_tensorflow_quietly()  # its start-up chatter (CUDA probes, CPU features) hidden, as the CLI hides it
 
     # the weights first: a model without official weights, a missing torch or no network fail before a build
     imagenet = cached_weights(spec, input_size) if is_imagenet(weights) else None
+    if imagenet is not None:
+        options = {**options, **trained_with(spec)}
     model = spec.builder(num_classes=num_classes, input_size=input_size, **options)
     if imagenet is not None:
         load_imagenet(model, spec, imagenet)
