@@ -42,7 +42,8 @@ RELEASES = {
 AUX_HEAD_V2_050 = {"seg_head.aux_head.0.block.conv.weight": (128, 192, 3, 3),
                    **{f"seg_head.aux_head.0.block.norm.{leaf}": (128,)
                       for leaf in ("weight", "bias", "running_mean", "running_var")},
-                   "seg_head.aux_head.2.block.conv.weight": (21, 128, 1, 1), "seg_head.aux_head.2.block.conv.bias": (21,)}
+                   "seg_head.aux_head.2.block.conv.weight": (21, 128, 1, 1),
+                   "seg_head.aux_head.2.block.conv.bias": (21,)}
 
 
 def reference(name):
@@ -65,11 +66,23 @@ def official_checkpoint(tmp_path, name):
     return write_checkpoint(state_dict, tmp_path / filename), ref
 
 
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """name -> (checkpoint path, reference, import result), each imported once."""
+    done = {}
+
+    def get(name):
+        if name not in done:
+            path, ref = official_checkpoint(tmp_path_factory.mktemp(name), name)
+            done[name] = path, ref, import_weights(path, name, input_size=SIZE)
+        return done[name]
+    return get
+
+
 @pytest.mark.parametrize("name,trained_on", [("deeplabv3_mobilevit_v3_xxs", "BGR"),
                                              ("deeplabv3_mobilevit_v2_050", "RGB")])
-def test_raw_logits_equal_the_official_segmenters(tmp_path, name, trained_on):
-    path, ref = official_checkpoint(tmp_path, name)
-    result = import_weights(path, name, input_size=SIZE)
+def test_raw_logits_equal_the_official_segmenters(imported, name, trained_on):
+    _, ref, result = imported(name)
     assert result.report["source"] == "cvnets" and result.report["num_classes"] == 21
     assert result.report["channel_order"].startswith(trained_on)
     assert result.report["tensors"] == int(ref["tensors"])
@@ -81,25 +94,25 @@ def test_raw_logits_equal_the_official_segmenters(tmp_path, name, trained_on):
     assert (want.argmax(-1) == got.argmax(-1)).all()
 
 
-def test_v2_checkpoints_need_the_dilated_blocks_they_were_trained_with(tmp_path):
+def test_v2_checkpoints_need_the_dilated_blocks_they_were_trained_with(imported, tmp_path):
     """ml-cvnets dilates layer 5's block at output stride 16; the same weights
     in transformers' undilated arithmetic miss the official logits by far,
-    and a weights file, which cannot say so, is refused."""
-    path, ref = official_checkpoint(tmp_path, "deeplabv3_mobilevit_v2_050")
-    imported = import_weights(path, "deeplabv3_mobilevit_v2_050", input_size=SIZE)
-    assert imported.report["options"] == {"dilate_blocks": True}
-    undilated = edgevit.create_model("deeplabv3_mobilevit_v2_050", input_size=SIZE)
-    copy_all_but_head(imported.model, undilated)
+    and a weights file, which cannot say so, is refused; a model file keeps it."""
+    name = "deeplabv3_mobilevit_v2_050"
+    path, ref, result = imported(name)
+    assert result.report["options"] == {"dilate_blocks": True}
+    undilated = edgevit.create_model(name, input_size=SIZE)
+    copy_all_but_head(result.model, undilated)
     pixels = ref["pixels"].astype(np.float32) / 255
     assert np.abs(keras_logits(undilated, pixels) - ref["logits"]).max() > 0.1
 
     weights = tmp_path / "seg.weights.h5"
     with pytest.raises(edgevit.EdgevitError, match=r"trained with dilate_blocks=True, which a weights file does "
                                                    r"not record .* -o deeplabv3_mobilevit_v2_050\.keras"):
-        import_weights(path, "deeplabv3_mobilevit_v2_050", weights, input_size=SIZE)
+        import_weights(path, name, weights, input_size=SIZE)
     assert not weights.exists()
     model_file = tmp_path / "seg.keras"
-    import_weights(path, "deeplabv3_mobilevit_v2_050", model_file, input_size=SIZE)
+    import_weights(path, name, model_file, input_size=SIZE)
     from edgevit.saving import load_model
 
     np.testing.assert_allclose(keras_logits(load_model(model_file), pixels), ref["logits"], atol=TOLERANCE)
