@@ -389,6 +389,15 @@ def create_model(name: str, num_classes: int | None = None, input_size: int | No
     return model
 
 
+def rebuild(model, num_classes: int, input_size: int):
+    """``model``'s variant built again for another class count or input size,
+    computing as ``model`` does: with the SWITCHES it was built with, read
+    back from its layers (a ``.keras`` file keeps them in its layers' configs)."""
+    from edgevit.models.deeplabv3 import switches_of
+
+    return create_model(model.name, num_classes=num_classes, input_size=input_size, **switches_of(model))
+
+
 def create_features(name: str, input_size: int | None = None, output_stride: int = 32, weights: str | None = None):
     """The feature maps of a MobileViT backbone (timm's ``features_only``):
     a Keras model whose outputs are layers 3, 4 and 5 at strides 8, 16 and 32,

@@ -113,9 +113,12 @@ def test_v2_checkpoints_need_the_dilated_blocks_they_were_trained_with(imported,
     assert not weights.exists()
     model_file = tmp_path / "seg.keras"
     import_weights(path, name, model_file, input_size=SIZE)
-    from edgevit.saving import load_model
+    from edgevit.saving import load_model, resolve_model
 
     np.testing.assert_allclose(keras_logits(load_model(model_file), pixels), ref["logits"], atol=TOLERANCE)
+    resized, _ = resolve_model(str(model_file), input_size=64)  # a rebuild keeps the switch
+    assert resized.get_layer("layer_5.1.local_rep.conv_3x3.conv").dilation_rate == (2, 2)
+    assert undilated.get_layer("layer_5.1.local_rep.conv_3x3.conv").dilation_rate == (1, 1)
 
 
 def test_dilate_blocks_is_for_v2_based_backbones():

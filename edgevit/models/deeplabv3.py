@@ -138,6 +138,15 @@ def build_deeplabv3(name: str, num_classes: int = VOC_CLASSES, input_size: int =
     return keras.Model(inputs, outputs, name=name)
 
 
+def switches_of(model) -> dict:
+    """The switches (``registry.SWITCHES``) a built model computes with, read
+    from its layers: ``dilate_blocks`` where a v2 block's depthwise 3x3 is
+    dilated; nothing for any other model."""
+    dilated = any(layer.name.endswith(".local_rep.conv_3x3.conv") and max(layer.dilation_rate) > 1
+                  for layer in model.layers)
+    return {"dilate_blocks": True} if dilated else {}
+
+
 _COMMON = dict(default_input_size=512, preprocessing=PREPROCESS_VOC, task="segmentation", num_classes=VOC_CLASSES,
                options=builder_options(build_deeplabv3), pretrained=PRETRAINED)
 _V1 = dict(family="deeplabv3_mobilevit_v1", reference=REFERENCE, checkpoint_formats=("huggingface", "cvnets"),
