@@ -1,4 +1,4 @@
-"""`edgevit import-weights`: an official PyTorch checkpoint -> a Keras weights file."""
+"""`edgevit import-weights`: an official PyTorch checkpoint -> a Keras weights file (or model)."""
 from __future__ import annotations
 
 import click
@@ -34,8 +34,11 @@ from edgevit.writing import refuse_existing
 def import_weights_command(checkpoint, model_name, output, overwrite, source, num_classes, input_size, channel_order,
                            as_json):
     """Import CHECKPOINT (timm / cvnets / MobileViTv3 .pth/.pt/.bin/.safetensors,
-    Hugging Face CvT, official PVT v2 / Swin / CSWin / T2T-ViT releases) into
-    edgevit MODEL and write a .weights.h5 file for `edgevit convert MODEL --weights FILE`.
+    classifiers and DeepLabV3 segmenters, Hugging Face CvT and MobileViT
+    segmenters, official PVT v2 / Swin / CSWin / T2T-ViT releases) into
+    edgevit MODEL and write a .weights.h5 file for `edgevit convert MODEL --weights FILE`
+    (or a .keras model for `edgevit convert FILE`, which ml-cvnets' v2
+    segmenters need: their dilated blocks are a build option).
 
     PyTorch files are read with torch's weights-only loader: Python objects
     besides tensors are not unpickled, and code a file asks to run is never
