@@ -2,7 +2,7 @@
 registers its own when :mod:`edgevit.converters.api` loads it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Callable
 
 import numpy as np
@@ -26,6 +26,9 @@ class Importer:
     # The checkpoint's tensors as the rules name them: where one Keras weight
     # is several tensors of the source (transformers' query/key/value), fused.
     merged: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] = lambda tensors: tensors
+    # Builder options (registry.SWITCHES) for the arithmetic the source's
+    # checkpoints were trained with: the model is built with them.
+    options: dict[str, object] = field(default_factory=dict)
 
 
 IMPORTERS: dict[tuple[str, str], Importer] = {}
