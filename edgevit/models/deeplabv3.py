@@ -97,7 +97,9 @@ PRETRAINED = {
     "deeplabv3_mobilevit_v1_s": apple_release("deeplabv3-mobilevit-small", 79.1, "BGR"),
     "deeplabv3_mobilevit_v2_050": cvnets_zoo("0.5", 75.07),
     "deeplabv3_mobilevit_v2_075": NO_VOC,
-    "deeplabv3_mobilevit_v2_100": apple_release("mobilevitv2-1.0-voc-deeplabv3", 78.94, "RGB"),
+    # Not transformers' port (apple/mobilevitv2-1.0-voc-deeplabv3) of the same weights: it runs the blocks'
+    # depthwise 3x3 undilated, while ml-cvnets trained them dilated at output stride 16.
+    "deeplabv3_mobilevit_v2_100": cvnets_zoo("1.0", 78.94),
     "deeplabv3_mobilevit_v2_125": cvnets_zoo("1.25", 79.68),
     "deeplabv3_mobilevit_v2_150": cvnets_zoo("1.5", 80.30),
     "deeplabv3_mobilevit_v2_175": NO_VOC,
