@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgevit.errors import EdgevitError
+from edgevit.saving import MODEL_SUFFIX
 
 from .checkpoints import WEIGHTS_SUFFIX, Checkpoint, load_checkpoint, save_weights_atomic
 from .registry import IMPORTERS, Importer
@@ -53,10 +54,10 @@ class ImportResult:
     report: dict
 
 
-def _build(spec, num_classes, input_size):
+def _build(spec, num_classes, input_size, options=None):
     from edgevit.registry import create_model
 
-    return create_model(spec.name, num_classes=num_classes, input_size=input_size)
+    return create_model(spec.name, num_classes=num_classes, input_size=input_size, **(options or {}))
 
 
 def _head_classes(importer, model, rules, ckpt) -> int | None:
@@ -96,8 +97,9 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
         raise EdgevitError(f"{model} imports {', '.join(sorted(available))} checkpoints, not {source!r}.")
     if channel_order not in (None, *CHANNEL_ORDERS):
         raise EdgevitError(f"Channel order {channel_order!r} is none of {', '.join(CHANNEL_ORDERS)}.")
-    if output is not None and not str(output).endswith(WEIGHTS_SUFFIX):
-        raise EdgevitError(f"Output {str(output)!r} must end in {WEIGHTS_SUFFIX} (a Keras weights file).")
+    if output is not None and not str(output).endswith((WEIGHTS_SUFFIX, MODEL_SUFFIX)):
+        raise EdgevitError(f"Output {str(output)!r} must end in {WEIGHTS_SUFFIX} (a Keras weights file) or "
+                           f"{MODEL_SUFFIX} (a Keras model).")
     ckpt = load_checkpoint(checkpoint)
 
     probe = _build(spec, num_classes or spec.num_classes, input_size)
@@ -121,7 +123,13 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
                            + ").")
     rules = importer.rules(probe)
     classes = num_classes or _head_classes(importer, probe, rules, ckpt) or spec.num_classes
-    keras_model = probe if classes == (num_classes or spec.num_classes) else _build(spec, classes, input_size)
+    if importer.options and output is not None and not str(output).endswith(MODEL_SUFFIX):
+        options = ", ".join(f"{k}={v}" for k, v in importer.options.items())
+        raise EdgevitError(f"{importer.source} checkpoints of {model} were trained with {options}, which a weights "
+                           f"file does not record (a model built from it would compute otherwise): write a model "
+                           f"file, e.g. -o {model}{MODEL_SUFFIX}, and convert that file.")
+    same = classes == (num_classes or spec.num_classes) and not importer.options
+    keras_model = probe if same else _build(spec, classes, input_size, importer.options)
     order = channel_order or importer.channel_order(keras_model)
     stats = assign(keras_model, targets_for(keras_model, importer, order), ckpt, importer.source)
     report = {
@@ -136,8 +144,13 @@ def import_weights(checkpoint: str | Path, model: str, output: str | Path | None
         "input_size": int(keras_model.inputs[0].shape[1]),
         "resampled": stats.get("resampled", []),
         "channel_order": order if order == "RGB" else f"{order} (stem input channels reversed: the model takes RGB)",
+        "options": dict(importer.options),
         "output": None,
     }
-    if output is not None:
+    if output is not None and str(output).endswith(MODEL_SUFFIX):
+        from edgevit.saving import save_model
+
+        report["output"] = str(save_model(keras_model, output))
+    elif output is not None:
         report["output"] = str(save_weights_atomic(keras_model, output))
     return ImportResult(keras_model, report)

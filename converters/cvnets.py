@@ -18,7 +18,6 @@ cvnets' module paths; a cvnets ``ConvLayer`` adds a ``.block`` level.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import numpy as np
 
@@ -41,7 +40,7 @@ _COMMON = [
 
 # v1 / v1-based v3: TransformerEncoder = pre_norm_mha [LayerNorm, MultiHeadAttention,
 # Dropout] and pre_norm_ffn [LayerNorm, Linear, act, Dropout, Linear, Dropout].
-V1_RULES = _COMMON + [
+V1_BACKBONE = _COMMON + [
     Rule(r"(layer_\d\.1\.local_rep\.conv_(?:3x3|1x1))\.(conv|norm)", r"\1.block.\2"),
     Rule(r"(layer_\d\.1\.global_rep\.\d+)\.norm1", r"\1.pre_norm_mha.0"),
     Rule(r"(layer_\d\.1\.global_rep\.\d+)\.attn/qkv", r"\1.pre_norm_mha.1.qkv_proj"),
@@ -51,6 +50,8 @@ V1_RULES = _COMMON + [
     Rule(r"(layer_\d\.1\.global_rep\.\d+)\.mlp\.fc2", r"\1.pre_norm_ffn.4"),
     Rule(r"(layer_\d\.1\.global_rep\.\d+)", r"\1"),
     Rule(r"(layer_\d\.1)\.fusion\.(conv|norm)", r"\1.fusion.block.\2"),
+]
+V1_RULES = V1_BACKBONE + [
     Rule(r"conv_1x1_exp\.(conv|norm)", r"conv_1x1_exp.block.\1"),
     Rule(r"head\.fc", "classifier.fc"),
 ]
@@ -59,7 +60,7 @@ V1_RULES = _COMMON + [
 # pre_norm_attn [GroupNorm, LinearSelfAttention, Dropout] and pre_norm_ffn
 # [GroupNorm, ConvLayer, Dropout, ConvLayer, Dropout]; every projection is a
 # 1x1 ConvLayer; the classifier is Sequential(GlobalPool, Linear).
-V2_RULES = _COMMON + [
+V2_BACKBONE = _COMMON + [
     Rule(r"(layer_\d\.1\.local_rep)\.conv_3x3\.(conv|norm)", r"\1.0.block.\2"),
     Rule(r"(layer_\d\.1\.local_rep)\.conv_1x1\.conv", r"\1.1.block.conv"),
     Rule(r"(layer_\d\.1\.global_rep\.\d+)\.norm1", r"\1.pre_norm_attn.0"),
@@ -69,8 +70,8 @@ V2_RULES = _COMMON + [
     Rule(r"(layer_\d\.1\.global_rep\.\d+)\.mlp\.fc1", r"\1.pre_norm_ffn.1.block.conv", dense_as_conv=True),
     Rule(r"(layer_\d\.1\.global_rep\.\d+)\.mlp\.fc2", r"\1.pre_norm_ffn.3.block.conv", dense_as_conv=True),
     Rule(r"(layer_\d\.1\.global_rep\.\d+)", r"\1"),
-    Rule(r"head\.fc", "classifier.1"),
 ]
+V2_RULES = V2_BACKBONE + [Rule(r"head\.fc", "classifier.1")]
 
 # ml-cvnets v0.1 (d38a116, data/datasets/dataset_base.py) reads training and
 # validation images with cv2.imread: Apple's MobileViT v1 files and the
@@ -91,6 +92,51 @@ register(Importer("cvnets", "mobilevit_v3", lambda model: V1_RULES if _v1_based(
                   reference=f"{V3}/tree/{MOBILEVITV3_COMMIT}",
                   notes="MobileViTv3 release checkpoint_ema_best.pt (cvnets naming)",
                   channel_order=lambda model: "BGR" if _v1_based(model) else "RGB"))
+
+
+# DeepLabV3 segmenters (``cvnets/models/segmentation/enc_dec.py``,
+# ``heads/deeplabv3.py``, ``modules/aspp_block.py`` at the commits above):
+# the backbone under ``encoder.`` in the classifier's naming, the head under
+# ``seg_head.``. v0.2 holds the classifier conv as ``seg_head.classifier``;
+# v0.1 (Apple's v1 VOC files, the MobileViTv3-v1 VOC release) one level down,
+# ``seg_head.classifier.classifier``, beside its dropout and upsampling.
+SEGMENTATION_HEAD = [
+    Rule(r"aspp\.convs\.([0-3])\.(conv|norm)", r"seg_head.aspp.aspp_layer.convs.\1.block.\2"),
+    Rule(r"aspp\.convs\.4\.conv_1x1\.(conv|norm)", r"seg_head.aspp.aspp_layer.convs.4.aspp_pool.conv_1x1.block.\1"),
+    Rule(r"aspp\.project\.(conv|norm)", r"seg_head.aspp.aspp_layer.project.block.\1"),
+    Rule(r"classifier\.conv", "seg_head.classifier.block.conv"),
+]
+AUX_HEAD = "seg_head.aux_head."  # trained against layer 4 (v2's VOC config), unused at inference
+V01_CLASSIFIER = "seg_head.classifier.classifier."
+
+
+def encoder(rules: list[Rule]) -> list[Rule]:
+    return [Rule(r.pattern, f"encoder.{r.key}", dense_as_conv=r.dense_as_conv) for r in rules]
+
+
+def segmenter_tensors(tensors: dict) -> dict:
+    """Both cvnets versions' classifier under one name; the auxiliary head left out."""
+    return {key.replace(V01_CLASSIFIER, "seg_head.classifier.", 1): value for key, value in tensors.items()
+            if not key.startswith(AUX_HEAD)}
+
+
+def _segmenter(family: str, backbone: list[Rule], **importer) -> Importer:
+    return register(Importer("cvnets", family, lambda model: encoder(backbone) + SEGMENTATION_HEAD,
+                             head=("classifier.conv",), merged=segmenter_tensors, **importer))
+
+
+_segmenter("deeplabv3_mobilevit_v1", V1_BACKBONE, reference=f"{CVNETS}/tree/{CVNETS_V1_COMMIT}",
+           notes="ml-cvnets DeepLabV3 MobileViT v1 (deeplabv3_mobilevit_xxs/xs/s.pt)",
+           channel_order=lambda model: "BGR")
+# ml-cvnets v0.2 dilates the v2 blocks' depthwise 3x3 below output stride 32
+# (MobileViTBlockv2's ``dilation``), which its VOC checkpoints were trained with.
+_segmenter("deeplabv3_mobilevit_v2", V2_BACKBONE, reference=f"{CVNETS}/tree/{CVNETS_V2_COMMIT}",
+           notes="ml-cvnets DeepLabV3 MobileViT v2 (deeplabv3-mobilevitv2-0.5 ... 2.0.pt)",
+           options={"dilate_blocks": True})
+# The MobileViTv3 VOC releases registered (XXS/XS/S) are v1-based: cvnets v0.1, BGR.
+_segmenter("deeplabv3_mobilevit_v3", V1_BACKBONE, reference=f"{V3}/tree/{MOBILEVITV3_COMMIT}",
+           notes="MobileViTv3 VOC release checkpoint_ema_best.pt (mobilevitv3_*_voc_*)",
+           channel_order=lambda model: "BGR")
 
 
 # --- SSDLite detectors (cvnets' SingleShotMaskDetector, cvnets/models/detection/ssd.py) ---------------
@@ -131,12 +177,8 @@ def split_ssd_heads(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def _in_encoder(rules: list[Rule]) -> list[Rule]:
-    return [replace(rule, key=f"encoder.{rule.key}") for rule in rules]
-
-
 def _ssd_rules(model) -> list[Rule]:
-    return _in_encoder(V1_RULES if _v1_based(model) else V2_RULES) + SSD_RULES
+    return encoder(V1_BACKBONE if _v1_based(model) else V2_BACKBONE) + SSD_RULES
 
 
 # The class count: the pooled level's class_conv rows over its anchors.

@@ -2,7 +2,7 @@
 registers its own when :mod:`edgevit.converters.api` loads it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Callable
 
 import numpy as np
@@ -27,6 +27,9 @@ class Importer:
     # is several tensors of the source (transformers' query/key/value), fused,
     # or where several Keras weights are one tensor (cvnets' SSD heads), split.
     merged: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] = lambda tensors: tensors
+    # Builder options (registry.SWITCHES) for the arithmetic the source's
+    # checkpoints were trained with: the model is built with them.
+    options: dict[str, object] = field(default_factory=dict)
     # The class count a head layer's checkpoint tensor holds (a detector's: its rows per anchor).
     head_classes: Callable[[np.ndarray], int] = lambda value: int(value.shape[0])
 

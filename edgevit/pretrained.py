@@ -92,6 +92,15 @@ def random_init_hint(spec: ModelSpec, precision: str) -> str:
             f"weights edgevit can fetch{reason}; {own}.")
 
 
+def trained_with(spec: ModelSpec) -> dict:
+    """The builder options (``registry.SWITCHES``) the variant's official
+    checkpoint computes with, as its importer builds the model."""
+    from edgevit.converters.api import importers_for
+
+    importer = importers_for(spec.family).get(entry_of(spec).naming)
+    return dict(importer.options) if importer is not None else {}
+
+
 def load_imagenet(model, spec: ModelSpec, path: Path) -> None:
     """Fill ``model`` with the variant's ImageNet weights at its input size,
     imported to ``path`` (:func:`cached_weights`); a model with another

@@ -324,16 +324,24 @@ def check_input_size(spec: ModelSpec, input_size: int) -> None:
             f"multiple of {multiple} (its patch grid), e.g. {lo} or {lo + multiple}.")
 
 
+# Builder options that switch arithmetic a checkpoint was trained with
+# (deeplabv3's ``dilate_blocks``); the others change training only.
+SWITCHES = ("dilate_blocks",)
+
+
 def check_options(spec: ModelSpec, options: dict) -> None:
     unknown = [key for key in options if key not in spec.options]
     if unknown:
         takes = f"it takes {', '.join(spec.options)}" if spec.options else "it takes no builder arguments"
         raise EdgevitError(f"{spec.name} has no argument {', '.join(unknown)}: {takes} "
                            "(besides num_classes, input_size and weights).")
-    # Every builder option so far is a drop probability; an option of another
-    # kind needs its own rule here.
+    # Every builder option but the switches is a drop probability; an option
+    # of another kind needs its own rule here.
     for key, value in options.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        if key in SWITCHES:
+            if not isinstance(value, bool):
+                raise EdgevitError(f"{spec.name}: {key} must be True or False, got {value!r}.")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
             raise EdgevitError(f"{spec.name}: {key} must be a probability in [0, 1), got {value!r}.")
 
 
@@ -353,7 +361,9 @@ def create_model(name: str, num_classes: int | None = None, input_size: int | No
     (stochastic depth) for the ViT-style and MLP families, ``dropout``,
     ``attn_dropout``, ``ffn_dropout`` and ``classifier_dropout`` for MobileViT;
     ``get_spec(name).options`` lists what a model takes. They change training
-    only: parameters and inference outputs stay the same.
+    only: parameters and inference outputs stay the same; ``SWITCHES`` aside
+    (DeepLabV3's ``dilate_blocks``: the arithmetic an official checkpoint was
+    trained with, which ``weights="imagenet"`` sets itself).
     """
     spec = get_spec(name)
     input_size = spec.default_input_size if input_size is None else int(input_size)
@@ -363,12 +373,14 @@ def create_model(name: str, num_classes: int | None = None, input_size: int | No
         raise EdgevitError(f"--num-classes must be at least 1, got {num_classes}.")
     check_options(spec, options)
     from edgevit.native_output import import_tensorflow_quietly
-    from edgevit.pretrained import cached_weights, is_imagenet, load_imagenet
+    from edgevit.pretrained import cached_weights, is_imagenet, load_imagenet, trained_with
 
     import_tensorflow_quietly()  # its start-up chatter (CUDA probes, CPU features) hidden, as the CLI hides it
 
     # the weights first: a model without official weights, a missing torch or no network fail before a build
     imagenet = cached_weights(spec, input_size) if is_imagenet(weights) else None
+    if imagenet is not None:
+        options = {**options, **trained_with(spec)}
     model = spec.builder(num_classes=num_classes, input_size=input_size, **options)
     if imagenet is not None:
         load_imagenet(model, spec, imagenet)
@@ -377,6 +389,15 @@ def create_model(name: str, num_classes: int | None = None, input_size: int | No
 
         load_weights_into(model, weights)
     return model
+
+
+def rebuild(model, num_classes: int, input_size: int):
+    """``model``'s variant built again for another class count or input size,
+    computing as ``model`` does: with the SWITCHES it was built with, read
+    back from its layers (a ``.keras`` file keeps them in its layers' configs)."""
+    from edgevit.models.deeplabv3 import switches_of
+
+    return create_model(model.name, num_classes=num_classes, input_size=input_size, **switches_of(model))
 
 
 def create_features(name: str, input_size: int | None = None, output_stride: int = 32, weights: str | None = None):

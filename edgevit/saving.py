@@ -18,7 +18,7 @@ from pathlib import Path
 
 from edgevit.data.labels import label_problem
 from edgevit.errors import WRITE_FAILURES, EdgevitError, cause, file_problem, first_line
-from edgevit.registry import ModelSpec, create_model, get_spec, is_imagenet
+from edgevit.registry import ModelSpec, create_model, get_spec, is_imagenet, rebuild
 from edgevit.writing import staged
 
 MODEL_SUFFIX = ".keras"
@@ -297,7 +297,7 @@ def resolve_model(name_or_path: str, num_classes: int | None = None, input_size:
         if weights is not None:
             load_weights_into(model, weights)
         if input_size not in (None, model.inputs[0].shape[1]):
-            resized = create_model(spec.name, num_classes=model.outputs[0].shape[-1], input_size=input_size)
+            resized = rebuild(model, num_classes=model.outputs[0].shape[-1], input_size=input_size)
             copy_weights(model, resized, name_or_path)
             if class_names_of(model):
                 set_class_names(resized, class_names_of(model))

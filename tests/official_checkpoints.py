@@ -6,6 +6,7 @@ release does and import it back bit for bit."""
 from __future__ import annotations
 
 import hashlib
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -51,3 +52,22 @@ def assert_imports_back(path: Path, model, source: str, tensors: int, input_size
     result = import_weights(path, model.name, input_size=input_size)
     assert result.report["source"] == source and result.report["tensors"] == tensors
     assert_same_weights(model, result.model)
+
+
+def seeded_tensor(name: str, shape: tuple) -> np.ndarray:
+    """A random value for the tensor ``name`` that depends on its name and
+    shape alone, scaled as :func:`edgevit.converters.parity.randomize_`
+    scales it: the same weights can be given to the official model (by the
+    script that recorded its logits) and written for the import, so a test
+    needs no stored state dict."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf == "running_var":
+        value = rng.random(shape) * 1.5 + 0.5
+    elif leaf == "running_mean":
+        value = rng.standard_normal(shape) * 0.2
+    elif len(shape) <= 1:
+        value = rng.random(shape) * 0.8 + 0.6 if leaf == "weight" else rng.standard_normal(shape) * 0.1
+    else:
+        value = rng.standard_normal(shape) * (1.0 / max(1, int(np.prod(shape[1:])))) ** 0.5
+    return value.astype(np.float32)

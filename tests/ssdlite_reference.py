@@ -1,7 +1,7 @@
-"""Seeded random weights and inputs of the cvnets SSDLite references
-(tests/data/<variant>_cvnets.npz): the official model ran once on them
-outside the project, and only its tensor names and shapes and its outputs
-are kept. numpy only: the reference scripts import this file."""
+"""Inputs of the cvnets SSDLite references (tests/data/cvnets_<variant>.npz):
+the official model ran once outside the project on these and on
+:func:`tests.official_checkpoints.seeded_tensor` weights, and only its
+tensor names and shapes and its outputs are kept."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,26 +13,6 @@ SEED = 55
 # channels, and cvnets' LayerNorm then takes the patch axis for the channel
 # axis (cvnets/layers/normalization/layer_norm.py guesses channel-first).
 SIZES = {"ssdlite_mobilevit_v1_xxs": 192, "ssdlite_mobilevit_v2_050": 128}
-
-
-def random_state_dict(shapes: dict[str, tuple]) -> dict[str, np.ndarray]:
-    """Weights scaled so activations stay O(1) through the network: kernels
-    ~ N(0, 1 / fan_in), norm scales near 1, biases and means near 0,
-    variances in [0.5, 1.5]; drawn in sorted-name order."""
-    rng = np.random.default_rng(SEED)
-    out = {}
-    for name in sorted(shapes):
-        shape = shapes[name]
-        if name.endswith("running_var"):
-            value = rng.uniform(0.5, 1.5, shape)
-        elif len(shape) >= 2:
-            value = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
-        elif name.endswith("weight"):
-            value = 1.0 + 0.1 * rng.standard_normal(shape)
-        else:  # biases, running means
-            value = 0.1 * rng.standard_normal(shape)
-        out[name] = value.astype(np.float32)
-    return out
 
 
 def random_image(size: int) -> np.ndarray:

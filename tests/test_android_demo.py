@@ -7,6 +7,7 @@ name; `bash scripts/install-test-tools.sh` installs them all.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -67,6 +68,27 @@ def exported(tmp_path_factory):
     return result.files.model
 
 
+SEGMENTER_SPEC = dataclasses.replace(SPEC, name="tiny_segmenter", task="segmentation")
+SEGMENTER_CLASSES = 3
+
+
+def tiny_segmenter():
+    """Logits [1, SIZE / 4, SIZE / 4, classes]: a segmenter as the app sees one."""
+    inputs = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(8, 3, strides=2, padding="same", activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Conv2D(SEGMENTER_CLASSES, 3, strides=2, padding="same")(x),
+                       name="tiny_segmenter")
+
+
+@pytest.fixture(scope="module")
+def segmenter_file(tmp_path_factory):
+    """A tiny fully-int8 segmenter written by the real export pipeline (uint8 in, logits out)."""
+    out = tmp_path_factory.mktemp("segmenter") / "seg_int8.tflite"
+    result = export(tiny_segmenter(), SEGMENTER_SPEC, ExportOptions(
+        precision="int8", output=str(out), calib_samples=8, validation_samples=4, gpu_images=0))
+    return result.files.model
+
+
 def fake_demo(root: Path) -> Path:
     """The parts of android_demo/ the bundler looks at (never the repository's own copy)."""
     demo = root / "android_demo"
@@ -79,7 +101,7 @@ def fake_demo(root: Path) -> Path:
 
 
 def kotlin_constant(name: str) -> str:
-    text = (APP_KOTLIN / "Classifier.kt").read_text()
+    text = (APP_KOTLIN / "ModelRunner.kt").read_text()
     return re.search(rf'const val {name} = "([^"]+)"', text).group(1)
 
 
@@ -184,6 +206,46 @@ def test_bundle_checks_the_metadata_the_app_depends_on(tmp_path, exported, edit,
     model.write_bytes(embed(exported.read_bytes(), meta, meta["labels"]))
     with pytest.raises(EdgevitError, match=message):
         bundle(model, fake_demo(tmp_path))
+
+
+def test_bundle_puts_a_segmenter_where_the_app_reads_it(tmp_path, segmenter_file):
+    demo = fake_demo(tmp_path)
+    bundle(segmenter_file, demo)
+    assets = demo / android_bundle.ASSETS_DIR
+    meta = json.loads((assets / "model.json").read_text())
+    assert meta["task"] == "segmentation" and meta["input"]["dtype"] == "uint8"
+    assert meta["output"]["shape"] == [1, SIZE // 4, SIZE // 4, SEGMENTER_CLASSES]
+    assert len((assets / "labels.txt").read_text().splitlines()) == SEGMENTER_CLASSES
+    assert (assets / "model.tflite").read_bytes() == segmenter_file.read_bytes()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["output"].update(shape=[1, 8, 24]), r"output shape \[1, 8, 24\] \(the app reads a segmenter's "
+                                                     r"logits: \[1, height, width, classes\]\)"),
+    (lambda m: m["output"].update(shape=[1, 0, 8, 3]), r"output shape \[1, 0, 8, 3\]"),
+    (lambda m: m.update(labels=["a", "b"]), r"2 labels but the model outputs 3 classes \(the app shows one label a "
+                                            r"class\)"),
+])
+def test_bundle_checks_a_segmenters_metadata(tmp_path, segmenter_file, edit, message):
+    meta = json.loads(segmenter_file.with_suffix(".json").read_text())
+    edit(meta)
+    with pytest.raises(EdgevitError, match=message):
+        android_bundle.validate_metadata(meta, "model.json")
+
+
+def test_bundle_refuses_a_segmenter_file_whose_metadata_is_wrong_in_one_error_line(tmp_path, segmenter_file):
+    from edgevit.cli import main
+    from edgevit.litert.metadata import embed, read_embedded
+
+    meta = read_embedded(segmenter_file.read_bytes())
+    meta["labels"] = meta["labels"][:2]
+    model = tmp_path / "edited.tflite"
+    model.write_bytes(embed(segmenter_file.read_bytes(), meta, meta["labels"]))
+    demo = fake_demo(tmp_path)
+    result = CliRunner().invoke(main, ["bundle", str(model), "--android-demo", str(demo)])
+    assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("error: ")
+    assert not any((demo / android_bundle.ASSETS_DIR).iterdir())
 
 
 def test_bundle_ships_only_sidecars_that_say_what_the_file_says(tmp_path, exported):
@@ -323,22 +385,26 @@ def test_linking_catches_a_misspelled_attribute(tools, tmp_path, monkeypatch):
 def test_app_kotlin_sources_compile_against_the_api_stubs(built):
     _require(built["app"])
     classes = built["out"] / "res" / "app-classes" / "org" / "edgevit" / "demo"
-    assert (classes / "MainActivity.class").is_file() and (classes / "Classifier.class").is_file()
+    assert (classes / "MainActivity.class").is_file() and (classes / "ModelRunner.class").is_file()
+    assert (classes / "ClassifierTask.class").is_file() and (classes / "SegmenterTask.class").is_file()
 
 
-def test_pure_kotlin_unit_tests_pass_on_the_jvm_with_python_golden_cases(built, tools, golden_dir, exported,
+@pytest.mark.parametrize("model", ["exported", "segmenter_file"])
+def test_pure_kotlin_unit_tests_pass_on_the_jvm_with_python_golden_cases(built, tools, golden_dir, model, request,
                                                                          tmp_path):
-    """All JUnit tests, with golden cases Python just computed and a model the
-    real exporter just wrote, bundled the way users bundle it."""
+    """All JUnit tests, with golden cases Python just computed and a model
+    (classifier, segmenter) the real exporter just wrote, bundled the way
+    users bundle it."""
     _require(built["tests"])
     demo = fake_demo(tmp_path)
-    bundle(exported, demo)
+    bundle(request.getfixturevalue(model), demo)
     step = offline.run_tests(tools, built["out"], golden_dir, demo / android_bundle.ASSETS_DIR)
     assert step.ok, step.output
     run, failed = offline.junit_counts(step.output)
     assert failed == 0 and run == _junit_test_count(), step.output
     names = " ".join(offline.test_class_names())
     assert "GoldenPreprocessingTest" in names and "BundledAssetsTest" in names and "GpuCheckTest" in names
+    assert "GoldenSegmentationTest" in names
 
 
 def _junit_test_count(test_class: str = "") -> int:
@@ -366,6 +432,8 @@ STUB_MEMBERS_NOT_CALLED = {
     "onClick": "the single method that makes View.OnClickListener a lambda target",
     "getNativeHandle": "abstract in org.tensorflow.lite.Delegate; the delegates implement it",
     "onActivityResult": "the single method of the ActivityResultCallback fun interface",
+    "charAt": "CharSequence's, which SpannableStringBuilder implements",
+    "subSequence": "CharSequence's, which SpannableStringBuilder implements",
 }
 
 

@@ -489,6 +489,49 @@ def test_segmentation_release_in_transformers_naming(servers, tmp_path):
     assert servers.hits("pytorch_model.bin") == 1
 
 
+def torch_bytes(tensors: dict) -> bytes:
+    torch = pytest.importorskip("torch", reason="the release is a PyTorch pickle")
+    buffer = io.BytesIO()
+    torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in tensors.items()}, buffer)
+    return buffer.getvalue()
+
+
+def test_segmentation_release_of_mobilevitv3_in_cvnets_naming(servers, tmp_path):
+    """mobilevitv3_XXS_voc_e50_7404.zip: checkpoint_ema_best.pt in ml-cvnets
+    v0.1's segmentation naming (the classifier conv under
+    seg_head.classifier.classifier), trained on BGR, non-commercial."""
+    name = "deeplabv3_mobilevit_v3_xxs"
+    source = edgevit.create_model(name, input_size=SIZE)
+    tensors = {k.replace("seg_head.classifier.", "seg_head.classifier.classifier."): v
+               for k, v in state_dict(source, "cvnets").items()}
+    entry = get_spec(name).pretrained
+    assert (entry.tag, entry.channel_order, entry.metric, entry.top1) == (
+        "mobilevitv3_XXS_voc_e50_7404", "BGR", "VOC mIoU", 74.04)
+    assert entry.licence.startswith("non-commercial")
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr(f"{entry.tag}/checkpoint_ema_best.pt", torch_bytes(tensors))
+    servers.plain_file(entry.location, archive.getvalue())
+    model = edgevit.create_model(name, input_size=SIZE, weights="imagenet")
+    np.testing.assert_allclose(logits(model, PHOTOS), logits(source, PHOTOS), atol=1e-5)
+
+
+def test_cvnets_zoo_segmenter_is_built_with_the_dilation_it_was_trained_with(servers, tmp_path):
+    """deeplabv3-mobilevitv2-0.5.pt from Apple's model zoo (a plain .pt with
+    the auxiliary head): the model ``weights="imagenet"`` builds dilates
+    layer 5's block as ml-cvnets does."""
+    name = "deeplabv3_mobilevit_v2_050"
+    source = edgevit.create_model(name, input_size=SIZE, dilate_blocks=True)
+    tensors = {**state_dict(source, "cvnets"), "seg_head.aux_head.2.block.conv.bias": np.zeros(21, np.float32)}
+    entry = get_spec(name).pretrained
+    assert (entry.tag, entry.channel_order, entry.metric, entry.naming) == (
+        "deeplabv3-mobilevitv2-0.5", "RGB", "VOC mIoU", "cvnets")
+    servers.plain_file(entry.location, torch_bytes(tensors))
+    model = edgevit.create_model(name, input_size=SIZE, weights="imagenet")
+    assert model.get_layer("layer_5.1.local_rep.conv_3x3.conv").dilation_rate == (2, 2)
+    np.testing.assert_allclose(logits(model, PHOTOS), logits(source, PHOTOS), atol=1e-5)
+
+
 def test_another_class_count_gets_a_new_classifier_only(servers, v1_checkpoint, v1_caches, tmp_path):
     from edgevit.train.prepare import build_model
 
@@ -543,7 +586,7 @@ def test_entries_name_their_licence_source_and_channel_order():
         # (transformers' copies) on BGR; timm's copies take RGB
         bgr = name.startswith("mobilevit_v3_") and name[len("mobilevit_v3_"):] in ("xxs", "xs", "s", "xxs_l2",
                                                                                   "xs_l2", "s_l2")
-        bgr = bgr or name.startswith("deeplabv3_mobilevit_v1_")
+        bgr = bgr or name.startswith(("deeplabv3_mobilevit_v1_", "deeplabv3_mobilevit_v3_"))
         bgr = bgr or name.startswith("ssdlite_mobilevit_v1_") or name in (
             "ssdlite_mobilevit_v3_xxs", "ssdlite_mobilevit_v3_xs", "ssdlite_mobilevit_v3_s")
         assert entry.channel_order == ("BGR" if bgr else "RGB"), name

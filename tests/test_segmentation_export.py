@@ -198,13 +198,7 @@ def test_check_and_bench_read_the_segmenter(segmenter):
      "is a segmenter; {classes} is not a segmentation folder"),
     (lambda keras_path, tflite, shapes, classes: ["eval", keras_path, "--data", classes],
      "is a segmenter; {classes} is not a segmentation folder"),
-    (lambda keras_path, tflite, shapes, classes: ["bundle", tflite, "--android-demo", "demo"],
-     "the model is a segmenter, and the Android demo classifies images"),
-    (lambda keras_path, tflite, shapes, classes: ["convert", "--int8", NAME, "--input-size", "64", "--android-demo",
-                                                  "demo"],
-     "--android-demo: deeplabv3_mobilevit_v1_xxs: the model is a segmenter"),
-], ids=["eval-segmenter-file-on-class-folders", "eval-keras-segmenter-on-class-folders", "bundle-segmenter",
-        "convert-segmenter-for-the-demo"])
+], ids=["eval-segmenter-file-on-class-folders", "eval-keras-segmenter-on-class-folders"])
 def test_segmenter_where_a_classifier_belongs_is_one_error_line(segmenter, shapes, tmp_path, monkeypatch, args,
                                                                   message):
     from tests.test_bad_inputs import demo_folder, image_folder, snapshot
@@ -219,6 +213,21 @@ def test_segmenter_where_a_classifier_belongs_is_one_error_line(segmenter, shape
     assert result.exit_code == 1 and len(err.splitlines()) == 1 and err.startswith("error: "), err
     assert message.format(classes=classes) in err
     assert snapshot(tmp_path) == before
+
+
+def test_bundle_puts_the_segmenter_into_the_android_demo(segmenter, tmp_path):
+    """The app's segmenter mode reads the file's metadata: task, logits [1, h, w, classes], one label a class."""
+    from tests.test_bad_inputs import demo_folder
+
+    _, tflite, _, _ = segmenter
+    demo = demo_folder(tmp_path)
+    result = CliRunner().invoke(main, ["bundle", str(tflite), "--android-demo", str(demo), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assets = demo / "app" / "src" / "main" / "assets"
+    meta = json.loads((assets / "model.json").read_text())
+    assert meta["task"] == "segmentation" and meta["output"]["shape"] == [1, SIZE // 16, SIZE // 16, len(CLASSES)]
+    assert (assets / "labels.txt").read_text().splitlines() == CLASSES
+    assert (assets / "model.tflite").read_bytes() == tflite.read_bytes()
 
 
 def test_a_classifier_on_a_segmentation_folder_is_one_error_line(shapes, tmp_path, monkeypatch):

@@ -3,11 +3,12 @@ order of the A axis), parameter counts as published, ImageNet weights into
 the backbone by name, a graph that converts to plain TFLite ops, and cvnets
 checkpoints that give the official model's outputs.
 
-The official references (tests/data/<variant>_cvnets.npz) are ml-cvnets
+The official references (tests/data/cvnets_<variant>.npz) are ml-cvnets
 7771756 (``cvnets/models/detection/ssd.py``; ``config/detection/ssd_coco/
 mobilevit.yaml`` with ``mit.mode=xx_small``, ``mobilevit_v2.yaml`` with
 ``mitv2.width_multiplier=0.5``; 5 classes) run once outside the project on
-the seeded weights and input of tests/ssdlite_reference.py: each keeps its
+:func:`tests.official_checkpoints.seeded_tensor` weights and the input of
+tests/ssdlite_reference.py: each keeps its
 state dict's names and shapes, its box regressions, class logits and
 anchors before post-processing.
 """
@@ -25,7 +26,7 @@ from edgevit.litert.flatbuffer import read
 from edgevit.models.ssdlite import BACKBONES, CENTER_VARIANCE, SIZE_VARIANCE, anchor_boxes
 from edgevit.registry import get_spec
 from tests import ssdlite_reference as ref
-from tests.official_checkpoints import write_checkpoint
+from tests.official_checkpoints import seeded_tensor, write_checkpoint
 
 XXS = "ssdlite_mobilevit_v1_xxs"
 # Parameters (M) as published: ml-cvnets v0.1's MobileViT README (the
@@ -48,14 +49,14 @@ YX = [1, 0, 3, 2]
 
 
 def reference(name):
-    return dict(np.load(f"tests/data/{name}_cvnets.npz"))
+    return dict(np.load(f"tests/data/cvnets_{name}.npz"))
 
 
 def import_reference(name, folder):
     """The reference's weights as a cvnets checkpoint, imported (its class count read from the heads)."""
     data = reference(name)
     shapes = {str(n): tuple(int(d) for d in s.split(",")) for n, s in zip(data["names"], data["shapes"])}
-    path = write_checkpoint(ref.random_state_dict(shapes), folder / f"{name}.pt")
+    path = write_checkpoint({n: seeded_tensor(n, shape) for n, shape in shapes.items()}, folder / f"{name}.pt")
     return import_weights(path, name, input_size=ref.SIZES[name]), data
 
 

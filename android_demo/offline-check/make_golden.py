@@ -6,7 +6,14 @@ edgevit's Python preprocessing gives for it (`edgevit.data.images` for
 resize/crop/normalise, `edgevit.litert.run_model.quantize` for quantization).
 The Kotlin test (GoldenPreprocessingTest) must reproduce every byte.
 
-    python android_demo/offline-check/make_golden.py [OUT_DIR]
+The segmentation case starts from the raw logits a real int8 segmenter file
+gave for a photo (`segment.logits.bin`, with that file's metadata,
+`segment.json`): Python makes the category mask (`edgevit.train.metrics.
+upsampled_classes`, as `edgevit eval` makes it), the legend and
+the colours, which GoldenSegmentationTest must reproduce. `--segmenter FILE`
+runs FILE to make new logits; without it, the committed ones are used.
+
+    python android_demo/offline-check/make_golden.py [OUT_DIR] [--segmenter FILE.tflite]
 
 OUT_DIR defaults to app/src/test/resources/golden (the copy committed for
 Android Studio runs); the pytest suite regenerates the cases into a temporary
@@ -14,8 +21,9 @@ folder on every run and checks that the committed copy is still current.
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +32,11 @@ from PIL import Image
 from edgevit.data.decode import open_rgb
 from edgevit.data.images import to_model_input
 from edgevit.data.transforms import center_crop
-from edgevit.litert.metadata import build_metadata
-from edgevit.litert.run_model import dequantize, quantize
+from edgevit.litert.inputs import file_inputs
+from edgevit.litert.metadata import build_metadata, preprocessing_of, read_embedded
+from edgevit.litert.run_model import dequantize, quantize, run_in_process
 from edgevit.registry import Preprocessing
+from edgevit.train.metrics import upsampled_classes
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "app" / "src" / "test" / "resources" / "golden"
 
@@ -76,8 +86,10 @@ def _metadata(name: str, pre: Preprocessing, dtype: str) -> dict:
         preprocessing=pre.to_dict())
 
 
-def write_golden(out_dir: str | Path) -> list[str]:
-    """Write every case into ``out_dir``; return the file names written."""
+def write_golden(out_dir: str | Path, segmenter: str | Path | None = None) -> list[str]:
+    """Write every case into ``out_dir``; return the file names written.
+    ``segmenter``: the .tflite file whose logits the segmentation case
+    starts from (default: the committed logits)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -98,6 +110,7 @@ def write_golden(out_dir: str | Path) -> list[str]:
         written += [png.name, f"{name}.rgb"]
     (out / "cases.txt").write_text("\n".join(CASES) + "\n")
     written += _write_postprocessing(out)
+    written += _write_segmentation(out, segmenter)
     return sorted(written + ["cases.txt"])
 
 
@@ -126,6 +139,64 @@ def _write_postprocessing(out: Path) -> list[str]:
     return written
 
 
+# The mask the logits are upsampled to: not square, not a multiple of the
+# logits' size, so that every interpolation weight of both axes matters.
+SEGMENT_MASK_SIZE = (45, 61)
+
+
+def _write_segmentation(out: Path, segmenter: str | Path | None) -> list[str]:
+    """The segmenter's raw logits and metadata, and what Python makes of them:
+    the category mask (class bytes, row by row), the legend (the classes
+    present, largest share first, ties to the lower class) and each class's
+    ARGB colour (the PASCAL VOC palette; "background" transparent)."""
+    logits_file, meta_file = out / "segment.logits.bin", out / "segment.json"
+    if segmenter is not None:
+        content = Path(segmenter).read_bytes()
+        meta = read_embedded(content)
+        pre = preprocessing_of(meta)
+        photo = center_crop(open_rgb(out / "camera_bilinear.png"), pre.resize_size, pre.input_size, pre.interpolation)
+        logits = run_in_process(content, file_inputs(content, to_model_input(photo, pre)[None], meta))
+        output = meta["output"]
+        q = output["quantization"]
+        raw = quantize(logits, {"dtype": np.dtype(output["dtype"]), "quantization": (q["scale"], q["zero_point"])})
+        logits_file.write_bytes(raw.tobytes())
+        meta_file.write_text(json.dumps(meta, indent=2) + "\n")
+    elif out != DEFAULT_OUT:
+        shutil.copy(DEFAULT_OUT / logits_file.name, logits_file)
+        shutil.copy(DEFAULT_OUT / meta_file.name, meta_file)
+    meta = json.loads(meta_file.read_text())
+    output = meta["output"]
+    q = output["quantization"]
+    raw = np.frombuffer(logits_file.read_bytes(), output["dtype"]).reshape(output["shape"])
+    logits = dequantize(raw, {"dtype": np.dtype(output["dtype"]), "quantization": (q["scale"], q["zero_point"])})
+    mask = upsampled_classes(logits, *SEGMENT_MASK_SIZE)[0]
+    counts = np.bincount(mask.ravel(), minlength=len(meta["labels"]))
+    present = [int(c) for c in np.lexsort((np.arange(len(counts)), -counts)) if counts[c]]
+    (out / "segment.mask.bin").write_bytes(mask.tobytes())
+    (out / "segment.expected.json").write_text(json.dumps({
+        "mask_height": SEGMENT_MASK_SIZE[0], "mask_width": SEGMENT_MASK_SIZE[1],
+        "legend": [{"index": c, "share": float(counts[c] / mask.size)} for c in present],
+        "colors": [0 if label == "background" else _voc_color(i) for i, label in enumerate(meta["labels"])],
+    }, indent=2) + "\n")
+    return [logits_file.name, meta_file.name, "segment.mask.bin", "segment.expected.json"]
+
+
+def _voc_color(index: int) -> int:
+    """PASCAL VOC's colour of class ``index`` as an opaque ARGB int (signed,
+    as Kotlin's Int): bit 3k, 3k+1 and 3k+2 of the index go to bit 7-k of
+    red, green and blue."""
+    rgb = [0, 0, 0]
+    for k in range(8):
+        for channel in range(3):
+            rgb[channel] |= ((index >> (3 * k + channel)) & 1) << (7 - k)
+    argb = 0xFF000000 | rgb[0] << 16 | rgb[1] << 8 | rgb[2]
+    return argb - (1 << 32)
+
+
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_OUT
-    print(f"{len(write_golden(target))} files written to {target}")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--segmenter", type=Path, default=None,
+                        help="An int8 segmenter .tflite whose logits start the segmentation case")
+    args = parser.parse_args()
+    print(f"{len(write_golden(args.out, args.segmenter))} files written to {args.out}")

@@ -210,10 +210,6 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
     progress = Progress(enabled=not as_json)
     progress.step(f"Building {model}")
     keras_model, spec = resolve_model(model, num_classes=num_classes, input_size=input_size, weights=weights)
-    if android_demo is not None:  # before anything is converted or written
-        from edgevit.export.android_bundle import check_bundles
-
-        check_bundles(spec.task, model)
     if imagenet:
         from edgevit.pretrained import entry_of
 

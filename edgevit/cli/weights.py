@@ -1,4 +1,4 @@
-"""`edgevit import-weights`: an official PyTorch checkpoint -> a Keras weights file."""
+"""`edgevit import-weights`: an official PyTorch checkpoint -> a Keras weights file (or model)."""
 from __future__ import annotations
 
 import click
@@ -15,7 +15,8 @@ from edgevit.writing import refuse_existing
 @click.argument("checkpoint")
 @click.option("--model", "model_name", required=True, help="edgevit variant, e.g. mobilevit_v3_xs.")
 @click.option("-o", "--output", type=str, default=None,
-              help="Output NAME.weights.h5 (default: MODEL.weights.h5 in the current folder).")
+              help="Output NAME.weights.h5, or NAME.keras for a model whose checkpoints need a builder option "
+                   "(ml-cvnets' v2 segmenters) (default: MODEL.weights.h5 in the current folder).")
 @overwrite_option
 @click.option("--source", type=click.Choice(["auto", *SOURCES]), default="auto", show_default=True,
               help="Checkpoint naming (auto: detected from the tensor names).")
@@ -33,8 +34,11 @@ from edgevit.writing import refuse_existing
 def import_weights_command(checkpoint, model_name, output, overwrite, source, num_classes, input_size, channel_order,
                            as_json):
     """Import CHECKPOINT (timm / cvnets / MobileViTv3 .pth/.pt/.bin/.safetensors,
-    Hugging Face CvT, official PVT v2 / Swin / CSWin / T2T-ViT releases) into
-    edgevit MODEL and write a .weights.h5 file for `edgevit convert MODEL --weights FILE`.
+    classifiers and DeepLabV3 segmenters, Hugging Face CvT and MobileViT
+    segmenters, official PVT v2 / Swin / CSWin / T2T-ViT releases) into
+    edgevit MODEL and write a .weights.h5 file for `edgevit convert MODEL --weights FILE`
+    (or a .keras model for `edgevit convert FILE`, which ml-cvnets' v2
+    segmenters need: their dilated blocks are a build option).
 
     PyTorch files are read with torch's weights-only loader: Python objects
     besides tensors are not unpickled, and code a file asks to run is never
@@ -62,9 +66,12 @@ def import_weights_command(checkpoint, model_name, output, overwrite, source, nu
     if as_json:
         print_json(report)
         return
-    rows = [[k, v] for k, v in report.items() if v not in (None, [], "", 0)]
+    rows = [[k, v] for k, v in report.items() if v not in (None, [], "", 0, {})]
     print_table(f"Imported {checkpoint}", ["field", "value"], rows)
     extra = f" --input-size {report['input_size']}" if input_size else ""
     default_classes = get_spec(model_name).num_classes
     extra += f" --num-classes {report['num_classes']}" if report["num_classes"] != default_classes else ""
+    if report["output"].endswith(".keras"):  # the model file rebuilds itself, options and all
+        click.echo(f"Next: edgevit convert --int8 {report['output']}")
+        return
     click.echo(f"Next: edgevit convert --int8 {model_name} --weights {report['output']}{extra}")

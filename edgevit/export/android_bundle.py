@@ -162,16 +162,6 @@ def _labels(labels_path: Path, meta: dict) -> list[str]:
     return labels
 
 
-SEGMENTER_NOT_BUNDLED = ("the model is a segmenter, and the Android demo classifies images (MediaPipe's "
-                         "ImageSegmenter loads the .tflite file as it is)")
-
-
-def check_bundles(task: str, name: str) -> None:
-    """Refuse, before a conversion, a model the demo cannot show."""
-    if task == SEGMENTATION:
-        raise EdgevitError(f"--android-demo: {name}: {SEGMENTER_NOT_BUNDLED}.")
-
-
 def validate_metadata(meta: dict, source: str) -> None:
     """The checks the app would otherwise fail on at run time, as one clear error."""
     def fail(why: str):
@@ -190,11 +180,15 @@ def validate_metadata(meta: dict, source: str) -> None:
     shape = meta["input"].get("shape") or []
     if len(shape) != 4 or shape[0] != 1 or shape[3] != 3 or shape[1] != shape[2]:
         fail(f"input shape {shape} (the app feeds one square RGB image: [1, S, S, 3])")
-    if task_of(meta) == SEGMENTATION:
-        fail(SEGMENTER_NOT_BUNDLED)
     out_shape = meta["output"].get("shape") or []
-    if len(out_shape) != 2 or out_shape[0] != 1:
+    if task_of(meta) == SEGMENTATION:
+        if len(out_shape) != 4 or out_shape[0] != 1 or min(out_shape) < 1:
+            fail(f"output shape {out_shape} (the app reads a segmenter's logits: [1, height, width, classes])")
+    elif len(out_shape) != 2 or out_shape[0] != 1:
         fail(f"output shape {out_shape} (the app reads class scores: [1, classes])")
+    labels, classes = meta.get("labels") or [], out_shape[-1]
+    if len(labels) != classes:
+        fail(f"{len(labels)} labels but the model outputs {classes} classes (the app shows one label a class)")
     pre = meta.get("preprocessing") or {}
     if pre.get("input_size") != shape[1]:
         fail(f"preprocessing.input_size {pre.get('input_size')} does not match the input shape {shape}")
@@ -219,9 +213,6 @@ def bundle(model_path: str | Path, demo_dir: str | Path) -> dict:
     meta, source = _load_metadata(model_path, content)
     validate_metadata(meta, source)
     labels = _labels(_sidecars(model_path)[1], meta)
-    classes = meta["output"]["shape"][1]
-    if len(labels) != classes:
-        raise EdgevitError(f"The metadata has {len(labels)} labels but the model outputs {classes} classes.")
 
     targets = {"model": assets / MODEL_ASSET, "metadata": assets / METADATA_ASSET, "labels": assets / LABELS_ASSET}
     # The three files are replaced together, and only once every check passed.

@@ -58,12 +58,12 @@ CONFIGS = {
 
 
 def mobilevit_v2_block(x, dim: int, depth: int, *, version: int, dropout: float, attn_dropout: float,
-                       ffn_dropout: float, name: str):
+                       ffn_dropout: float, dilation: int = 1, name: str):
     channels = x.shape[-1]
     # The official block resizes its input (align_corners=True) when the map
     # is off the patch grid, and keeps that size.
     x = resize_to(x, patch_grid(x), align_corners=True, name=f"{name}.resize_in")
-    local = conv_norm_act(x, None, 3, depthwise=True, name=f"{name}.local_rep.conv_3x3")
+    local = conv_norm_act(x, None, 3, depthwise=True, dilation=dilation, name=f"{name}.local_rep.conv_3x3")
     local = conv_norm_act(local, dim, 1, norm=False, activation=None, use_bias=False,
                           name=f"{name}.local_rep.conv_1x1")
 
@@ -82,8 +82,12 @@ def mobilevit_v2_block(x, dim: int, depth: int, *, version: int, dropout: float,
 
 
 def mobilevit_v2_features(inputs, name: str, output_stride: int = 32, *, dropout: float = 0.0,
-                          attn_dropout: float = 0.0, ffn_dropout: float = 0.0) -> list:
-    """The outputs of layers 3, 4 and 5, as ``mobilevit.mobilevit_features``."""
+                          attn_dropout: float = 0.0, ffn_dropout: float = 0.0, dilate_blocks: bool = False) -> list:
+    """The outputs of layers 3, 4 and 5, as ``mobilevit.mobilevit_features``.
+    ``dilate_blocks``: a layer that dilates (below output stride 32) dilates
+    its block's depthwise 3x3 too, at the layer's dilation (twice its
+    inverted residual's), as ml-cvnets' MobileViTBlockv2 does and its v2
+    segmentation checkpoints were trained; transformers' port dilates none."""
     cfg = CONFIGS[name]
     x = stem(inputs, cfg.stem_channels)
     x = mobilenet_stage(x, cfg.channels[0], 1, 1, EXPAND_RATIO, name="layer_1")
@@ -92,8 +96,10 @@ def mobilevit_v2_features(inputs, name: str, output_stride: int = 32, *, dropout
     for i, (strides, dilation) in enumerate(downsampling(output_stride)):
         stage = f"layer_{i + 3}"
         x = inverted_residual(x, cfg.channels[i + 2], strides, EXPAND_RATIO, dilation=dilation, name=f"{stage}.0")
+        block_dilation = 2 * dilation if dilate_blocks and strides == 1 else 1
         x = mobilevit_v2_block(x, cfg.dims[i], DEPTHS[i], version=cfg.version, dropout=dropout,
-                               attn_dropout=attn_dropout, ffn_dropout=ffn_dropout, name=f"{stage}.1")
+                               attn_dropout=attn_dropout, ffn_dropout=ffn_dropout, dilation=block_dilation,
+                               name=f"{stage}.1")
         features.append(x)
     return features
 

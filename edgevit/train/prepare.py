@@ -18,7 +18,7 @@ def build_model(model_arg: str, classes: list[str], *, weights, input_size, log,
     from ``weights``) or a ``.keras`` file, with a new head when the class
     count differs; the model carries the class names."""
     from edgevit.pretrained import IMAGENET_CLASSES, is_imagenet
-    from edgevit.registry import check_input_size, create_model, get_spec
+    from edgevit.registry import check_input_size, create_model, get_spec, rebuild
     from edgevit.models.common import copy_all_but_head
     from edgevit.saving import existing_file, load_weights_into, resolve_model, set_class_names
 
@@ -45,7 +45,7 @@ def build_model(model_arg: str, classes: list[str], *, weights, input_size, log,
                 copy_all_but_head(source, model)
                 log(f"New {len(classes)}-class head (the given weights have {stored} classes)")
     if int(model.outputs[0].shape[-1]) != len(classes):
-        new = create_model(spec.name, num_classes=len(classes), input_size=int(model.inputs[0].shape[1]))
+        new = rebuild(model, num_classes=len(classes), input_size=int(model.inputs[0].shape[1]))
         copy_all_but_head(model, new)
         log(f"New {len(classes)}-class head (the given model has {model.outputs[0].shape[-1]} classes)")
         model = new

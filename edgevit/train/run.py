@@ -351,7 +351,7 @@ class Finetune(TrainingRun):
         return {"mixed_precision": self.mixed_precision}
 
     def prepare(self, model, spec, size, train, val):
-        from edgevit.registry import create_model
+        from edgevit.registry import rebuild
         from edgevit.train.precision import mixed_precision_copy
         from edgevit.train.prepare import first_images, val_metrics
 
@@ -367,7 +367,7 @@ class Finetune(TrainingRun):
             classes = len(self.dataset.classes)
 
             def build(s):
-                built = create_model(spec.name, num_classes=classes, input_size=s)
+                built = rebuild(model, num_classes=classes, input_size=s)
                 return mixed_precision_copy(built) if self.mixed_precision else built
 
             trained = mixed_precision_copy(model) if self.mixed_precision else model

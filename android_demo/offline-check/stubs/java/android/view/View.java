@@ -13,4 +13,6 @@ public class View {
     public int getVisibility() { throw new RuntimeException("Stub!"); }
     public void setEnabled(boolean enabled) { throw new RuntimeException("Stub!"); }
     public boolean isEnabled() { throw new RuntimeException("Stub!"); }
+    public void setAlpha(float alpha) { throw new RuntimeException("Stub!"); }
+    public float getAlpha() { throw new RuntimeException("Stub!"); }
 }

@@ -7,12 +7,14 @@ import android.graphics.BitmapFactory
 import android.media.ExifInterface
 import android.net.Uri
 import android.os.Bundle
+import android.os.SystemClock
 import android.util.Log
 import android.view.View
 import android.widget.AdapterView
 import android.widget.ArrayAdapter
 import android.widget.Button
 import android.widget.ImageView
+import android.widget.SeekBar
 import android.widget.Spinner
 import android.widget.TextView
 import androidx.activity.ComponentActivity
@@ -35,10 +37,12 @@ import java.util.concurrent.ExecutorService
 import java.util.concurrent.Executors
 
 /**
- * Live camera classification with the bundled model: top-5 labels, latency as
- * a moving average, accelerator and thread count switchable at run time, and
- * a gallery image as the other input. All model work runs on one background
- * thread ([worker]); the UI thread only shows results.
+ * The bundled model live on the camera: a classifier's top-5 labels, or a
+ * segmenter's category mask over the frame with its legend and an opacity
+ * slider (the [VisionTask] the model's metadata asks for); latency as a moving
+ * average, accelerator and thread count switchable at run time, and a gallery
+ * image as the other input. All model work runs on one background thread
+ * ([worker]); the UI thread only shows results.
  */
 class MainActivity : ComponentActivity() {
     private lateinit var previewView: PreviewView
@@ -51,13 +55,17 @@ class MainActivity : ComponentActivity() {
     private lateinit var delegateSpinner: Spinner
     private lateinit var threadsSpinner: Spinner
     private lateinit var galleryButton: Button
+    private lateinit var overlay: ImageView
+    private lateinit var resultViews: ResultViews
 
     private val worker: ExecutorService = Executors.newSingleThreadExecutor()
 
     // Touched on the worker thread only.
-    private var classifier: Classifier? = null
+    private var runner: ModelRunner? = null
+    private var task: VisionTask? = null
     private val inferenceMs = MovingAverage(LATENCY_WINDOW)
     private val preprocessMs = MovingAverage(LATENCY_WINDOW)
+    private val outputMs = MovingAverage(LATENCY_WINDOW)
     private var frameBuffer = IntArray(0)
     private var rotatedBuffer = IntArray(0)
 
@@ -73,7 +81,7 @@ class MainActivity : ComponentActivity() {
     }
 
     private val pickImage = registerForActivityResult(ActivityResultContracts.PickVisualMedia()) { uri ->
-        if (uri != null) classifyGalleryImage(uri)
+        if (uri != null) runOnGalleryImage(uri)
     }
 
     override fun onCreate(savedInstanceState: Bundle?) {
@@ -89,14 +97,16 @@ class MainActivity : ComponentActivity() {
         delegateSpinner = findViewById(R.id.delegate_spinner)
         threadsSpinner = findViewById(R.id.threads_spinner)
         galleryButton = findViewById(R.id.gallery_button)
+        overlay = findViewById(R.id.overlay)
+        resultViews = ResultViews(resultsText, overlay, findViewById(R.id.overlay_controls))
 
-        if (!Classifier.hasModel(assets)) {
+        if (!ModelRunner.hasModel(assets)) {
             statusText.setText(R.string.no_model)
             galleryButton.isEnabled = false
             return
         }
         setUpControls()
-        loadClassifier()
+        loadModel()
         if (checkSelfPermission(Manifest.permission.CAMERA) == PackageManager.PERMISSION_GRANTED) {
             startCamera()
         } else {
@@ -112,7 +122,7 @@ class MainActivity : ComponentActivity() {
         delegateSpinner.onItemSelectedListener = onSelected { position ->
             if (accelerators[position] != accelerator) {
                 accelerator = accelerators[position]
-                loadClassifier()
+                loadModel()
             }
         }
         threadsSpinner.adapter = ArrayAdapter(this, android.R.layout.simple_spinner_item, threadChoices.map { it.toString() })
@@ -121,13 +131,25 @@ class MainActivity : ComponentActivity() {
         threadsSpinner.onItemSelectedListener = onSelected { position ->
             if (threadChoices[position] != threads) {
                 threads = threadChoices[position]
-                loadClassifier()
+                loadModel()
             }
         }
+        val opacity = findViewById<SeekBar>(R.id.opacity)
+        overlay.alpha = opacity.progress / 100f
+        opacity.setOnSeekBarChangeListener(object : SeekBar.OnSeekBarChangeListener {
+            override fun onProgressChanged(seekBar: SeekBar?, progress: Int, fromUser: Boolean) {
+                overlay.alpha = progress / 100f
+            }
+            override fun onStartTrackingTouch(seekBar: SeekBar?) {}
+            override fun onStopTrackingTouch(seekBar: SeekBar?) {}
+        })
         galleryButton.setOnClickListener {
             if (showingGalleryImage) {
                 showingGalleryImage = false
                 pickedImage.visibility = View.GONE
+                // Over the camera preview, which fills the view with the frame's centre.
+                overlay.scaleType = ImageView.ScaleType.CENTER_CROP
+                overlay.setImageBitmap(null)
                 galleryButton.setText(R.string.pick_image)
             } else {
                 pickImage.launch(PickVisualMediaRequest(ActivityResultContracts.PickVisualMedia.ImageOnly))
@@ -141,29 +163,33 @@ class MainActivity : ComponentActivity() {
     }
 
     /** (Re)open the model with the current accelerator and threads, on the worker thread. */
-    private fun loadClassifier() {
+    private fun loadModel() {
         val requested = accelerator
         val threadCount = threads
-        statusText.text = getString(R.string.loading_model, Classifier.MODEL_ASSET, requested.label)
+        statusText.text = getString(R.string.loading_model, ModelRunner.MODEL_ASSET, requested.label)
         worker.execute {
-            classifier?.close()
-            classifier = null
+            runner?.close()
+            runner = null
             inferenceMs.clear()
             preprocessMs.clear()
+            outputMs.clear()
             val loaded = try {
-                Classifier.create(this, requested, threadCount, gpuVerdicts)
+                ModelRunner.create(this, requested, threadCount, gpuVerdicts)
             } catch (e: Exception) {
                 Log.e(TAG, "model load failed", e)
                 runOnUiThread { statusText.text = getString(R.string.model_failed, AcceleratorChoice.describe(e)) }
                 return@execute
             }
-            classifier = loaded
+            val loadedTask = VisionTask.forModel(this, loaded.metadata, loaded.labels)
+            runner = loaded
+            task = loadedTask
+            runOnUiThread { loadedTask.attach(resultViews) }
             showWhereItRuns(loaded)
         }
     }
 
     /** The status line and the accelerator notice for [loaded], from the worker thread. */
-    private fun showWhereItRuns(loaded: Classifier) {
+    private fun showWhereItRuns(loaded: ModelRunner) {
         val m = loaded.metadata
         val status = getString(
             R.string.running_on, m.model, m.precision, loaded.gpuCheck.active.label, loaded.threads,
@@ -206,7 +232,8 @@ class MainActivity : ComponentActivity() {
     /** One camera frame, on the worker thread (KEEP_ONLY_LATEST drops frames while busy). */
     private fun analyze(image: ImageProxy) {
         try {
-            val current = classifier ?: return
+            val current = runner ?: return
+            val currentTask = task ?: return
             if (showingGalleryImage) return
             val bitmap = image.toBitmap()
             val size = bitmap.width * bitmap.height
@@ -216,15 +243,18 @@ class MainActivity : ComponentActivity() {
             }
             bitmap.getPixels(frameBuffer, 0, bitmap.width, 0, 0, bitmap.width, bitmap.height)
             val frame = Pixels(frameBuffer, bitmap.width, bitmap.height)
-            classifyAndShow(current, Rotation.rotate(frame, image.imageInfo.rotationDegrees, rotatedBuffer))
+            runAndShow(current, currentTask, Rotation.rotate(frame, image.imageInfo.rotationDegrees, rotatedBuffer))
         } finally {
             image.close()
         }
     }
 
-    private fun classifyGalleryImage(uri: Uri) {
+    private fun runOnGalleryImage(uri: Uri) {
         showingGalleryImage = true
         galleryButton.setText(R.string.back_to_camera)
+        // Over the picked image, which is fitted whole into the view.
+        overlay.scaleType = ImageView.ScaleType.FIT_CENTER
+        overlay.setImageBitmap(null)
         worker.execute {
             val upright = try {
                 decodeUpright(uri)
@@ -238,26 +268,31 @@ class MainActivity : ComponentActivity() {
                 pickedImage.setImageBitmap(shown)
                 pickedImage.visibility = View.VISIBLE
             }
-            classifier?.let { classifyAndShow(it, upright) }
+            val current = runner ?: return@execute
+            val currentTask = task ?: return@execute
+            runAndShow(current, currentTask, upright)
         }
     }
 
-    private fun classifyAndShow(current: Classifier, image: Pixels) {
-        val result = current.classify(image.argb, image.width, image.height, TOP_K)
-        if (result.gpuCheckResult != null) {
+    private fun runAndShow(current: ModelRunner, currentTask: VisionTask, image: Pixels) {
+        val timing = current.run(image.argb, image.width, image.height)
+        val start = SystemClock.elapsedRealtimeNanos()
+        val shown = currentTask.interpret(current.output(), image)
+        val interpretedMs = (SystemClock.elapsedRealtimeNanos() - start) / 1e6
+        if (timing.gpuCheckResult != null) {
             showWhereItRuns(current)
         } else {
             // The checking frame stays out of the averages: it was timed on the GPU even when the
             // check moved the model to the CPU.
-            inferenceMs.add(result.inferenceMs)
-            preprocessMs.add(result.preprocessMs)
+            inferenceMs.add(timing.inferenceMs)
+            preprocessMs.add(timing.preprocessMs)
+            outputMs.add(interpretedMs)
         }
-        val lines = result.top.joinToString("\n") { getString(R.string.result_line, 100f * it.probability, it.label) }
         val latency = if (inferenceMs.count == 0) null else {
-            getString(R.string.latency, inferenceMs.average, preprocessMs.average, inferenceMs.count)
+            getString(R.string.latency, inferenceMs.average, preprocessMs.average, outputMs.average, inferenceMs.count)
         }
         runOnUiThread {
-            resultsText.text = lines
+            shown.show(resultViews)
             if (latency != null) latencyText.text = latency
         }
     }
@@ -292,8 +327,8 @@ class MainActivity : ComponentActivity() {
     override fun onDestroy() {
         super.onDestroy()
         worker.execute {
-            classifier?.close()
-            classifier = null
+            runner?.close()
+            runner = null
         }
         worker.shutdown()
     }
@@ -304,7 +339,6 @@ class MainActivity : ComponentActivity() {
         private val gpuVerdicts = GpuVerdicts()
 
         private const val TAG = "edgevit"
-        private const val TOP_K = 5
         private const val LATENCY_WINDOW = 20
         private const val MAX_GALLERY_SHORT_SIDE = 1024
     }

@@ -35,6 +35,23 @@ class ImagePreprocessor(private val pre: Preprocessing, private val input: Tenso
         return Geometry(w, h, (w - pre.inputSize) / 2, (h - pre.inputSize) / 2)
     }
 
+    /** A rectangle of an image, in its own pixels. */
+    data class Crop(val left: Int, val top: Int, val width: Int, val height: Int)
+
+    /** The part of a [width] x [height] image the model sees: the crop, scaled back to the image's pixels. */
+    fun cropInImage(width: Int, height: Int): Crop {
+        val g = geometry(width, height)
+        val sx = width.toDouble() / g.resizedWidth
+        val sy = height.toDouble() / g.resizedHeight
+        val left = Math.round(g.left * sx).toInt()
+        val top = Math.round(g.top * sy).toInt()
+        return Crop(
+            left, top,
+            Math.round(pre.inputSize * sx).toInt().coerceIn(1, width - left),
+            Math.round(pre.inputSize * sy).toInt().coerceIn(1, height - top),
+        )
+    }
+
     /** Resize and center-crop: `input_size` x `input_size` ARGB pixels. */
     fun resizeAndCrop(argb: IntArray, width: Int, height: Int): IntArray {
         val g = geometry(width, height)

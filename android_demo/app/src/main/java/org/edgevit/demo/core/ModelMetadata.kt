@@ -56,6 +56,20 @@ enum class InputKind(val jsonName: String) {
 
 enum class OutputKind { LOGITS, PROBABILITIES }
 
+/** What the model does (metadata `task`; a document without one is a classifier's). */
+enum class Task(val jsonName: String) {
+    /** Class scores `[1, classes]`. */
+    CLASSIFICATION("classification"),
+
+    /** Logits `[1, h, w, classes]` at the model's output stride. */
+    SEGMENTATION("segmentation");
+
+    companion object {
+        fun of(name: String): Task = entries.firstOrNull { it.jsonName == name }
+            ?: throw MetadataException("unsupported task '$name' (expected classification or segmentation)")
+    }
+}
+
 /**
  * The metadata edgevit writes next to every model (`NAME.json`, bundled as
  * `model.json`). Everything the app needs to feed and read any edgevit model.
@@ -65,6 +79,7 @@ data class ModelMetadata(
     val family: String,
     val precision: String,
     val weights: String,
+    val task: Task,
     val numClasses: Int,
     val labels: List<String>,
     val input: TensorInfo,
@@ -103,12 +118,18 @@ data class ModelMetadata(
             if (pre.inputSize != shape[1]) {
                 throw MetadataException("preprocessing.input_size ${pre.inputSize} does not match input shape $shape")
             }
-            if (output.shape.size != 2 || output.shape[0] != 1) {
-                throw MetadataException("output shape ${output.shape}: the app reads class scores [1, classes]")
+            val task = Task.of(doc["task"]?.toString() ?: "classification")
+            val expected = when (task) {
+                Task.CLASSIFICATION -> "class scores [1, classes]"
+                Task.SEGMENTATION -> "a segmenter's logits [1, height, width, classes]"
+            }
+            val rank = if (task == Task.CLASSIFICATION) 2 else 4
+            if (output.shape.size != rank || output.shape[0] != 1 || output.shape.any { it < 1 }) {
+                throw MetadataException("output shape ${output.shape}: the app reads $expected")
             }
             val labels = (doc["labels"] as? List<*>)?.map { it.toString() } ?: emptyList()
             val numClasses = number(doc, "num_classes").toInt()
-            if (numClasses != output.shape[1]) {
+            if (numClasses != output.shape.last()) {
                 throw MetadataException("num_classes $numClasses does not match output shape ${output.shape}")
             }
             val kind = when (val k = obj(doc, "output")["kind"] ?: "logits") {
@@ -121,6 +142,7 @@ data class ModelMetadata(
                 family = doc["family"]?.toString() ?: "",
                 precision = string(doc, "precision"),
                 weights = doc["weights"]?.toString() ?: "",
+                task = task,
                 numClasses = numClasses,
                 labels = labels,
                 input = input,

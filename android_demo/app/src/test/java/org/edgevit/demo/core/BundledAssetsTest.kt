@@ -7,7 +7,7 @@ import java.io.File
 
 /**
  * The files `edgevit bundle` put into the app's assets, read the way the app
- * reads them. Uses the folder named by the `edgevit.assets.dir` system property
+ * reads them (a classifier's or a segmenter's). Uses the folder named by the `edgevit.assets.dir` system property
  * (the pytest suite bundles a freshly exported model there), else the app's own
  * src/main/assets; skipped when no model is bundled.
  */
@@ -32,5 +32,15 @@ class BundledAssetsTest {
         pre.process(frame, 640, 480, buffer)
         assertEquals(0, buffer.remaining())
         assertEquals(metadata.input.byteSize, buffer.capacity())
+
+        if (metadata.task == Task.SEGMENTATION) {
+            // The segmenter mode's mask for that frame covers the crop, in the frame's pixels.
+            val crop = pre.cropInImage(640, 480)
+            val shape = metadata.output.shape
+            val mask = ByteArray(crop.width * crop.height)
+            MaskUpsampler(shape[1], shape[2], shape[3], crop.height, crop.width)
+                .classify(FloatArray(metadata.output.elementCount), mask)
+            assertEquals(listOf(0), Legend(labels, ClassColors.forLabels(labels)).of(mask, mask.size).map { it.index })
+        }
     }
 }

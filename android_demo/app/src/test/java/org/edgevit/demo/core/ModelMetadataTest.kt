@@ -47,6 +47,20 @@ class ModelMetadataTest {
         assertNull(m.input.quantization)
     }
 
+    @Test
+    fun theTaskDecidesTheOutputShape() {
+        assertEquals(Task.CLASSIFICATION, ModelMetadata.parse(doc).task)
+        val segmenter = doc.replace("\"family\"", "\"task\": \"segmentation\", \"family\"")
+            .replace("\"shape\": [1, 3]", "\"shape\": [1, 16, 16, 3]")
+        val m = ModelMetadata.parse(segmenter)
+        assertEquals(Task.SEGMENTATION, m.task)
+        assertEquals(3, m.numClasses)
+        assertEquals(16 * 16 * 3, m.output.byteSize)
+        assertRejected(doc.replace("\"shape\": [1, 3]", "\"shape\": [1, 16, 16, 3]"), "[1, 16, 16, 3]", "[1, classes]")
+        assertRejected(segmenter.replace("[1, 16, 16, 3]", "[1, 3]"), "[1, height, width, classes]")
+        assertRejected(segmenter.replace("\"segmentation\"", "\"detection\""), "unsupported task 'detection'")
+    }
+
     private fun assertRejected(json: String, vararg words: String) {
         try {
             ModelMetadata.parse(json)

@@ -12,8 +12,6 @@ import org.edgevit.demo.core.ImagePreprocessor
 import org.edgevit.demo.core.Labels
 import org.edgevit.demo.core.ModelMetadata
 import org.edgevit.demo.core.OutputAgreement
-import org.edgevit.demo.core.Postprocessor
-import org.edgevit.demo.core.Prediction
 import org.edgevit.demo.core.TensorType
 import org.tensorflow.lite.DataType
 import org.tensorflow.lite.Delegate
@@ -30,11 +28,12 @@ import java.nio.ByteOrder
  * The bundled model (assets `model.tflite`, `model.json`, `labels.txt`) on a
  * LiteRT Interpreter, on the accelerator asked for when the device can run it
  * there, else on the CPU; on the GPU only while its outputs match the CPU's
- * (see [gpuCheck]).
+ * (see [gpuCheck]). It feeds a frame and runs the model; what the output
+ * means is the [VisionTask]'s business.
  *
  * Not thread-safe: use one instance from one thread at a time.
  */
-class Classifier private constructor(
+class ModelRunner private constructor(
     val metadata: ModelMetadata,
     val labels: List<String>,
     private var session: Session,
@@ -52,8 +51,7 @@ class Classifier private constructor(
     }
 
     /** [gpuCheckResult]: set on the one frame that compared the GPU with the CPU. */
-    class Result(
-        val top: List<Prediction>,
+    class Timing(
         val preprocessMs: Double,
         val inferenceMs: Double,
         val gpuCheckResult: OutputAgreement?,
@@ -63,8 +61,8 @@ class Classifier private constructor(
     private val input = preprocessor.newInputBuffer()
     private val output = newOutputBuffer(metadata)
 
-    /** Classify packed ARGB pixels ([width] x [height], upright). */
-    fun classify(argb: IntArray, width: Int, height: Int, k: Int = 5): Result {
+    /** Run the model on packed ARGB pixels ([width] x [height], upright); [output] then holds its output. */
+    fun run(argb: IntArray, width: Int, height: Int): Timing {
         val start = SystemClock.elapsedRealtimeNanos()
         input.rewind()
         preprocessor.process(argb, width, height, input)
@@ -74,10 +72,13 @@ class Classifier private constructor(
         session.interpreter.run(input, output)
         val inferred = SystemClock.elapsedRealtimeNanos()
         val gpuCheckResult = cpuReference?.let { checkGpuAgainst(it) }
+        return Timing((preprocessed - start) / 1e6, (inferred - preprocessed) / 1e6, gpuCheckResult)
+    }
+
+    /** The output tensor of the last [run], from its start (read it before the next run). */
+    fun output(): ByteBuffer {
         output.rewind()
-        val scores = Postprocessor.scores(output, metadata.output)
-        val top = Postprocessor.classify(scores, metadata.outputKind, labels, k)
-        return Result(top, (preprocessed - start) / 1e6, (inferred - preprocessed) / 1e6, gpuCheckResult)
+        return output
     }
 
     /**
@@ -127,7 +128,7 @@ class Classifier private constructor(
          * Load the bundled model on [requested] (or the CPU, see [GpuCheck.open]) with [threads] CPU
          * threads; [gpuVerdicts] holds the GPU checks already done.
          */
-        fun create(context: Context, requested: Accelerator, threads: Int, gpuVerdicts: GpuVerdicts): Classifier {
+        fun create(context: Context, requested: Accelerator, threads: Int, gpuVerdicts: GpuVerdicts): ModelRunner {
             val assets = context.assets
             val metadata = ModelMetadata.parse(readText(assets, METADATA_ASSET))
             val fileLabels = try {
@@ -147,7 +148,7 @@ class Classifier private constructor(
                 session.close()
                 throw e
             }
-            return Classifier(metadata, Labels.choose(metadata, fileLabels), session, cpuReference, gpuCheck, threads)
+            return ModelRunner(metadata, Labels.choose(metadata, fileLabels), session, cpuReference, gpuCheck, threads)
         }
 
         /** The cheap compatibility check before trying a delegate; null when it may work. */

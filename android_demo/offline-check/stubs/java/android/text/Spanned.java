@@ -1,0 +1,5 @@
+package android.text;
+
+public interface Spanned extends CharSequence {
+    int SPAN_EXCLUSIVE_EXCLUSIVE = 33;
+}
