@@ -68,7 +68,7 @@ def _head_classes(importer, model, rules, ckpt) -> int | None:
         if layer_path in importer.head and name in ("bias", "kernel"):
             value = ckpt.tensors.get(t.key)
             if value is not None and value.ndim >= 1:
-                return int(value.shape[0])
+                return importer.head_classes(value)
     return None
 
 

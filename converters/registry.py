@@ -24,11 +24,14 @@ class Importer:
     # a BGR one gets its stem kernel's input channels reversed at import.
     channel_order: Callable[[object], str] = lambda model: "RGB"
     # The checkpoint's tensors as the rules name them: where one Keras weight
-    # is several tensors of the source (transformers' query/key/value), fused.
+    # is several tensors of the source (transformers' query/key/value), fused,
+    # or where several Keras weights are one tensor (cvnets' SSD heads), split.
     merged: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] = lambda tensors: tensors
     # Builder options (registry.SWITCHES) for the arithmetic the source's
     # checkpoints were trained with: the model is built with them.
     options: dict[str, object] = field(default_factory=dict)
+    # The class count a head layer's checkpoint tensor holds (a detector's: its rows per anchor).
+    head_classes: Callable[[np.ndarray], int] = lambda value: int(value.shape[0])
 
 
 IMPORTERS: dict[tuple[str, str], Importer] = {}

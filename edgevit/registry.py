@@ -69,6 +69,7 @@ def is_imagenet(weights) -> bool:
 
 
 TOP1, VOC_MIOU = "top-1", "VOC mIoU"
+COCO_MAP = "COCO mAP"  # COCO val2017 box mAP@[0.5:0.95], as the detectors' publishers report it
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Pretrained:
     ``cvnets``, ``huggingface``). ``top1`` is the ImageNet-1k top-1 the
     publisher reports for this file, measured with the variant's registered
     preprocessing (a segmenter's: the PASCAL VOC 2012 val mIoU, as
-    ``metric`` says). ``channel_order`` is what the checkpoint was trained on:
+    ``metric`` says; a detector's: the COCO mAP). ``channel_order`` is what the checkpoint was trained on:
     a "BGR" one gets its stem convolution's input channels reversed at
     import, so every edgevit model takes RGB. ``sha256`` pins the file; Hub
     files without it are checked against the Hub's own LFS sha256.
@@ -166,7 +167,8 @@ class ModelSpec:
     parameters: int | None = None
     macs: int | None = None
     # What the model's output is: "classification" (logits [B, classes]) or
-    # "segmentation" (logits [B, H / stride, W / stride, classes], NHWC).
+    # "segmentation" (logits [B, H / stride, W / stride, classes], NHWC) or
+    # "detection" (box regressions [B, anchors, 4] and logits [B, anchors, classes]).
     task: str = "classification"
     # Classes of a model built without ``num_classes``, and of its official weights.
     num_classes: int = 1000
@@ -178,7 +180,7 @@ class ModelSpec:
 
 
 CATALOG = Path(__file__).with_name("data") / "models.json"
-TASKS = ("classification", "segmentation")
+TASKS = ("classification", "segmentation", "detection")
 
 # Every variant as the catalog describes it, read on first use.
 _REGISTRY: dict[str, ModelSpec] = {}

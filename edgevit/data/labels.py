@@ -12,10 +12,19 @@ def imagenet_classes() -> list[tuple[str, str]]:
     return [tuple(line.split("\t", 1)) for line in text.splitlines() if line]
 
 
-def default_labels(num_classes: int) -> list[str]:
-    """ImageNet labels for 1000-class models, ``class_<i>`` otherwise."""
+def coco_classes() -> list[str]:
+    """The 80 COCO categories in category-id order after ``background`` (class
+    0), as cvnets' COCO detectors number them (coco_base.py ``class_names``)."""
+    return resources.files("edgevit.data").joinpath("coco_classes.txt").read_text().splitlines()
+
+
+def default_labels(num_classes: int, task: str = "classification") -> list[str]:
+    """ImageNet labels for 1000-class models, COCO's for 81-class detectors,
+    ``class_<i>`` otherwise."""
     if num_classes == 1000:
         return [label for _, label in imagenet_classes()]
+    if task == "detection" and num_classes == len(coco_classes()):
+        return coco_classes()
     return [f"class_{i}" for i in range(num_classes)]
 
 
