@@ -178,7 +178,7 @@ class ModelSpec:
 
 
 CATALOG = Path(__file__).with_name("data") / "models.json"
-TASKS = ("classification", "segmentation")
+TASKS = ("classification", "segmentation", "detection")
 
 # Every variant as the catalog describes it, read on first use.
 _REGISTRY: dict[str, ModelSpec] = {}

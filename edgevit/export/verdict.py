@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgevit.errors import shell_word
+from edgevit.litert.detection_postprocess import POSTPROCESS_OP
 from edgevit.pretrained import RANDOM_INIT
 
 # Precisions whose files GPU delegates run entirely (dynamic-range and int16
@@ -110,18 +111,20 @@ def _places(result) -> tuple[list[Place], list[tuple[str | None, str]]]:
     gpu, nnapi = result.delegates.get("gpu"), result.delegates.get("nnapi")
     run = result.gpu_run
     if result.precision in GPU_PRECISIONS and gpu is not None:
+        fallbacks, tail = _fallbacks(gpu)
         if run is not None and run.ran and not run.agrees:
             doubts.append(("GPU", "the GPU accelerator gave another answer than XNNPACK: not the GPU delegate"))
-        elif gpu["fallback_ops"]:
-            doubts.append(("GPU", f"GPU delegate with {gpu['fallback_ops']} of {gpu['ops']} ops on the CPU"))
+        elif fallbacks:
+            doubts.append(("GPU", f"GPU delegate with {fallbacks} of {gpu['ops']} ops on the CPU"))
         else:
             places.append(Place("GPU", "GPU delegate" + (" (run here: same answer)" if run is not None and run.ran
-                                                         else " (by its rules; not run here)")))
+                                                         else " (by its rules; not run here)") + tail))
     if nnapi is not None:
-        if nnapi["fallback_ops"]:
-            doubts.append(("NNAPI", f"NNAPI with {nnapi['fallback_ops']} of {nnapi['ops']} ops on the CPU"))
+        fallbacks, tail = _fallbacks(nnapi)
+        if fallbacks:
+            doubts.append(("NNAPI", f"NNAPI with {fallbacks} of {nnapi['ops']} ops on the CPU"))
         else:
-            places.append(Place("NNAPI", f"NNAPI (Android API {nnapi.get('android_api')} rules)"))
+            places.append(Place("NNAPI", f"NNAPI (Android API {nnapi.get('android_api')} rules)" + tail))
     arm = result.arm_run
     if arm is not None and arm.ran:
         if arm.agrees:
@@ -132,6 +135,15 @@ def _places(result) -> tuple[list[Place], list[tuple[str | None, str]]]:
     if x86:
         doubts.append((None, "; ".join(f"{w['op']} x{w['count']}: {w['reason']}" for w in x86)))
     return places, doubts
+
+
+def _fallbacks(report: dict) -> tuple[int, str]:
+    """(the ops a delegate leaves on the CPU but a detector's post-processing
+    op, what the place's name adds): the op runs on the CPU after the
+    delegated graph on every delegate, as its clients expect."""
+    postprocessing = sum(f["count"] for f in report["fallbacks"] if f["op"] == POSTPROCESS_OP)
+    return report["fallback_ops"] - postprocessing, " (its detection post-processing on the CPU)" if postprocessing \
+        else ""
 
 
 def _advice_for(ruled_out: dict, result) -> list[str]:
