@@ -258,7 +258,8 @@ def _detector_metadata(doc: dict, size: int, image_input: dict, labels_file: dic
             {"y_center": float(y), "x_center": float(x), "height": float(h), "width": float(w)}
             for y, x, h, w in np.asarray(anchors, dtype=np.float32)]}},
         "tensors_decoding_options": {
-            "num_classes": classes, "num_boxes": int(len(anchors)), "num_coords": 4,
+            # no keypoints; MediaPipe checks that each would have 2 values all the same
+            "num_classes": classes, "num_boxes": int(len(anchors)), "num_coords": 4, "num_values_per_keypoint": 2,
             "y_scale": scales[0], "x_scale": scales[1], "h_scale": scales[2], "w_scale": scales[3],
             "apply_exponential_on_box_size": True, "sigmoid_score": False},
     }
@@ -291,6 +292,31 @@ def segmenter_activation(standard: dict) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def detector_options(standard: dict) -> dict | None:
+    """The ObjectDetectorOptions a parsed entry's DETECTOR_METADATA holds
+    (None: the entry has none, or one that cannot be read)."""
+    for subgraph in standard.get("subgraph_metadata") or []:
+        for custom in subgraph.get("custom_metadata") or []:
+            data = custom.get("data")
+            if custom.get("name") != DETECTOR_METADATA or not data:
+                continue
+            try:
+                if data[4:8] != DETECTOR_IDENTIFIER:
+                    return None
+                reader = _BoundedReader(data)
+                return reader.table(reader.target(0), "ObjectDetectorOptions")
+            except ValueError:
+                return None
+    return None
+
+
+def anchors_of_options(options: dict) -> np.ndarray:
+    """The anchors of ObjectDetectorOptions, [A, 4] (ycenter, xcenter, height, width)."""
+    anchors = ((options.get("ssd_anchors_options") or {}).get("fixed_anchors_schema") or {}).get("anchors") or []
+    return np.asarray([[a.get(k, 0.0) for k in ("y_center", "x_center", "height", "width")] for a in anchors],
+                      dtype=np.float32).reshape(-1, 4)
 
 
 def _one_if_equal(values: list[float]) -> list[float]:
