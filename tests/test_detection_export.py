@@ -21,7 +21,6 @@ from edgevit.export import detection
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.litert.detection_postprocess import ON_THE_CPU, POSTPROCESS_OP, Suppression, raw_view, \
     with_postprocess
-from edgevit.litert.flatbuffer import read
 from edgevit.litert.metadata import read_embedded
 from edgevit.litert.metadata_check import metadata_problems
 from edgevit.litert.run_model import run_in_process, split_outputs
@@ -176,7 +175,7 @@ def test_mediapipe_detects_with_the_raw_form_what_the_postprocessing_op_finds(fi
     for image, detections in enumerate(found):
         kept = int(counts[image])
         assert len(detections) == kept
-        for label, name, score, *box in detections:
+        for _, name, score, *box in detections:
             near = np.abs(scores[image, :kept] - score) < 1e-6
             near &= np.array([CLASSES[1 + int(c)] == name for c in classes[image, :kept]])
             near &= np.abs(_as_mediapipe_box(boxes[image, :kept]) - box).max(axis=1) <= 1.5 / SIZE
