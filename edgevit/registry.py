@@ -166,7 +166,8 @@ class ModelSpec:
     parameters: int | None = None
     macs: int | None = None
     # What the model's output is: "classification" (logits [B, classes]) or
-    # "segmentation" (logits [B, H / stride, W / stride, classes], NHWC).
+    # "segmentation" (logits [B, H / stride, W / stride, classes], NHWC) or
+    # "detection" (box regressions [B, anchors, 4] and logits [B, anchors, classes]).
     task: str = "classification"
     # Classes of a model built without ``num_classes``, and of its official weights.
     num_classes: int = 1000
