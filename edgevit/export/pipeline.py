@@ -47,7 +47,6 @@ from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
 from edgevit.litert.inputs import file_input_values
 from edgevit.litert.logits_view import logits_file
-from edgevit.litert.detection_postprocess import raw_view
 from edgevit.litert.metadata import DETECTION, SEGMENTATION, build_metadata, embed
 from edgevit.litert.run_model import run_in_child, split_outputs
 from edgevit.memory import memory_of
@@ -56,7 +55,7 @@ from edgevit.pretrained import RANDOM_INIT, random_init_hint
 from edgevit.progress import Progress
 from edgevit.registry import ModelSpec
 from edgevit.saving import class_names_of
-from edgevit.writing import Staging, check_writable, staged, temporary_folder
+from edgevit.writing import Staging, check_writable, staged
 
 DEFAULT_VALIDATION_SAMPLES = 32
 
@@ -287,13 +286,8 @@ def validate(model, packaged: Package, staged_model: Path, images: ImageSet, thr
         expected = keras_outputs(model, images, fake_quant, on_batch=advance)
     inputs = images.map(packaged.input_values)
     if packaged.metadata.get("task") == DETECTION:
-        raw = raw_view(packaged.content)  # a file with the post-processing op: the boxes and scores it reads
-        with contextlib.ExitStack() as stack:
-            path = staged_model
-            if raw is not packaged.content:
-                path = stack.enter_context(temporary_folder("edgevit-raw-")) / staged_model.name
-                path.write_bytes(raw)
-            boxes, scores = split_outputs(raw, run_in_child(path, inputs, num_threads=threads))
+        with logits_file(staged_model) as raw:  # with the post-processing op: the boxes and scores it reads
+            boxes, scores = split_outputs(raw.read_bytes(), run_in_child(raw, inputs, num_threads=threads))
         release_memory()
         return detection.raw_agreement(*expected, boxes, scores), None, time.perf_counter() - start
     with logits_file(staged_model) as logits_path:
@@ -443,6 +437,9 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         # to the image before it applies the softmax its metadata names, and
         # ImageNet's top-5 photos say nothing of it
         opts = dataclasses.replace(opts, outputs="logits", show_top5_photos=False)
+    if opts.add_postprocessing_op and spec.task != DETECTION:
+        raise EdgevitError(f"--add-postprocessing-op: {spec.name} is a {spec.task} model; the detection "
+                           "post-processing op ends a detector's file.")
     if spec.task == DETECTION:
         # the file scores each class with a softmax (edgevit.export.detection)
         opts = dataclasses.replace(opts, outputs="probabilities", show_top5_photos=False)
