@@ -154,14 +154,21 @@ class Detection:
         difference = tf.abs(regressions - wanted)
         smooth_l1 = tf.where(difference < 1.0, 0.5 * difference ** 2, difference - 0.5)
         box_loss = tf.reduce_sum(tf.reduce_sum(smooth_l1, -1) * tf.cast(positive, tf.float32))
-        log_probabilities = tf.nn.log_softmax(logits, -1)
-        background_loss = tf.stop_gradient(tf.where(positive, -float("inf"), -log_probabilities[..., 0]))
+        class_loss = -tf.gather(tf.nn.log_softmax(logits, -1), labels, batch_dims=2)
+        return box_loss + tf.reduce_sum(class_loss * tf.cast(self.counted(logits, labels), tf.float32))
+
+    def counted(self, logits, labels):
+        """[N, A] the anchors the classification loss counts: the matched
+        ones and, in each image, the NEG_POS_RATIO times as many background
+        anchors whose background loss is highest."""
+        import tensorflow as tf
+
+        positive = labels > 0
+        background_loss = tf.stop_gradient(tf.where(positive, -float("inf"), -tf.nn.log_softmax(logits, -1)[..., 0]))
         # each anchor's rank by its background loss, hardest first (cvnets sorts twice, as here)
         rank = tf.argsort(tf.argsort(background_loss, -1, direction="DESCENDING", stable=True), -1, stable=True)
         negatives = self.NEG_POS_RATIO * tf.reduce_sum(tf.cast(positive, tf.int32), -1, keepdims=True)
-        counted = tf.logical_or(positive, rank < negatives)
-        class_loss = -tf.gather(log_probabilities, labels, batch_dims=2)
-        return box_loss + tf.reduce_sum(class_loss * tf.cast(counted, tf.float32))
+        return tf.logical_or(positive, rank < negatives)
 
     def hits(self, outputs, targets):
         import tensorflow as tf
