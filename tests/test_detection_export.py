@@ -64,7 +64,7 @@ def _standin():
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """{"raw": (path, report), "nms": (path, report)}: one model in both forms."""
+    """{"raw": (path, result), "nms": (path, result)}: one model in both forms."""
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setattr(detection, "anchors_of", lambda model: _anchors())
     monkeypatch.setattr(detection, "box_scales", lambda: SCALES)
@@ -75,7 +75,7 @@ def files(tmp_path_factory):
         path = out / f"det_{form}.tflite"
         opts = ExportOptions(output=str(path), calib_samples=8, validation_samples=8, gpu_images=0,
                              add_postprocessing_op=form == "nms")
-        made[form] = path, export(model, spec, opts).to_dict()
+        made[form] = path, export(model, spec, opts)
     monkeypatch.undo()
     return made
 
@@ -105,7 +105,8 @@ def _detect(client: str, model, pixels, tmp_path) -> list | str:
 
 
 def test_raw_form_is_all_integer_and_its_metadata_is_what_mediapipe_reads(files):
-    path, report = files["raw"]
+    path, result = files["raw"]
+    report = result.to_dict()
     outputs = report["io"]["outputs"]
     anchors = GRID * GRID * PER_PLACE
     assert [(o["shape"], o["dtype"]) for o in outputs] == [([1, anchors, 4], "uint8"), ([1, anchors, 3], "uint8")]
@@ -116,6 +117,7 @@ def test_raw_form_is_all_integer_and_its_metadata_is_what_mediapipe_reads(files)
         assert report["delegates"][delegate]["fallback_ops"] == 0, report["delegates"][delegate]
     a = report["agreement"]
     assert a["samples"] == 8 and a["anchors"] == anchors and a["cosine_mean"] > 0.99 and a["box_cosine_mean"] > 0.99
+    assert a["detections"][0] > 0 and a["detections_same"] >= 0.75  # the confident detections, after suppression
 
     content = path.read_bytes()
     assert metadata_problems(content) == []
@@ -132,7 +134,8 @@ def test_raw_form_is_all_integer_and_its_metadata_is_what_mediapipe_reads(files)
 
 
 def test_nms_form_ends_in_the_postprocessing_op_on_the_cpu(files):
-    path, report = files["nms"]
+    path, result = files["nms"]
+    report = result.to_dict()
     assert [(o["name"], o["shape"], o["dtype"]) for o in report["io"]["outputs"]] == [
         ("location", [1, 100, 4], "float32"), ("category", [1, 100], "float32"), ("score", [1, 100], "float32"),
         ("number of detections", [1], "float32")]
@@ -215,3 +218,32 @@ def test_clients_load_the_nms_form_and_show_what_litert_computes(files, tmp_path
         np.testing.assert_allclose([score for _, _, score, *_ in detections], scores[image, kept], atol=1e-6)
         expected = shown if client == "mediapipe" else boxes[image]  # the Task Library clips no box
         np.testing.assert_allclose([box for _, _, _, *box in detections], expected[kept], atol=1.5 / SIZE)
+
+
+@pytest.mark.parametrize("form", ["raw", "nms"])
+def test_check_and_bench_read_the_detector(files, form):
+    from click.testing import CliRunner
+
+    from edgevit.cli import main
+
+    path, _ = files[form]
+    result = CliRunner().invoke(main, ["check", str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    checked = json.loads(result.stdout)
+    assert checked["metadata"]["problems"] == [] and checked["metadata"]["edgevit"]["task"] == "detection"
+    gpu = [(f["op"], f["reason"]) for f in checked["gpu"]["fallback_summary"]]
+    assert gpu == ([(POSTPROCESS_OP, ON_THE_CPU)] if form == "nms" else [])
+    result = CliRunner().invoke(main, ["bench", str(path), "--threads", "1", "--host-kernels", "xnnpack", "--runs",
+                                       "2", "--warmup", "1", "--json"])
+    assert result.exit_code == 0, result.stderr
+
+
+def test_the_report_table_shows_a_detectors_agreement(files):
+    import io
+
+    from edgevit.export.report import print_report
+
+    out = io.StringIO()
+    print_report(files["raw"][1], stream=out)
+    table = out.getvalue()
+    assert "anchors' top class" in table and "same detections" in table and "verdict:" in table

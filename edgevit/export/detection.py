@@ -95,16 +95,60 @@ def keras_scores(logits: np.ndarray) -> np.ndarray:
 
 
 def raw_agreement(keras_boxes: np.ndarray, keras_logits: np.ndarray, file_boxes: np.ndarray,
-                  file_scores: np.ndarray) -> dict:
+                  file_scores: np.ndarray, anchors: np.ndarray) -> dict:
     """The raw outputs of a file against the Keras model's, anchor by anchor
     ([N, A, 4] boxes, [N, A, C] scores): the scores' top class and cosine
-    (``top1_agreement``, ``cosine_*``: what the verdict reads) and the box
-    regressions' cosine and largest error."""
-    scores = agreement(keras_scores(keras_logits).reshape(-1, file_scores.shape[-1]),
-                       file_scores.reshape(-1, file_scores.shape[-1]))
+    (``top1_agreement``, ``cosine_*``: what the verdict reads), the box
+    regressions' cosine and largest error; and image by image, whether the
+    two find the same confident detections (:func:`same_detections`)."""
+    expected = keras_scores(keras_logits)
+    scores = agreement(expected.reshape(-1, file_scores.shape[-1]), file_scores.reshape(-1, file_scores.shape[-1]))
     boxes = agreement(keras_boxes.reshape(-1, 4), file_boxes.reshape(-1, 4))
+    found = [[_confident(regressions, probabilities, anchors) for regressions, probabilities in pairs]
+             for pairs in zip(zip(keras_boxes, expected), zip(file_boxes, file_scores))]
     return {"samples": int(len(file_boxes)), "anchors": int(file_boxes.shape[1]),
             "top1_agreement": scores["top1_agreement"], "cosine_mean": scores["cosine_mean"],
             "cosine_min": scores["cosine_min"], "max_abs_score_error": scores["max_abs_logit_error"],
             "box_cosine_mean": boxes["cosine_mean"], "box_cosine_min": boxes["cosine_min"],
-            "max_abs_box_error": boxes["max_abs_logit_error"]}
+            "max_abs_box_error": boxes["max_abs_logit_error"],
+            "detections_same": float(np.mean([same_detections(k, f) for k, f in found])),
+            "detections": [sum(len(k[1]) for k, _ in found), sum(len(f[1]) for _, f in found)],
+            "detection_score": CONFIDENT}
+
+
+# A detection an app shows (its score at least this) is compared between the
+# Keras model and the file; below it, int8's rounding of near-equal scores
+# decides which of many weak boxes survive the suppression.
+CONFIDENT = 0.5
+# Two detections are the same when their classes are and their boxes overlap this much.
+SAME_BOX_IOU = 0.5
+
+
+def _confident(regressions: np.ndarray, probabilities: np.ndarray, anchors: np.ndarray):
+    """One image's detections (boxes, classes) scoring at least CONFIDENT, as
+    evaluation suppresses them (edgevit.models.box_coding, per class);
+    ``probabilities`` without the background."""
+    from edgevit.models.box_coding import decode, per_class_nms
+
+    with_background = np.concatenate([np.zeros_like(probabilities[:, :1]), probabilities], axis=1)
+    boxes, scores, classes = per_class_nms(decode(regressions, anchors), with_background)
+    keep = scores >= CONFIDENT
+    return boxes[keep], classes[keep]
+
+
+def same_detections(expected, found) -> bool:
+    """Whether two images' detections (boxes, classes) pair up one to one,
+    each pair of one class with boxes overlapping at least SAME_BOX_IOU."""
+    from edgevit.models.box_coding import iou
+
+    (boxes, classes), (other_boxes, other_classes) = expected, found
+    if len(classes) != len(other_classes):
+        return False
+    free = np.ones(len(other_classes), bool)
+    for box, cls in zip(boxes, classes):
+        candidates = np.flatnonzero(free & (other_classes == cls))
+        overlaps = iou(box[None], other_boxes[candidates]).reshape(-1) if len(candidates) else np.zeros(0)
+        if not len(candidates) or overlaps.max() < SAME_BOX_IOU:
+            return False
+        free[candidates[overlaps.argmax()]] = False
+    return True

@@ -289,7 +289,8 @@ def validate(model, packaged: Package, staged_model: Path, images: ImageSet, thr
         with logits_file(staged_model) as raw:  # with the post-processing op: the boxes and scores it reads
             boxes, scores = split_outputs(raw.read_bytes(), run_in_child(raw, inputs, num_threads=threads))
         release_memory()
-        return detection.raw_agreement(*expected, boxes, scores), None, time.perf_counter() - start
+        return (detection.raw_agreement(*expected, boxes, scores, detection.anchors_of(model)), None,
+                time.perf_counter() - start)
     with logits_file(staged_model) as logits_path:
         logits = agreement(expected, run_in_child(logits_path, inputs, num_threads=threads))
     probabilities = None

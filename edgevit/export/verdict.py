@@ -65,6 +65,9 @@ def verdict(result) -> Verdict:
     segmenter = "pixels" in a  # agreement measured per pixel
     measured = (f"pixel argmax {a['top1_agreement'] * 100:.1f}%, pixel logit cosine {a['cosine_mean']:.4f} on "
                 f"{a['samples']} images" if segmenter else
+                f"anchors' top class {a['top1_agreement'] * 100:.1f}%, score cosine {a['cosine_mean']:.4f}, box "
+                f"cosine {a['box_cosine_mean']:.4f}, the same detections on {a['detections_same'] * 100:.0f}% of "
+                f"{a['samples']} images" if "anchors" in a else
                 f"top-1 {a['top1_agreement'] * 100:.1f}%, logit cosine {a['cosine_mean']:.4f} on {a['samples']} images")
     random_weights = result.weights == RANDOM_INIT
     model = shell_word(result.files.model)
@@ -83,6 +86,8 @@ def verdict(result) -> Verdict:
             why += " (random weights: convert pretrained or fine-tuned ones to judge the real model)"
         nxt = (f"`edgevit eval {model} --data DIR` for its mIoU on your segmentation folder; MediaPipe's "
                "ImageSegmenter loads it as it is" if segmenter else
+               f"`edgevit eval {model} --data DIR` for its mAP on your detection folder; MediaPipe's "
+               "ObjectDetector loads it as it is" if "anchors" in a else
                f"`edgevit eval {model} --data DIR` for its accuracy on your images, then "
                f"`edgevit bundle {model} --android-demo android_demo` to try it on a phone")
     elif random_weights:
