@@ -247,3 +247,16 @@ def test_the_report_table_shows_a_detectors_agreement(files):
     print_report(files["raw"][1], stream=out)
     table = out.getvalue()
     assert "anchors' top class" in table and "same detections" in table and "verdict:" in table
+
+
+def test_the_postprocessing_op_on_a_classifier_is_one_error_and_no_file(tmp_path):
+    import keras
+
+    from edgevit.errors import EdgevitError
+
+    image = keras.Input((SIZE, SIZE, 3))
+    model = keras.Model(image, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(image)))
+    opts = ExportOptions(output=str(tmp_path / "c.tflite"), add_postprocessing_op=True, gpu_images=0)
+    with pytest.raises(EdgevitError, match="--add-postprocessing-op: mobilevit_v1_xxs is a classification model"):
+        export(model, get_spec("mobilevit_v1_xxs"), opts)
+    assert not list(tmp_path.iterdir())
