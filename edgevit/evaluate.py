@@ -20,13 +20,14 @@ from edgevit.data.labels import default_labels
 from edgevit.data.stream import BATCH_SIZE
 from edgevit.errors import EdgevitError, about
 from edgevit.progress import Progress
-from edgevit.litert.metadata import SEGMENTATION
+from edgevit.litert.metadata import CLASSIFICATION, DETECTION, SEGMENTATION
 from edgevit.train.metrics import AccuracyTally, SegmentationTally, traced_forward, upsampled_classes
 
 
 def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None) -> dict:
     """Evaluate a ``.keras`` or ``.tflite`` model on every image of
     ``data_dir``, streamed: it holds a batch of images at a time."""
+    from edgevit.data.boxes import find_detection_dataset, is_detection_folder
     from edgevit.data.folders import find_evaluation_images
     from edgevit.data.listing import left_out_summary
     from edgevit.data.masks import find_segmentation_dataset, is_segmentation_folder
@@ -40,12 +41,16 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     if path.suffix not in (".tflite", ".keras"):
         raise EdgevitError(f"{model_path!r} is neither a .keras nor a .tflite model.")
     segmentation = is_segmentation_folder(data_dir)
-    images = find_segmentation_dataset(data_dir) if segmentation else find_evaluation_images(data_dir)
+    # a VOC devkit holds both masks and boxes: a detector reads its boxes
+    detection = is_detection_folder(data_dir) and (not segmentation or _model_task(path) == DETECTION)
+    segmentation = segmentation and not detection
+    images = (find_detection_dataset(data_dir) if detection else find_segmentation_dataset(data_dir) if segmentation
+              else find_evaluation_images(data_dir))
     if path.suffix == ".tflite":
         content = read_file(path)
         meta = _edgevit_metadata(path, content)  # checked against the file: every field is there and fits it
         pre, name, labels, task = preprocessing_of(meta), meta["model"], meta["labels"], task_of(meta)
-        _check_task(task, segmentation, name, data_dir)
+        _check_task(task, segmentation, detection, name, data_dir)
     else:
         from edgevit.native_output import import_tensorflow_quietly
         from edgevit.saving import check_model_file, class_names_of, load_model, spec_of
@@ -56,13 +61,18 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
 
         model = load_model(path)
         spec = spec_of(model)
-        _check_task(spec.task, segmentation, model.name, data_dir)
+        _check_task(spec.task, segmentation, detection, model.name, data_dir)
         pre = spec.preprocessing_at(int(model.inputs[0].shape[1]))
         name = model.name
-        classes_out = int(model.outputs[0].shape[-1])
+        classes_out = int(model.outputs[-1].shape[-1])
         labels = class_names_of(model) or default_labels(classes_out)
+    if detection and path.suffix == ".tflite" and len(labels) == len(images.classes) - 1:
+        labels = [images.classes[0], *labels]  # a file whose scores leave the background out
     to_output = _output_index(images.classes, [str(label) for label in labels], name, data_dir)
     scored = (content, meta) if path.suffix == ".tflite" else model
+    if detection:
+        return _detection_report(path, images, to_output, pre, name, [str(label) for label in labels], threads,
+                                 scored, progress)
     if segmentation:
         return _segmentation_report(path, images, to_output, pre, name, [str(label) for label in labels], threads,
                                     scored, progress)
@@ -92,8 +102,26 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     return report
 
 
-def _check_task(task: str, segmentation: bool, name: str, data_dir: str) -> None:
+def _model_task(path: Path) -> str:
+    """The task of the model at ``path`` (a .tflite file's from its metadata), before it is loaded."""
+    if path.suffix == ".tflite":
+        from edgevit.litert.flatbuffer import read_file
+        from edgevit.litert.metadata import read_embedded, task_of
+
+        return task_of(read_embedded(read_file(path)))
+    from edgevit.train.run import model_task
+
+    return model_task(str(path)) or CLASSIFICATION
+
+
+def _check_task(task: str, segmentation: bool, detection: bool, name: str, data_dir: str) -> None:
     """One error where the model's task is not the folder's."""
+    if detection != (task == DETECTION):
+        raise EdgevitError(f"{data_dir} is a detection folder (boxes); {name} is an image {task} model: evaluate a "
+                           "detector on it (one of `edgevit list`'s ssdlite_*)." if detection else
+                           f"{name} is a detector; {data_dir} is not a detection folder (COCO's annotations/"
+                           "instances_val.json with val/ images, or a VOC devkit with Annotations/): its mAP needs "
+                           "boxes.")
     if segmentation and task != SEGMENTATION:
         raise EdgevitError(f"{data_dir} is a segmentation folder (masks of class indices); {name} is an image "
                            f"{task} model: evaluate a segmenter on it (e.g. one of `edgevit list`'s deeplabv3_*), "
@@ -156,6 +184,103 @@ def _segmentation_report(path: Path, folder, to_output: np.ndarray, pre, name: s
                    "images": found - len(skipped), "unreadable_skipped": len(skipped),
                    "skipped_reasons": skipped.counts()})
     return report
+
+
+def _detection_report(path: Path, folder, to_output: np.ndarray, pre, name: str, labels: list[str], threads: int,
+                      scored, progress: Progress) -> dict:
+    """COCO mAP (IoU 0.5:0.95), AP50 and per-class AP of the detector on
+    the val/ images of ``folder``, as cvnets evaluates its SSD models: each
+    whole image resized to the input, the boxes decoded against the
+    anchors, the class probabilities through per-class NMS
+    (:func:`edgevit.models.box_coding.per_class_nms`), then pycocotools'
+    COCOeval against the boxes placed with the image (in the input's
+    pixels). ``to_output``: the model's output of each of the folder's
+    classes; ``scored``: the Keras model, or the .tflite file's content and
+    metadata."""
+    from edgevit.data.stream import ImageStream
+    from edgevit.models.box_coding import decode, per_class_nms
+    from edgevit.train.metrics import DetectionTally
+
+    stream = ImageStream(folder.val, pre)
+    found, size = len(stream), pre.input_size
+    tally = DetectionTally(labels)
+    progress.step(f"Running {path.name} on the {found} val images of {folder.root} ({folder.layout})")
+    with contextlib.ExitStack() as stack:
+        forward, anchors = _detector_forward(stack, path, scored, found, threads, len(labels))
+        advance = stack.enter_context(progress.bar("scoring", found, "images"))
+        for inputs, targets in stream.batches(size, BATCH_SIZE):
+            regressions, probabilities = forward(inputs)
+            for image_regressions, image_probabilities, boxes in zip(regressions, probabilities, targets):
+                truth = boxes[boxes[:, 4] > 0]
+                tally.add(truth[:, :4] * size, to_output[truth[:, 4].astype(np.int64)],
+                          *per_class_nms(decode(image_regressions, anchors) * size, image_probabilities))
+            advance(len(targets))
+    skipped = stream.tally
+    report = tally.report()
+    if not report["images"]:
+        raise EdgevitError(f"None of the {found} val images of {folder.root} could be read"
+                           + (f": {skipped.summary()}." if skipped else "."))
+    report.update({"model": name, "file": str(path), "data": str(folder.root), "split": "val",
+                   "layout": folder.layout, "task": DETECTION, "input_size": size, "found": found,
+                   "unreadable_skipped": len(skipped), "skipped_reasons": skipped.counts(),
+                   "left_out": folder.skipped})
+    return report
+
+
+def _detector_forward(stack: contextlib.ExitStack, path: Path, scored, images: int, threads: int, classes: int):
+    """(forward, anchors): ``forward(inputs)`` -> (box regressions [N, A, 4],
+    class probabilities [N, A, classes]) of the Keras model or the .tflite
+    file ``scored`` (a file's scores are logits, or probabilities with or
+    without the background); the anchors its regressions are relative to."""
+    from edgevit.models.ssdlite import anchor_boxes
+
+    if path.suffix != ".tflite":
+        run = keras_forward(scored, images)
+        return (lambda batch: _probabilities([np.asarray(t) for t in run(batch)], classes)), anchor_boxes(scored)
+    from edgevit.litert.inputs import file_input_values
+    from edgevit.registry import create_model
+
+    content, meta = scored
+    size = int(meta["preprocessing"]["input_size"])
+    anchors = anchor_boxes(create_model(meta["model"], num_classes=classes, input_size=size))
+    run, values = _file_outputs(content, threads), file_input_values(content, meta)
+    return (lambda batch: _probabilities(run(values(batch)), classes)), anchors
+
+
+def _file_outputs(content: bytes, threads: int):
+    """``run(inputs)`` -> [boxes, scores] of a detector's .tflite file, dequantised, a batch at a time."""
+    from edgevit.litert.interpreter import load_interpreter
+    from edgevit.litert.run_model import dequantize, quantize
+
+    interpreter = load_interpreter(content, num_threads=threads)
+    interpreter.allocate_tensors()
+    image, outputs = interpreter.get_input_details()[0], interpreter.get_output_details()
+    if len(outputs) != 2:
+        raise EdgevitError(f"The file has {len(outputs)} outputs; eval scores a detector's two (boxes, scores), "
+                           "not the detection post-processing op's four: convert it without that op.")
+
+    def run(inputs):
+        results = []
+        for sample in inputs:
+            interpreter.set_tensor(image["index"], quantize(sample[None], image))
+            interpreter.invoke()
+            results.append([dequantize(interpreter.get_tensor(out["index"]), out)[0] for out in outputs])
+        return [np.stack(part) for part in zip(*results)]
+
+    return run
+
+
+def _probabilities(outputs: list[np.ndarray], classes: int):
+    """(regressions, probabilities [N, A, classes]) from a detector's
+    outputs: logits through a softmax; probabilities that leave the
+    background out get a column of zeros for it (NMS skips class 0)."""
+    regressions, scores = outputs
+    if scores.shape[-1] == classes - 1:
+        return regressions, np.concatenate([np.zeros_like(scores[..., :1]), scores], -1)
+    if scores.min() >= 0 and np.allclose(scores.sum(-1), 1, atol=0.1):
+        return regressions, scores
+    shifted = np.exp(scores - scores.max(-1, keepdims=True))
+    return regressions, shifted / shifted.sum(-1, keepdims=True)
 
 
 # Tracing a QAT model costs as much as this many of its eager batches (its

@@ -58,10 +58,11 @@ def class_names_of(model) -> list[str] | None:
 
 
 def set_class_names(model, names) -> None:
-    """Attach class names to ``model``: one per output, each on one line
-    (they become the lines of the labels file)."""
+    """Attach class names to ``model``: one per output (a detector's: per
+    class of its scores, the last output), each on one line (they become
+    the lines of the labels file)."""
     names = [str(name) for name in names]
-    classes = int(model.outputs[0].shape[-1])
+    classes = int(model.outputs[-1].shape[-1])
     if len(names) != classes:
         raise EdgevitError(f"{len(names)} class names given for a model with {classes} outputs.")
     for name in names:
@@ -291,13 +292,13 @@ def resolve_model(name_or_path: str, num_classes: int | None = None, input_size:
                                f"from the ImageNet weights; {name_or_path} already holds its own weights.")
         model = load_model(name_or_path)
         spec = spec_of(model)
-        if num_classes not in (None, model.outputs[0].shape[-1]):
-            raise EdgevitError(f"{name_or_path} has {model.outputs[0].shape[-1]} classes; "
+        if num_classes not in (None, model.outputs[-1].shape[-1]):
+            raise EdgevitError(f"{name_or_path} has {model.outputs[-1].shape[-1]} classes; "
                                "--num-classes cannot change a trained model's head.")
         if weights is not None:
             load_weights_into(model, weights)
         if input_size not in (None, model.inputs[0].shape[1]):
-            resized = create_model(spec.name, num_classes=model.outputs[0].shape[-1], input_size=input_size)
+            resized = create_model(spec.name, num_classes=model.outputs[-1].shape[-1], input_size=input_size)
             copy_weights(model, resized, name_or_path)
             if class_names_of(model):
                 set_class_names(resized, class_names_of(model))
@@ -309,7 +310,7 @@ def resolve_model(name_or_path: str, num_classes: int | None = None, input_size:
         keras.utils.set_random_seed(0)
     model = create_model(name_or_path, num_classes=num_classes, input_size=input_size, weights=weights)
     names = stored_class_names(weights) if weights is not None and weights.endswith(MODEL_SUFFIX) else None
-    if names and len(names) == int(model.outputs[0].shape[-1]):
+    if names and len(names) == int(model.outputs[-1].shape[-1]):
         set_class_names(model, names)
     return model, get_spec(name_or_path)
 

@@ -141,6 +141,12 @@ def _multiply_accumulates(macs: int) -> str:
               help="Output raw logits instead of probabilities (by default the file ends in the softmax, as "
                    "image classifiers do, so client scores and thresholds are probabilities). A segmenter's file "
                    "always outputs its map of logits; its metadata names the softmax MediaPipe applies.")
+@click.option("--add-postprocessing-op", "add_postprocessing_op", is_flag=True,
+              help="A detector's file ends in TFLite's detection post-processing op (box decoding and NMS: "
+                   "outputs location, category, score, number of detections, float32), what the TFLite Task "
+                   "Library requires; the op runs on the CPU. By default a detector's file outputs its raw boxes "
+                   "and scores (uint8) with the anchors in its metadata, as MediaPipe's ObjectDetector reads them, "
+                   "every op on the delegates.")
 @click.option("-o", "--output", type=str, default=None,
               help="Output .tflite path (default: NAME_PRECISION.tflite in the current folder, named after where "
                    "the weights come from: model_int8.tflite for model.keras or --weights model.weights.h5, "
@@ -163,7 +169,8 @@ def _multiply_accumulates(macs: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @user_errors
 def convert_command(model, precision, weights, input_size, num_classes, calib_dir, calib_samples,
-                    io_dtype, logits, output, overwrite, android_demo, no_gpu_run, no_arm_run, no_diagnosis, as_json):
+                    io_dtype, logits, add_postprocessing_op, output, overwrite, android_demo, no_gpu_run, no_arm_run,
+                    no_diagnosis, as_json):
     """Convert MODEL (a registered name or a .keras file) to a validated .tflite file, with its metadata
     (.json), labels (.labels.txt) and report (.report.json) beside it.
 
@@ -189,7 +196,8 @@ def convert_command(model, precision, weights, input_size, num_classes, calib_di
                          show_top5_photos=imagenet and num_classes in (None, IMAGENET_CLASSES),
                          diagnose_below_cosine=None if no_diagnosis else 0.98,
                          **({"gpu_images": 0} if no_gpu_run else {}),
-                         arm_images=0 if no_arm_run else DEFAULT_ARM_IMAGES)
+                         arm_images=0 if no_arm_run else DEFAULT_ARM_IMAGES,
+                         add_postprocessing_op=add_postprocessing_op)
     check_options(opts)  # before the model is built, not after converting
     refuse_existing(ExportFiles.beside(Path(output)).all(), overwrite)
     from edgevit.saving import check_model_file, existing_file

@@ -27,7 +27,8 @@ def _common_options(lr: float):
 
     options = [
         click.option("--data", "data_dir", required=True, metavar="DIR", callback=leads_somewhere,
-                     help="Image folder: DIR/train/<class>/*, DIR/val/<class>/* (or DIR/<class>/* with --val-split). "
+                     help="Image folder: DIR/train/<class>/*, DIR/val/<class>/* (or DIR/<class>/* with --val-split); "
+                          "a segmentation folder for a segmenter, a detection folder (COCO or VOC) for a detector. "
                           "The class folders' names become the model's labels: a name that is not valid UTF-8 "
                           "or spans lines is refused (rename the folder), not re-encoded."),
         click.option("--weights", default=None,
@@ -145,7 +146,8 @@ def _export_trained(run, export_files, progress) -> dict:
 @click.argument("model_file", metavar="MODEL.keras|MODEL.tflite")
 @click.option("--data", "data_dir", required=True, metavar="DIR", callback=leads_somewhere,
               help="Image folder: every image of DIR/val/<class>/* when DIR has val/, else of DIR/<class>/*; for "
-                   "a segmenter, a segmentation folder (classes.txt, val/images and val/masks, or a VOC devkit).")
+                   "a segmenter, a segmentation folder (classes.txt, val/images and val/masks, or a VOC devkit); for "
+                   "a detector, a detection folder (annotations/instances_val.json with val/, or a VOC devkit).")
 @click.option("--threads", type=click.IntRange(1, 64), default=2, show_default=True, help="LiteRT threads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @user_errors
@@ -153,7 +155,9 @@ def eval_command(model_file, data_dir, threads, as_json):
     """Top-1/top-5 accuracy and a confusion summary of a .keras or .tflite
     classifier on every image of an image folder (class folders matched to
     the model's classes by name); mIoU, per-class IoU and pixel accuracy of
-    a segmenter on the val/ images of a segmentation folder."""
+    a segmenter on the val/ images of a segmentation folder; COCO mAP
+    (0.5:0.95), AP50 and per-class AP of a detector on the val/ images of
+    a detection folder."""
     from edgevit.evaluate import evaluate
     from edgevit.progress import Progress
 
@@ -162,6 +166,16 @@ def eval_command(model_file, data_dir, threads, as_json):
         print_json(report)
         return
     skipped = ", ".join(f"{count} {reason}" for reason, count in report["skipped_reasons"].items())
+    if report.get("task") == "detection":
+        left_out = ", ".join(f"{count} {reason}" for reason, count in report["left_out"].items() if count)
+        print_table(f"{report['model']} on {report['data']} (val)", ["metric", "value"],
+                    [["images scored", f"{report['images']} of {report['found']}"], ["boxes", report["boxes"]],
+                     ["mAP (IoU 0.5:0.95)", report["map"]], ["AP50", report["ap50"]], ["AP75", report["ap75"]],
+                     ["unreadable skipped", report["unreadable_skipped"] if not skipped else skipped],
+                     ["left out of the annotations", left_out or 0]])
+        print_table("per class", ["class", "boxes", "AP"],
+                    [[c, report["boxes_per_class"][c], ap] for c, ap in report["per_class_ap"].items()])
+        return
     if report.get("task") == "segmentation":
         print_table(f"{report['model']} on {report['data']} (val)", ["metric", "value"],
                     [["images scored", f"{report['images']} of {report['found']}"],

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from edgevit.data.decode import UnreadableImage, UnreadableTally
+from edgevit.data.boxes import BoxSplit
 from edgevit.data.folders import Split
 from edgevit.data.masks import MaskSplit
 from edgevit.data.targets import targets_of
@@ -153,7 +154,7 @@ class ImageStream:
     transforms of ``pre``. Unreadable files are counted in ``tally``
     (shared by the streams of a run)."""
 
-    def __init__(self, split: Split | MaskSplit, pre: Preprocessing, tally: UnreadableTally | None = None):
+    def __init__(self, split: Split | MaskSplit | BoxSplit, pre: Preprocessing, tally: UnreadableTally | None = None):
         self.files, self.targets = split.files, targets_of(split)
         self.pre = pre
         self.tally = tally if tally is not None else UnreadableTally()

@@ -1,5 +1,6 @@
 """What an image is paired with in a stream, and how a batch holds it: a
-class label (:class:`Labels`) or a segmentation mask (:class:`Masks`).
+class label (:class:`Labels`), a segmentation mask (:class:`Masks`) or
+boxes (:class:`Boxes`).
 
 The input pipeline (:mod:`edgevit.data.stream`) asks a stream's targets
 for the target of an image (what the transforms place with it), for the
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgevit.data.boxes import MAX_BOXES, BoxSplit, ImageBoxes
 from edgevit.data.folders import Split
 from edgevit.data.masks import IGNORE_INDEX, MaskFile, MaskSplit
 
@@ -60,7 +62,38 @@ class Masks:
         return [None, size, size]
 
 
-def targets_of(split: Split | MaskSplit) -> Labels | Masks:
+class Boxes:
+    """An image's boxes (:class:`~edgevit.data.boxes.ImageBoxes`): a batch
+    holds ``[N, MAX_BOXES, 5]`` float32, a row a box placed with its image
+    (:func:`~edgevit.data.boxes.batch_boxes`), class 0 where none is."""
+    label_only = False
+    dtype = np.float32
+
+    def __init__(self, split: BoxSplit):
+        self.split = split
+
+    def __getitem__(self, index: int) -> ImageBoxes:
+        return self.split.boxes_of(index)
+
+    def subset(self, indices) -> Boxes:
+        indices = np.asarray(indices, np.int64)
+        rows = [np.arange(self.split.starts[i], self.split.starts[i + 1]) for i in indices]
+        taken = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        starts = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+        return Boxes(BoxSplit([self.split.files[i] for i in indices], self.split.corners[taken],
+                              self.split.box_classes[taken], starts, self.split.classes))
+
+    def empty(self, size: int) -> np.ndarray:
+        return np.zeros((MAX_BOXES, 5), np.float32)
+
+    @staticmethod
+    def batch_shape(size):
+        return [None, MAX_BOXES, 5]
+
+
+def targets_of(split: Split | MaskSplit | BoxSplit) -> Labels | Masks | Boxes:
+    if isinstance(split, BoxSplit):
+        return Boxes(split)
     if isinstance(split, MaskSplit):
         return Masks(split.masks, split.classes)
     return Labels(split.labels)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from edgevit.data.boxes import ImageBoxes, batch_boxes
 from edgevit.data.decode import open_rgb
 from edgevit.data.jpeg_header import read_jpeg_header
 from edgevit.data.masks import MaskFile, read_mask
@@ -58,6 +59,9 @@ INTERPOLATIONS = tuple(PIL_FILTERS)
 MAX_RESIZED_SIDES = 16
 # The random resized crop keeps this fraction of the centre square's area at least (the MobileViT recipes' 0.35).
 MIN_CROP_AREA = 0.35
+# A detector's training crop keeps this fraction of the whole image's area at least, its aspect unchanged (SSD
+# recipes crop with IoU constraints around the boxes; a plain crop keeps most boxes whole at these sizes).
+MIN_DETECTION_CROP_AREA = 0.3
 # Uniform draws a training crop takes: its area, its x and y position, and whether it is mirrored.
 DRAWS = 4
 
@@ -181,12 +185,22 @@ class Transform:
     size: int
     is_training: bool
 
-    def placement(self, image_size: tuple[int, int], draws=None) -> Placement:
+    def placement(self, image_size: tuple[int, int], draws=None, whole: bool = False) -> Placement:
         """Where the input comes from in an upright image of ``image_size``
-        (``draws``: a training crop's DRAWS uniform draws)."""
+        (``draws``: a training crop's DRAWS uniform draws). ``whole``: a
+        detector's, whose objects reach the image's edges: the whole image
+        resized to the square (as the SSD recipes evaluate and MediaPipe's
+        ObjectDetector feeds it), a training crop of it keeping its aspect."""
+        w, h = image_size
+        if whole:
+            if not self.is_training:
+                return BoxCrop((0, 0, w, h), self.size)
+            scale = math.sqrt(MIN_DETECTION_CROP_AREA + (1.0 - MIN_DETECTION_CROP_AREA) * float(draws[0]))
+            crop_w, crop_h = w * scale, h * scale
+            left, top = (w - crop_w) * float(draws[1]), (h - crop_h) * float(draws[2])
+            return BoxCrop((left, top, left + crop_w, top + crop_h), self.size, bool(float(draws[3]) < 0.5))
         if not self.is_training:
             return CenterCrop(evaluation_resize(self.pre, self.size), self.size)
-        w, h = image_size
         side = min(w, h)
         crop, x0, y0 = crop_box(side, draws)
         left, top = (w - side) // 2 + x0, (h - side) // 2 + y0
@@ -206,11 +220,12 @@ class Transform:
         cannot be read. A target is a class label (unchanged), a mask
         (a PIL image of the image's size, or a :class:`MaskFile` read here:
         placed with the nearest filter, returned as a uint8 array) or boxes
-        ([N, 4] array: moved, clipped)."""
+        ([N, 4] array: moved, clipped; :class:`ImageBoxes`: placed in the
+        whole image, as a batch holds them: :func:`~edgevit.data.boxes.batch_boxes`)."""
         # a mask or boxes are in the pixels of the whole image: decoded at full scale with them
         label_only = target is None or isinstance(target, (int, np.integer))
         img = open_rgb(path, self.draft_size(draws) if draws is not None and label_only else None)
-        placement = self.placement(img.size, draws)
+        placement = self.placement(img.size, draws, whole=isinstance(target, ImageBoxes))
         pixels = np.asarray(placement.apply(img, self._image_filter()), np.uint8)
         return pixels, self._placed_target(target, placement, img.size)
 
@@ -228,6 +243,9 @@ class Transform:
             return np.asarray(placement.apply(target, Image.Resampling.NEAREST), np.uint8)
         if isinstance(target, np.ndarray) and target.ndim == 2:
             return placed_boxes(placement, image_size, target)
+        if isinstance(target, ImageBoxes):
+            placed = placed_boxes(placement, image_size, target.corners) / placement.size
+            return batch_boxes(placed, target.classes)
         return target
 
 

@@ -17,6 +17,7 @@ from edgevit.export.graph import GraphSummary, describe
 from edgevit.export.result import Check
 from edgevit.litert import delegates as delegate_rules
 from edgevit.litert.delegates import fallback_summary
+from edgevit.litert.detection_postprocess import POSTPROCESS_OP, postprocessing_ops
 from edgevit.litert.flatbuffer import read
 from edgevit.litert.gpu_rules import computed_wrongly
 from edgevit.litert.xnnpack import xnnpack_plan
@@ -34,9 +35,12 @@ class Audit:
 
 def audit(model_content: bytes, precision: str, io_dtype: str, float_layers: tuple[str, ...] = ()) -> Audit:
     """Describe and check a converted file; raise when a full-integer precision
-    left float ops in the graph. ``float_layers``: the layers an int8_mixed
-    file keeps in float (the model's ``mixed_float_layers``)."""
+    left float ops in the graph (the detection post-processing op and the
+    DEQUANTIZE of the boxes it reads aside: the op takes no int8, outputs
+    float32 and runs on the CPU alone). ``float_layers``: the layers an
+    int8_mixed file keeps in float (the model's ``mixed_float_layers``)."""
     graph = read(model_content)
+    postprocessing = postprocessing_ops(graph)
     summary = describe(graph)
     dynamic = summary.dynamic_shape_ops()
     checks = [
@@ -54,12 +58,16 @@ def audit(model_content: bytes, precision: str, io_dtype: str, float_layers: tup
     checks.append(Check("no op a GPU computes wrongly (adjoint BATCH_MATMUL, operands the GPU lays out otherwise)",
                         True, "none"))
     if precision in INTEGER_PRECISIONS:
-        floats = summary.float_ops(allow_io_boundary=io_dtype == "float32")
+        floats = [op for op in summary.float_ops(allow_io_boundary=io_dtype == "float32")
+                  if op.index not in postprocessing]
         detail = ", ".join(f"{op.name}#{op.index}" for op in floats[:10]) + (" ..." if len(floats) > 10 else "")
         if floats:
             raise EdgevitError(f"The {precision} conversion left float ops in the graph ({detail}); "
                                "no file was written.")
-        checks.append(Check("every op integer (no float op, no inner QUANTIZE/DEQUANTIZE)", True, "none"))
+        checks.append(Check("every op integer (no float op, no inner QUANTIZE/DEQUANTIZE)"
+                            + (", but the detection post-processing" if postprocessing else ""), True,
+                            f"{POSTPROCESS_OP} and the DEQUANTIZE of its boxes in float, on the CPU"
+                            if postprocessing else "none"))
     if precision == "int8_mixed":
         allowed = (*CPU_FLOAT_OPS, "QUANTIZE", "DEQUANTIZE")
         floats = summary.float_ops(allow_io_boundary=True)

@@ -25,7 +25,9 @@ Every setting that decides what the converter produces lives here:
   get the output's rank back (``edgevit.litert.rewrite``): GPUs compute them
   wrongly otherwise;
 - a file that outputs probabilities ends in the model's softmax (int8: on
-  the fixed 1/256 grid), as image classifiers' clients expect;
+  the fixed 1/256 grid), as image classifiers' clients expect; a detector's
+  file outputs its boxes and the softmax scores of its classes but the
+  background (``edgevit.export.detection``);
 - a uint8 input takes the camera's RGB bytes and normalises them inside the
   file (``edgevit.litert.camera_input``), as the clients feed it; a float
   input of a model normalised per channel (ImageNet's mean and std) takes the
@@ -78,6 +80,11 @@ def input_takes(precision: str, io_dtype: str, normalization) -> str:
     return TAKES_RGB_UNIT if per_channel and io_dtype == "float32" and precision != "int8" else TAKES_NORMALISED
 
 
+def is_detector(model) -> bool:
+    """A model with a detector's two outputs, boxes and scores (edgevit.models.ssdlite)."""
+    return list(model.output_names) == ["boxes", "scores"]
+
+
 def needs_calibration(precision: str) -> bool:
     return precision in INTEGER_PRECISIONS or precision == "int8_mixed"
 
@@ -105,8 +112,9 @@ def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = T
     leave the outputs of ``float_ops`` (op kinds) unquantized, and without
     ``fake_quant`` it computes in float. With ``probabilities`` it ends in a
     softmax over the logits (a QAT model's on the int8 softmax grid, unless
-    SOFTMAX is one of ``float_ops``); with ``normalization`` (mean, std) it
-    takes pixels in [0, 1] and normalises them first."""
+    SOFTMAX is one of ``float_ops``), as a detector's scores always do; with
+    ``normalization`` (mean, std) it takes pixels in [0, 1] and normalises
+    them first."""
     import keras
     import tensorflow as tf
 
@@ -119,17 +127,23 @@ def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = T
         raise EdgevitError(f"Model {model.name} has a dynamic input shape {shape}; "
                            "edgevit exports static shapes only.")
 
+    def softmax(logits):
+        scores = keras.ops.softmax(logits, axis=-1)
+        return keras.quantizers.fake_quant_with_min_max_vars(scores, *SOFTMAX_INT8_RANGE) if quantized_softmax \
+            else scores
+
     @tf.function(autograph=False)
     def forward(images):
         if normalization is not None:
             mean, std = (tf.constant(v, tf.float32) for v in normalization)
             images = (images - mean) / std
-        logits = model(images, training=False)
-        if not probabilities:
-            return logits
-        scores = keras.ops.softmax(logits, axis=-1)
-        return keras.quantizers.fake_quant_with_min_max_vars(scores, *SOFTMAX_INT8_RANGE) if quantized_softmax \
-            else scores
+        outputs = model(images, training=False)
+        if is_detector(model):
+            # boxes, then each class's score without the background (edgevit.export.detection says why);
+            # the converter orders a dict's outputs by name
+            boxes, logits = outputs
+            return {"boxes": boxes, "scores": softmax(logits)[..., 1:]}
+        return softmax(outputs) if probabilities else outputs
 
     from edgevit.quantize.export_trace import exporting
 

@@ -31,7 +31,8 @@ class GraphSummary:
     max_rank: int
     max_rank_tensor: str
     input: dict
-    output: dict
+    output: dict                      # the first output: a detector has more (``outputs``)
+    outputs: list[dict] = field(default_factory=list)   # every output, in order
     op_histogram: dict = field(init=False)
 
     def __post_init__(self):
@@ -105,4 +106,6 @@ def describe(model: bytes | Graph) -> GraphSummary:
                "consumer": consumer},
         output={"shape": list(out.shape), "dtype": out.dtype, "quantization": _quantization(out),
                 "producer": producer},
+        outputs=[{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "quantization": _quantization(t)}
+                 for t in (graph.tensors[index] for index in graph.outputs)],
     )

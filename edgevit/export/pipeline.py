@@ -36,6 +36,7 @@ from edgevit.export.convert import (
     input_takes,
     needs_calibration,
 )
+from edgevit.export import detection
 from edgevit.export.diagnose import layerwise_comparison
 from edgevit.export.result import Check, ExportFiles, ExportResult, ImageSources
 from edgevit.export.verdict import GPU_PRECISIONS, verdict
@@ -46,8 +47,8 @@ from edgevit.litert.arm import PROFILES as ARM_PROFILES
 from edgevit.litert.arm import ArmCheck, check_on_arm, emulator_missing
 from edgevit.litert.inputs import file_input_values
 from edgevit.litert.logits_view import logits_file
-from edgevit.litert.metadata import SEGMENTATION, build_metadata, embed
-from edgevit.litert.run_model import run_in_child
+from edgevit.litert.metadata import DETECTION, SEGMENTATION, build_metadata, embed
+from edgevit.litert.run_model import run_in_child, split_outputs
 from edgevit.memory import memory_of
 from edgevit.native_output import native_output_captured
 from edgevit.pretrained import RANDOM_INIT, random_init_hint
@@ -90,6 +91,10 @@ class ExportOptions:
     # Emulated inferences take seconds each: library callers run none unless
     # they ask.
     arm_images: int = 0
+    # A detector's file with the detection post-processing op (NMS) appended,
+    # its four float32 outputs what the TFLite Task Library requires, instead
+    # of the raw boxes and scores (edgevit.export.detection).
+    add_postprocessing_op: bool = False
 
 
 def default_output_path(model_name: str, precision: str) -> Path:
@@ -248,16 +253,24 @@ def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Pr
     """Embed edgevit's metadata document and the standard TFLite metadata
     built from it, with the labels inside the file; the labels also go
     beside it: the class names the model was trained with, or the defaults."""
-    labels = class_names_of(model) or default_labels(int(model.outputs[0].shape[-1]))
+    detector = spec.task == DETECTION
+    if detector:
+        labels = detection.object_labels(model)
+        block = detection.detection_block(model, opts.add_postprocessing_op, checked.summary.outputs)
+        output_kind = detection.output_kind(opts.add_postprocessing_op)
+    else:
+        labels = class_names_of(model) or default_labels(int(model.outputs[0].shape[-1]))
+        block, output_kind = None, opts.outputs
     pre = spec.preprocessing_at(job.input_size)
     metadata = build_metadata(
         model_name=spec.name, family=spec.family, precision=opts.precision, weights=opts.weights_label,
         labels=labels, labels_file=job.files.labels.name, graph_input=checked.summary.input,
         graph_output=checked.summary.output, preprocessing=pre.to_dict(),
-        quantization_ranges=job.ranges, output_kind=opts.outputs,
+        quantization_ranges=job.ranges, output_kind=output_kind,
         input_takes=input_takes(opts.precision, job.io_dtype, (pre.mean, pre.std)),
-        licence=opts.licence, task=spec.task)
-    return Package(embed(content, metadata, labels), metadata, labels)
+        licence=opts.licence, task=spec.task, detection=block)
+    anchors = detection.anchors_of(model) if detector and not opts.add_postprocessing_op else None
+    return Package(embed(content, metadata, labels, anchors), metadata, labels)
 
 
 def validate(model, packaged: Package, staged_model: Path, images: ImageSet, threads: int, progress: Progress,
@@ -272,6 +285,12 @@ def validate(model, packaged: Package, staged_model: Path, images: ImageSet, thr
     with progress.bar("Keras model", len(images), "images") as advance:
         expected = keras_outputs(model, images, fake_quant, on_batch=advance)
     inputs = images.map(packaged.input_values)
+    if packaged.metadata.get("task") == DETECTION:
+        with logits_file(staged_model) as raw:  # with the post-processing op: the boxes and scores it reads
+            boxes, scores = split_outputs(raw.read_bytes(), run_in_child(raw, inputs, num_threads=threads))
+        release_memory()
+        return (detection.raw_agreement(*expected, boxes, scores, detection.anchors_of(model)), None,
+                time.perf_counter() - start)
     with logits_file(staged_model) as logits_path:
         logits = agreement(expected, run_in_child(logits_path, inputs, num_threads=threads))
     probabilities = None
@@ -301,7 +320,8 @@ def keras_outputs(model, images: np.ndarray | ImageSet, fake_quant: bool = True,
     float, as its float files compute) unless ``fake_quant``. A float model runs as one traced graph (``predict`` would
     first copy the whole image set into a dataset); a QAT model eagerly:
     tracing it took 142 s for 32 images of mobilevit_v3_xxs at 32 px, eager
-    calls 24 s, with identical outputs."""
+    calls 24 s, with identical outputs. A detector's outputs are a pair
+    (boxes, class logits)."""
     import tensorflow as tf
 
     from edgevit.quantize.export_trace import exporting
@@ -310,6 +330,9 @@ def keras_outputs(model, images: np.ndarray | ImageSet, fake_quant: bool = True,
     def forward(batch):
         return model(batch, training=False)
 
+    def as_arrays(result):  # a detector's two outputs: a list
+        return [np.asarray(t) for t in result] if isinstance(result, (list, tuple)) else np.asarray(result)
+
     qat = is_qat_model(model)
     if not qat:
         forward = tf.function(forward, reduce_retracing=True, autograph=False)
@@ -317,8 +340,10 @@ def keras_outputs(model, images: np.ndarray | ImageSet, fake_quant: bool = True,
     outputs = []
     with exporting(fake_quant=False) if qat and not fake_quant else contextlib.nullcontext():
         for batch in batches(images, batch_size):
-            outputs.append(np.asarray(forward(tf.constant(batch))))
+            outputs.append(as_arrays(forward(tf.constant(batch))))
             on_batch(len(batch))
+    if isinstance(outputs[0], list):
+        return tuple(np.concatenate(parts) for parts in zip(*outputs))
     return np.concatenate(outputs)
 
 
@@ -413,9 +438,17 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         # to the image before it applies the softmax its metadata names, and
         # ImageNet's top-5 photos say nothing of it
         opts = dataclasses.replace(opts, outputs="logits", show_top5_photos=False)
+    if opts.add_postprocessing_op and spec.task != DETECTION:
+        raise EdgevitError(f"--add-postprocessing-op: {spec.name} is a {spec.task} model; the detection "
+                           "post-processing op ends a detector's file.")
+    if spec.task == DETECTION:
+        # the file scores each class with a softmax (edgevit.export.detection)
+        opts = dataclasses.replace(opts, outputs="probabilities", show_top5_photos=False)
     job = prepare(model, spec, opts, progress)
     with memory_of("conversion", model):
         content, convert_seconds = convert_model(model, spec, opts, job, progress)
+    if spec.task == DETECTION:
+        content = detection.with_form(content, model, opts.add_postprocessing_op)
     checked = audit(content, opts.precision, job.io_dtype, spec.mixed_float_layers)
     packaged = package(content, model, spec, opts, job, checked)
     with staged(job.files.all()) as staging:
@@ -429,7 +462,8 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         result = ExportResult(
             model=spec.name, precision=opts.precision, input_size=job.input_size, weights=opts.weights_label,
             files=job.files, size_bytes=len(packaged.content),
-            io={"input": _public(summary.input), "output": _public(summary.output)},
+            io={"input": _public(summary.input), "output": _public(summary.output),
+                **({"outputs": summary.outputs} if len(summary.outputs) > 1 else {})},
             op_histogram=summary.op_histogram, macs=summary.macs, max_rank=summary.max_rank,
             checks=checked.checks, delegates=checked.delegates, images=job.images, agreement=agreement_stats,
             convert_seconds=convert_seconds, validate_seconds=validate_seconds, quantization_ranges=job.ranges,

@@ -42,11 +42,21 @@ def _fmt_delegate(d: dict, falling_back: str) -> str:
 
 def _agreement_rows(a: dict, probabilities: bool) -> list[tuple[str, str]]:
     """A classifier's agreement per image; a segmenter's per pixel (its
-    argmax, and the cosine of each pixel's logits)."""
+    argmax, and the cosine of each pixel's logits); a detector's per anchor
+    and per image (its confident detections)."""
     if "pixels" in a:
         return [("pixel argmax agreement", f"{a['top1_agreement'] * 100:.2f}% of {a['pixels']:,} pixels "
                                            f"({a['samples']} images, at the output stride)"),
                 ("pixel logit cosine", f"mean {a['cosine_mean']:.5f}, min {a['cosine_min']:.5f}")]
+    if "anchors" in a:  # a detector's, anchor by anchor and image by image
+        return [("anchors' top class", f"{a['top1_agreement'] * 100:.1f}% of {a['samples'] * a['anchors']:,} anchors "
+                                       f"({a['samples']} images)"),
+                ("score cosine", f"mean {a['cosine_mean']:.5f}, min {a['cosine_min']:.5f}"),
+                ("box regression cosine", f"mean {a['box_cosine_mean']:.5f}, min {a['box_cosine_min']:.5f}"),
+                ("same detections", f"{a['detections_same'] * 100:.0f}% of images (scores >= {a['detection_score']}: "
+                                    f"{a['detections'][0]} by Keras, {a['detections'][1]} by the file)"),
+                ("max abs error", f"scores {a['max_abs_score_error']:.4g}, box regressions "
+                                  f"{a['max_abs_box_error']:.4g}")]
     return [("top-1 agreement" + (" (logits)" if probabilities else ""),
              f"{a['top1_agreement'] * 100:.1f}% of {a['samples']} images"),
             ("top-5 overlap", f"{a['top5_overlap'] * 100:.1f}%"),
@@ -79,8 +89,9 @@ def print_report(result: ExportResult, stream=None) -> None:
         ("calibration images", result.images.calibration or "none"),
         ("validation images", result.images.validation),
         *_agreement_rows(a, bool(result.probability_agreement)),
-        ("max abs logit error", f"{a['max_abs_logit_error']:.4g} (logits span "
-                                f"{a['reference_logit_range'][0]:.3g} .. {a['reference_logit_range'][1]:.3g})"),
+        *([] if "anchors" in a else [  # a detector's errors are among its agreement rows
+            ("max abs logit error", f"{a['max_abs_logit_error']:.4g} (logits span "
+                                    f"{a['reference_logit_range'][0]:.3g} .. {a['reference_logit_range'][1]:.3g})")]),
         *_probability_rows(result.probability_agreement),
         ("time", f"convert {round(result.convert_seconds, 2)} s, validate {round(result.validate_seconds, 2)} s"),
     ]

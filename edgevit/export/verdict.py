@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgevit.errors import shell_word
+from edgevit.litert.detection_postprocess import POSTPROCESS_OP
 from edgevit.pretrained import RANDOM_INIT
 
 # Precisions whose files GPU delegates run entirely (dynamic-range and int16
@@ -64,6 +65,9 @@ def verdict(result) -> Verdict:
     segmenter = "pixels" in a  # agreement measured per pixel
     measured = (f"pixel argmax {a['top1_agreement'] * 100:.1f}%, pixel logit cosine {a['cosine_mean']:.4f} on "
                 f"{a['samples']} images" if segmenter else
+                f"anchors' top class {a['top1_agreement'] * 100:.1f}%, score cosine {a['cosine_mean']:.4f}, box "
+                f"cosine {a['box_cosine_mean']:.4f}, the same detections on {a['detections_same'] * 100:.0f}% of "
+                f"{a['samples']} images" if "anchors" in a else
                 f"top-1 {a['top1_agreement'] * 100:.1f}%, logit cosine {a['cosine_mean']:.4f} on {a['samples']} images")
     random_weights = result.weights == RANDOM_INIT
     model = shell_word(result.files.model)
@@ -82,6 +86,8 @@ def verdict(result) -> Verdict:
             why += " (random weights: convert pretrained or fine-tuned ones to judge the real model)"
         nxt = (f"`edgevit eval {model} --data DIR` for its mIoU on your segmentation folder; MediaPipe's "
                "ImageSegmenter loads it as it is" if segmenter else
+               f"`edgevit eval {model} --data DIR` for its mAP on your detection folder; MediaPipe's "
+               "ObjectDetector loads it as it is" if "anchors" in a else
                f"`edgevit eval {model} --data DIR` for its accuracy on your images, then "
                f"`edgevit bundle {model} --android-demo android_demo` to try it on a phone")
     elif random_weights:
@@ -110,18 +116,20 @@ def _places(result) -> tuple[list[Place], list[tuple[str | None, str]]]:
     gpu, nnapi = result.delegates.get("gpu"), result.delegates.get("nnapi")
     run = result.gpu_run
     if result.precision in GPU_PRECISIONS and gpu is not None:
+        fallbacks, tail = _fallbacks(gpu)
         if run is not None and run.ran and not run.agrees:
             doubts.append(("GPU", "the GPU accelerator gave another answer than XNNPACK: not the GPU delegate"))
-        elif gpu["fallback_ops"]:
-            doubts.append(("GPU", f"GPU delegate with {gpu['fallback_ops']} of {gpu['ops']} ops on the CPU"))
+        elif fallbacks:
+            doubts.append(("GPU", f"GPU delegate with {fallbacks} of {gpu['ops']} ops on the CPU"))
         else:
             places.append(Place("GPU", "GPU delegate" + (" (run here: same answer)" if run is not None and run.ran
-                                                         else " (by its rules; not run here)")))
+                                                         else " (by its rules; not run here)") + tail))
     if nnapi is not None:
-        if nnapi["fallback_ops"]:
-            doubts.append(("NNAPI", f"NNAPI with {nnapi['fallback_ops']} of {nnapi['ops']} ops on the CPU"))
+        fallbacks, tail = _fallbacks(nnapi)
+        if fallbacks:
+            doubts.append(("NNAPI", f"NNAPI with {fallbacks} of {nnapi['ops']} ops on the CPU"))
         else:
-            places.append(Place("NNAPI", f"NNAPI (Android API {nnapi.get('android_api')} rules)"))
+            places.append(Place("NNAPI", f"NNAPI (Android API {nnapi.get('android_api')} rules)" + tail))
     arm = result.arm_run
     if arm is not None and arm.ran:
         if arm.agrees:
@@ -132,6 +140,15 @@ def _places(result) -> tuple[list[Place], list[tuple[str | None, str]]]:
     if x86:
         doubts.append((None, "; ".join(f"{w['op']} x{w['count']}: {w['reason']}" for w in x86)))
     return places, doubts
+
+
+def _fallbacks(report: dict) -> tuple[int, str]:
+    """(the ops a delegate leaves on the CPU but a detector's post-processing
+    op, what the place's name adds): the op runs on the CPU after the
+    delegated graph on every delegate, as its clients expect."""
+    postprocessing = sum(f["count"] for f in report["fallbacks"] if f["op"] == POSTPROCESS_OP)
+    return report["fallback_ops"] - postprocessing, " (its detection post-processing on the CPU)" if postprocessing \
+        else ""
 
 
 def _advice_for(ruled_out: dict, result) -> list[str]:

@@ -13,7 +13,8 @@ Reading and running files:
   process (the crash of a kernel is the child's), streamed or at once.
 - ``agreement``: how closely two sets of outputs agree (top-1, cosine).
 - ``logits_view``: a file that outputs probabilities, seen with its logits
-  as the output (what comparisons read).
+  as the output; a detector's without its post-processing op (what
+  comparisons read).
 - ``xnnpack``: which ops XNNPACK takes on this machine, read from a real
   interpreter.
 - ``accelerator``: a run on LiteRT's GPU accelerator, compared with XNNPACK.
@@ -35,6 +36,8 @@ Rewriting converted files (applied by ``edgevit.export.convert``):
   GPUs need.
 - ``camera_input``: a full-integer file's input turned into the camera's
   uint8 RGB bytes.
+- ``detection_postprocess``: a detector's raw file with TFLite's detection
+  post-processing op (box decoding, NMS) appended, and seen without it.
 
 Metadata:
 

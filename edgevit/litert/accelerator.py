@@ -255,10 +255,11 @@ def _failure(returncode: int, log: str) -> str:
 
 # ---------------------------------------------------------------- child process
 def _io_tensors(model_content: bytes):
+    """(the input tensor, every output tensor)."""
     from edgevit.litert.flatbuffer import read
 
     graph = read(model_content)
-    return graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+    return graph.tensors[graph.inputs[0]], [graph.tensors[index] for index in graph.outputs]
 
 
 def _to_input(x: np.ndarray, tensor) -> np.ndarray:
@@ -278,17 +279,23 @@ def _from_output(y: np.ndarray, tensor) -> np.ndarray:
 def _run(model_path: str, inputs: np.ndarray, accelerator) -> tuple[np.ndarray, bool]:
     from ai_edge_litert.compiled_model import CompiledModel
 
-    input_tensor, output_tensor = _io_tensors(Path(model_path).read_bytes())
+    input_tensor, output_tensors = _io_tensors(Path(model_path).read_bytes())
     model = CompiledModel.from_file(model_path, hardware_accel=accelerator)
     in_buffers, out_buffers = model.create_input_buffers(0), model.create_output_buffers(0)
-    out_dtype = np.dtype(output_tensor.dtype)
-    count = model.get_output_buffer_requirements(0, 0)["buffer_size"] // out_dtype.itemsize
+
+    def output(i: int, tensor) -> np.ndarray:
+        dtype = np.dtype(tensor.dtype)
+        count = model.get_output_buffer_requirements(i, 0)["buffer_size"] // dtype.itemsize
+        raw = np.asarray(out_buffers[i].read(count, dtype))[:int(np.prod(tensor.shape))]
+        return _from_output(raw, tensor).reshape(tensor.shape)[0]
+
     results = []
     for sample in inputs:
         in_buffers[0].write(_to_input(sample[None], input_tensor))
         model.run_by_index(0, in_buffers, out_buffers)
-        raw = np.asarray(out_buffers[0].read(count, out_dtype))[:int(np.prod(output_tensor.shape))]
-        results.append(_from_output(raw, output_tensor).reshape(output_tensor.shape)[0])
+        outputs = [output(i, tensor) for i, tensor in enumerate(output_tensors)]
+        # a detector's outputs joined, as edgevit.litert.run_model joins them
+        results.append(outputs[0] if len(outputs) == 1 else np.concatenate([o.ravel() for o in outputs]))
     return np.stack(results), bool(model.is_fully_accelerated())
 
 

@@ -45,7 +45,7 @@ def run(content, inputs, kernels, job, marker):
     interpreter = litert.Interpreter(model_content=content, num_threads=job["threads"],
                                      experimental_op_resolver_type=RESOLVERS[kernels])
     interpreter.allocate_tensors()
-    inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    inp, outs = interpreter.get_input_details()[0], interpreter.get_output_details()
     results = []
     for i, sample in enumerate(inputs):
         interpreter.set_tensor(inp["index"], to_input(sample[None], inp))
@@ -58,10 +58,20 @@ def run(content, inputs, kernels, job, marker):
             marker(CLOSE)
         else:
             interpreter.invoke()
-        results.append(interpreter.get_tensor(out["index"])[0])
-    scale, zero_point = out["quantization"]
+        results.append(interpreter.get_tensor(outs[0]["index"])[0] if len(outs) == 1 else joined(interpreter, outs))
+    scale, zero_point = outs[0]["quantization"] if len(outs) == 1 else (0.0, 0)  # scale 0: the values themselves
     np.savez(f"{job['outputs']}-{kernels}.npz", raw=np.stack(results), scale=np.float64(scale),
              zero_point=np.int64(zero_point))
+
+
+def joined(interpreter, outs):
+    """A detector's outputs, each dequantized and flattened, joined in order
+    (as edgevit.litert.run_model joins them on the host)."""
+    values = []
+    for out in outs:
+        raw, (scale, zero_point) = interpreter.get_tensor(out["index"])[0], out["quantization"]
+        values.append((raw.astype(np.float32) if not scale else (raw.astype(np.float32) - zero_point) * scale).ravel())
+    return np.concatenate(values)
 
 
 def main(job_path):

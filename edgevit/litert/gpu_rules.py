@@ -22,6 +22,7 @@ from edgevit.litert.delegates import (
     is_const_fp16_dequantize,
     no_limits,
 )
+from edgevit.litert.detection_postprocess import ON_THE_CPU, POSTPROCESS_OP
 from edgevit.litert.flatbuffer import Graph, Op, read
 
 FLOATS = ("float32", "float16")
@@ -367,6 +368,8 @@ def gpu_reason(op: Op, ctx: Context) -> str | None:
     """Why the GPU delegate would leave ``op`` on the CPU (None: it takes it)."""
     if is_const_fp16_dequantize(op):
         return None
+    if op.name == POSTPROCESS_OP:
+        return ON_THE_CPU
     if op.custom:
         return None if op.name in GPU_CUSTOM_OPS else f"custom op {op.name} is not supported"
     rule = GPU_RULES.get(op.name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from edgevit.litert.detection_postprocess import raw_view
 from edgevit.litert.flatbuffer import Graph, read, read_model, write_model
 from edgevit.writing import temporary_folder
 
@@ -44,7 +45,13 @@ def outputs_probabilities(content: bytes) -> bool:
 
 def logits_view(content: bytes) -> bytes | None:
     """``content`` without its closing softmax, the softmax's input its
-    output (None when the file does not end in a softmax)."""
+    output; a detector's without its detection post-processing op, the raw
+    boxes and scores it reads its outputs (what its detections are decoded
+    from, compared as they are: a kernel's rounding can reorder detections).
+    None when the file ends in neither."""
+    raw = raw_view(content)
+    if raw is not content:
+        return raw
     closing = closing_softmax(read(content))
     if closing is None:
         return None

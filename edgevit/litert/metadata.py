@@ -32,18 +32,26 @@ IO_DTYPES = ("float32", "int8", "uint8")
 # what a file outputs: class probabilities (a softmax in the file) or raw logits
 OUTPUT_KINDS = ("probabilities", "logits")
 # what the model does (as the registry's tasks): a classifier outputs [1, classes],
-# a segmenter logits [1, h, w, classes] at its output stride (a document
-# without a task is a classifier's: classifiers' documents stay as they were)
-CLASSIFICATION, SEGMENTATION = TASKS
+# a segmenter logits [1, h, w, classes] at its output stride, a detector boxes
+# and scores (its ``detection`` block says which form; a document without a
+# task is a classifier's: classifiers' documents stay as they were)
+CLASSIFICATION, SEGMENTATION, DETECTION = TASKS
+# what a detector file's first output is: the SSD box regressions of every
+# anchor (the raw form, its scores beside them) or the boxes the detection
+# post-processing op kept (the NMS form)
+BOX_ENCODINGS, DETECTION_BOXES = "box_encodings", "detection_boxes"
+DETECTION_OUTPUT_KINDS = (BOX_ENCODINGS, DETECTION_BOXES)
 
 
 def build_metadata(*, model_name: str, family: str, precision: str, weights: str,
                    labels: list[str], labels_file: str, graph_input: dict, graph_output: dict,
                    preprocessing: dict, quantization_ranges: str | None = None, output_kind: str = "logits",
                    input_takes: str = TAKES_NORMALISED, licence: str | None = None,
-                   task: str = CLASSIFICATION) -> dict:
-    """``output_kind``: "probabilities" or "logits"; ``input_takes``: one of
-    the TAKES_* values; ``task``: one of TASKS."""
+                   task: str = CLASSIFICATION, detection: dict | None = None) -> dict:
+    """``output_kind``: one of OUTPUT_KINDS, or of DETECTION_OUTPUT_KINDS for a
+    detector; ``input_takes``: one of the TAKES_* values; ``task``: one of
+    TASKS; ``detection``: a detector's block (its form, every output, the
+    box coding), None for other tasks."""
     from edgevit import __version__
 
     image = {"shape": graph_input["shape"], "layout": "NHWC", "dtype": graph_input["dtype"],
@@ -69,6 +77,7 @@ def build_metadata(*, model_name: str, family: str, precision: str, weights: str
         "input": image,
         "output": scores,
         "preprocessing": preprocessing,
+        **({"detection": detection} if detection is not None else {}),
     }
 
 
@@ -90,13 +99,15 @@ def takes_of(metadata: dict | None) -> str:
     return ((metadata or {}).get("input") or {}).get("takes") or TAKES_NORMALISED
 
 
-def embed(model_content: bytes, metadata: dict, labels: list[str]) -> bytes:
+def embed(model_content: bytes, metadata: dict, labels: list[str], anchors=None) -> bytes:
     """``model_content`` with ``metadata`` under METADATA_NAME and the
     standard TFLite metadata built from it, ``labels`` packed as its labels
-    file (replacing earlier entries)."""
+    file (replacing earlier entries); ``anchors``: a raw detector's [A, 4]
+    (ycenter, xcenter, height, width), which MediaPipe reads from the
+    standard entry."""
     from edgevit.litert.standard_metadata import LABELS_FILE, populate, standard_metadata
 
-    return populate(embed_edgevit(model_content, metadata), standard_metadata(metadata),
+    return populate(embed_edgevit(model_content, metadata), standard_metadata(metadata, anchors),
                     {LABELS_FILE: ("\n".join(labels) + "\n").encode("utf-8")})
 
 

@@ -14,12 +14,14 @@ from edgevit.errors import EdgevitError
 from edgevit.litert.camera_input import single_scale
 from edgevit.litert.flatbuffer import Graph, Tensor, read
 from edgevit.litert.logits_view import closing_softmax
-from edgevit.litert.metadata import QUANTIZED_PRECISIONS, SEGMENTATION, TAKES_NORMALISED, TAKES_RGB_BYTES, \
+from edgevit.litert.detection_postprocess import postprocessing_ops
+from edgevit.litert.metadata import DETECTION, QUANTIZED_PRECISIONS, SEGMENTATION, TAKES_NORMALISED, TAKES_RGB_BYTES, \
     TAKES_RGB_UNIT, read_embedded, task_of
 from edgevit.litert.metadata_fields import document_problems
 from edgevit.litert.packed_files import packed_names
-from edgevit.litert.standard_metadata import ACTIVATION_NONE, ACTIVATION_SOFTMAX, SEGMENTER_METADATA, named_files, \
-    read_standard, segmenter_activation, standard_metadata
+from edgevit.litert.standard_metadata import ACTIVATION_NONE, ACTIVATION_SOFTMAX, DETECTOR_METADATA, NMS_FORM, \
+    SEGMENTER_METADATA, anchors_of_options, detector_options, named_files, read_standard, segmenter_activation, \
+    standard_metadata
 
 # The integer values of each quantized type.
 LEVELS = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
@@ -81,6 +83,8 @@ def document_against_graph(meta: dict, graph: Graph) -> list[str]:
                  f"the graph's is {_quantization(_graph_quantization(tensor))}"
                  for what, said, tensor in (("input", said_in, image), ("output", said_out, scores))
                  if not _same_quantization(said.get("quantization"), _graph_quantization(tensor))]
+    if task_of(meta) == DETECTION:
+        return problems + _detection_problems(meta, graph) + _input_problems(meta, image)
     classes = scores.shape[-1] if scores.shape else 0
     if meta["num_classes"] != classes or len(meta["labels"]) != classes:
         problems.append(f"edgevit metadata says {meta['num_classes']} classes with {len(meta['labels'])} labels; "
@@ -99,6 +103,27 @@ def document_against_graph(meta: dict, graph: Graph) -> list[str]:
     if said_out["kind"] == "logits" and ends_in_softmax:
         problems.append("edgevit metadata says the file outputs logits; the graph ends in a softmax (probabilities)")
     return problems + _input_problems(meta, image)
+
+
+def _detection_problems(meta: dict, graph: Graph) -> list[str]:
+    """Where a detector's document contradicts the graph: its outputs, its
+    classes (the raw form's score columns), its form."""
+    block = meta.get("detection")
+    if not isinstance(block, dict) or not isinstance(block.get("outputs"), list):
+        return ["edgevit metadata of a detector has no detection block describing its outputs"]
+    said = [(o.get("shape"), o.get("dtype")) for o in block["outputs"] if isinstance(o, dict)]
+    found = [(list(graph.tensors[i].shape), graph.tensors[i].dtype) for i in graph.outputs]
+    if said != found:
+        return [f"edgevit metadata says the detector outputs {said}; the graph's are {found}"]
+    problems = []
+    postprocessing = bool(postprocessing_ops(graph))
+    if (block.get("form") == NMS_FORM) != postprocessing:
+        problems.append(f"edgevit metadata says the detector's form is {block.get('form')!r}; the graph "
+                        f"{'ends' if postprocessing else 'does not end'} in the detection post-processing op")
+    elif not postprocessing and (meta["num_classes"] != found[-1][0][-1] or len(meta["labels"]) != found[-1][0][-1]):
+        problems.append(f"edgevit metadata says {meta['num_classes']} classes with {len(meta['labels'])} labels; "
+                        f"the graph scores {found[-1][0][-1]}")
+    return problems
 
 
 def _input_problems(meta: dict, image: Tensor) -> list[str]:
@@ -160,11 +185,12 @@ def _standard_against(standard: dict, edgevit: dict | None, graph: Graph) -> lis
     document (None: there is none to compare with)."""
     problems = []
     image = graph.tensors[graph.inputs[0]]
-    classes = graph.tensors[graph.outputs[0]].shape[-1]
+    detector = len(graph.outputs) > 1
+    classes = graph.tensors[graph.outputs[-1 if detector else 0]].shape[-1]
     labels = _standard_labels(standard)
     if labels is None:
         problems.append("the standard metadata names no labels file packed in the model")
-    elif len(labels) != classes:
+    elif len(labels) != classes and not (detector and postprocessing_ops(graph)):
         problems.append(f"the standard metadata's labels file has {len(labels)} labels; the graph outputs {classes}")
     normalization = _normalization(standard)
     if image.dtype == "uint8" and normalization not in (None, [[0.0], [1.0]]):
@@ -177,11 +203,17 @@ def _standard_against(standard: dict, edgevit: dict | None, graph: Graph) -> lis
                         f"{'ends' if ends_in_softmax else 'does not end'} in a softmax")
     if len(graph.tensors[graph.outputs[0]].shape) == 4:
         problems += _segmenter_problems(standard, ends_in_softmax)
+    options = detector_options(standard)
+    if detector and not postprocessing_ops(graph):
+        problems += _raw_detector_problems(options, graph)
     if edgevit is None:
         return problems
     if labels is not None and labels != edgevit["labels"]:
         problems.append("the standard metadata's labels differ from edgevit metadata's")
-    expected = standard_metadata(edgevit)
+    raw_detector = detector and not postprocessing_ops(graph)
+    if raw_detector and options is None:
+        return problems
+    expected = standard_metadata(edgevit, anchors_of_options(options) if raw_detector else None)
     if normalization != _normalization(expected):
         problems.append(f"the standard metadata normalises with mean/std {normalization}; edgevit "
                         f"metadata's preprocessing means {_normalization(expected)}")
@@ -210,6 +242,27 @@ def _segmenter_problems(standard: dict, ends_in_softmax: bool) -> list[str]:
     return []
 
 
+def _raw_detector_problems(options: dict | None, graph: Graph) -> list[str]:
+    """Where a raw detector's DETECTOR_METADATA misleads MediaPipe's
+    ObjectDetector: none to read, anchors or classes that do not fit the
+    outputs, a sigmoid over the softmax scores."""
+    if options is None:
+        return [f"the standard metadata of a raw detector names no readable anchors and box decoding "
+                f"({DETECTOR_METADATA}): MediaPipe's ObjectDetector refuses it"]
+    decoding = options.get("tensors_decoding_options") or {}
+    boxes, scores = (graph.tensors[i].shape for i in graph.outputs[:2])
+    problems = []
+    if len(anchors_of_options(options)) != boxes[1] or decoding.get("num_boxes") != boxes[1]:
+        problems.append(f"the standard metadata's {DETECTOR_METADATA} holds {len(anchors_of_options(options))} "
+                        f"anchors for {decoding.get('num_boxes')} boxes; the graph outputs {boxes[1]}")
+    if decoding.get("num_classes") != scores[-1]:
+        problems.append(f"the standard metadata's {DETECTOR_METADATA} decodes {decoding.get('num_classes')} "
+                        f"classes; the graph scores {scores[-1]}")
+    if decoding.get("sigmoid_score") and any(op.name == "SOFTMAX" for op in graph.ops):
+        problems.append(f"the standard metadata's {DETECTOR_METADATA} applies a sigmoid to the softmax scores")
+    return problems
+
+
 def _tensor(standard: dict, side: str) -> dict:
     try:
         return standard["subgraph_metadata"][0][f"{side}_tensor_metadata"][0]
@@ -218,10 +271,17 @@ def _tensor(standard: dict, side: str) -> dict:
 
 
 def _standard_labels(standard: dict) -> list[str] | None:
-    for entry in _tensor(standard, "output").get("associated_files") or []:
-        data = standard.get("files", {}).get(entry.get("name"))
-        if data is not None:
-            return data.decode("utf-8", errors="replace").splitlines()
+    """The labels file of the first output that names one (a detector's
+    labels are on its scores, or on its categories)."""
+    try:
+        outputs = standard["subgraph_metadata"][0]["output_tensor_metadata"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    for tensor in outputs:
+        for entry in tensor.get("associated_files") or []:
+            data = standard.get("files", {}).get(entry.get("name"))
+            if data is not None:
+                return data.decode("utf-8", errors="replace").splitlines()
     return None
 
 

@@ -12,7 +12,8 @@ import math
 from edgevit.data.labels import label_problem
 from edgevit.data.transforms import INTERPOLATIONS
 from edgevit.errors import is_control
-from edgevit.litert.metadata import CLASSIFICATION, IO_DTYPES, OUTPUT_KINDS, PRECISIONS, SCHEMA, TAKES, TASKS
+from edgevit.litert.metadata import CLASSIFICATION, DETECTION, DETECTION_OUTPUT_KINDS, IO_DTYPES, OUTPUT_KINDS, \
+    PRECISIONS, SCHEMA, TAKES, TASKS
 
 CHANNELS = 3  # RGB
 
@@ -46,7 +47,8 @@ def document_problems(doc: dict) -> list[str]:
         if bad:
             problems.append(f"edgevit metadata's label {bad[0]} ({bad[1]!r}) cannot be a line of a labels file: "
                             f"{label_problem(bad[1])}")
-    for side, kinds, kind_key in (("input", TAKES, "takes"), ("output", OUTPUT_KINDS, "kind")):
+    output_kinds = DETECTION_OUTPUT_KINDS if doc.get("task") == DETECTION else OUTPUT_KINDS
+    for side, kinds, kind_key in (("input", TAKES, "takes"), ("output", output_kinds, "kind")):
         tensor = doc.get(side)
         if not isinstance(tensor, dict):
             wrong(side, "an object", tensor)

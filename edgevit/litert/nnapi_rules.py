@@ -19,6 +19,7 @@ from edgevit.litert.delegates import (
     is_const_fp16_dequantize,
     no_limits,
 )
+from edgevit.litert.detection_postprocess import ON_THE_CPU, POSTPROCESS_OP
 from edgevit.litert.flatbuffer import Graph, Op, read
 
 NNAPI_DEFAULT_MAX_PARTITIONS = 3
@@ -300,6 +301,8 @@ def nnapi_reason(op: Op, ctx: Context) -> str | None:
     """Why the NNAPI delegate would leave ``op`` on the CPU (None: it takes it)."""
     if is_const_fp16_dequantize(op):
         return None
+    if op.name == POSTPROCESS_OP:
+        return ON_THE_CPU
     if op.custom:
         return f"custom op {op.name} is not supported"
     rule = NNAPI_RULES.get(op.name)

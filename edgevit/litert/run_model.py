@@ -53,20 +53,38 @@ def run_in_process(model_content: bytes, inputs: np.ndarray, num_threads: int = 
 
 
 def _runner(model_content: bytes, num_threads: int, kernels: str):
-    """A function from a batch of inputs to the file's outputs, on one interpreter."""
+    """A function from a batch of inputs to the file's outputs, on one
+    interpreter: a file with several outputs (a detector's) gives each
+    sample's outputs flattened and joined in order (:func:`split_outputs`
+    takes them apart), so that every comparison of runs sees all of them."""
     interp = load_interpreter(model_content, num_threads=num_threads, kernels=kernels)
     interp.allocate_tensors()
-    inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
+    inp, outs = interp.get_input_details()[0], interp.get_output_details()
+
+    def output(out) -> np.ndarray:
+        values = dequantize(interp.get_tensor(out["index"]), out)[0]
+        return values if len(outs) == 1 else values.ravel()
 
     def run(inputs) -> np.ndarray:
         results = []
         for sample in inputs:
             interp.set_tensor(inp["index"], quantize(sample[None], inp))
             interp.invoke()
-            results.append(dequantize(interp.get_tensor(out["index"]), out)[0])
+            results.append(np.concatenate([output(out) for out in outs]) if len(outs) > 1 else output(outs[0]))
         return np.stack(results)
 
     return run
+
+
+def split_outputs(model_content: bytes, joined: np.ndarray) -> list[np.ndarray]:
+    """A run's joined outputs of a file with several outputs ([N, values])
+    as one array per output, [N, *shape without the batch]."""
+    from edgevit.litert.flatbuffer import read
+
+    graph = read(model_content)
+    shapes = [graph.tensors[index].shape[1:] for index in graph.outputs]
+    ends = np.cumsum([int(np.prod(shape)) for shape in shapes])[:-1]
+    return [part.reshape(len(joined), *shape) for part, shape in zip(np.split(joined, ends, axis=1), shapes)]
 
 
 def run_in_child(model_path: str | Path, inputs, num_threads: int = 1,

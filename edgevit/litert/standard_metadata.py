@@ -23,10 +23,11 @@ import struct
 import zipfile
 
 import flatbuffers
+import numpy as np
 
 from edgevit.errors import EdgevitError
 from edgevit.litert.flatbuffer import MAX_REFERENCED_PER_BYTE, metadata_entry, with_metadata
-from edgevit.litert.metadata import SEGMENTATION, TAKES_RGB_BYTES, TAKES_RGB_UNIT, task_of
+from edgevit.litert.metadata import DETECTION, SEGMENTATION, TAKES_RGB_BYTES, TAKES_RGB_UNIT, task_of
 from edgevit.litert.packed_files import packed_files
 
 METADATA_NAME = "TFLITE_METADATA"
@@ -43,9 +44,20 @@ ACTIVATION_NONE, ACTIVATION_SIGMOID, ACTIVATION_SOFTMAX = 0, 1, 2
 # the name of a segmenter's output tensor (as tflite-support's segmenter writer names it)
 SEGMENTATION_OUTPUT = "segmentation_masks"
 
+# MediaPipe's ObjectDetector reads a raw detector's anchors and box decoding
+# from the subgraph's custom metadata of this name, an ObjectDetectorOptions
+# flatbuffer (identifier V001, schema 1.0.0), as Model Maker writes it.
+DETECTOR_METADATA, DETECTOR_IDENTIFIER, DETECTOR_PARSER_VERSION = "DETECTOR_METADATA", b"V001", "1.0.0"
+# a detector file's two forms (edgevit's document says which: detection.form)
+RAW_FORM, NMS_FORM = "raw", "nms"
+# BoundingBoxProperties: the (left, top, right, bottom) places of a box's
+# values (y first), its type BOUNDARIES and coordinates RATIO (normalised)
+BOX_INDEX, BOUNDARIES, RATIO = (1, 0, 3, 2), 1, 0
+
 COLOR_RGB, COLOR_GRAYSCALE = 1, 2
 LABELS_TYPE_AXIS = 2       # AssociatedFileType.TENSOR_AXIS_LABELS
-CONTENT_FEATURE, CONTENT_IMAGE = 1, 2   # ContentProperties union members
+LABELS_TYPE_VALUE = 3      # AssociatedFileType.TENSOR_VALUE_LABELS
+CONTENT_FEATURE, CONTENT_IMAGE, CONTENT_BOUNDING_BOX = 1, 2, 3   # ContentProperties union members
 UNIT_NORMALIZATION = 1                   # ProcessUnitOptions union member
 
 # Each table's fields in slot order; a union takes two slots (its type byte,
@@ -78,19 +90,34 @@ SCHEMA: dict[str, list[tuple[str, str]]] = {
     "Stats": [("max", "[float]"), ("min", "[float]")],
     "AssociatedFile": [("name", "string"), ("description", "string"), ("type", "byte"), ("locale", "string"),
                        ("version", "string")],
+    "BoundingBoxProperties": [("index", "[uint]"), ("type", "byte"), ("coordinate_type", "byte")],
+    # MediaPipe's detector options (object_detector_metadata_schema.fbs), a
+    # flatbuffer of its own (identifier V001) in a CustomMetadata's data
+    "ObjectDetectorOptions": [("min_parser_version", "string"), ("ssd_anchors_options", "SsdAnchorsOptions"),
+                              ("tensors_decoding_options", "TensorsDecodingOptions")],
+    "SsdAnchorsOptions": [("fixed_anchors_schema", "FixedAnchorsSchema")],
+    "FixedAnchorsSchema": [("anchors", "[FixedAnchor]")],
+    "FixedAnchor": [("x_center", "float"), ("y_center", "float"), ("width", "float"), ("height", "float")],
+    "TensorsDecodingOptions": [("num_classes", "int"), ("num_boxes", "int"), ("num_coords", "int"),
+                               ("keypoint_coord_offset", "int"), ("num_keypoints", "int"),
+                               ("num_values_per_keypoint", "int"), ("x_scale", "float"), ("y_scale", "float"),
+                               ("w_scale", "float"), ("h_scale", "float"), ("apply_exponential_on_box_size", "bool"),
+                               ("sigmoid_score", "bool")],
 }
-UNIONS = {"content_properties": {CONTENT_FEATURE: "FeatureProperties", CONTENT_IMAGE: "ImageProperties"},
+UNIONS = {"content_properties": {CONTENT_FEATURE: "FeatureProperties", CONTENT_IMAGE: "ImageProperties",
+                                 CONTENT_BOUNDING_BOX: "BoundingBoxProperties"},
           "options": {UNIT_NORMALIZATION: "NormalizationOptions"}}
 # each scalar kind: (its struct format, the builder's method that writes it)
 _SCALARS = {"byte": ("<b", "PrependInt8Slot"), "utype": ("<B", "PrependUint8Slot"),
-            "uint": ("<I", "PrependUint32Slot"), "int": ("<i", "PrependInt32Slot")}
+            "uint": ("<I", "PrependUint32Slot"), "int": ("<i", "PrependInt32Slot"),
+            "float": ("<f", "PrependFloat32Slot"), "bool": ("<?", "PrependBoolSlot")}
 
 
-def standard_metadata(doc: dict) -> dict:
-    """The ModelMetadata of an image classifier or segmenter, as a dict of
-    the schema's fields, built from edgevit's metadata document ``doc``
-    (:func:`edgevit.litert.metadata.build_metadata`), so the two entries
-    cannot say different things."""
+def standard_metadata(doc: dict, anchors: np.ndarray | None = None) -> dict:
+    """The ModelMetadata of an image classifier, segmenter or detector, as a
+    dict of the schema's fields, built from edgevit's metadata document
+    ``doc`` (:func:`edgevit.litert.metadata.build_metadata`), so the two
+    entries cannot say different things; ``anchors``: a raw detector's."""
     pre, inp, out = doc["preprocessing"], doc["input"], doc["output"]
     inside = (f"the file normalises them itself (mean {_listed(pre['mean'])}, std {_listed(pre['std'])} of "
               "[0, 1] pixels)")
@@ -121,6 +148,8 @@ def standard_metadata(doc: dict) -> dict:
     }
     if task_of(doc) == SEGMENTATION:
         return _segmenter_metadata(doc, size, image_input, labels_file)
+    if task_of(doc) == DETECTION:
+        return _detector_metadata(doc, size, image_input, labels_file, anchors)
     return {
         "name": doc["model"],
         "description": (f"{doc['model']} ({doc['family']}) image classifier, {doc['precision']}, "
@@ -182,6 +211,71 @@ def _segmenter_metadata(doc: dict, size: int, image_input: dict, labels_file: di
     }
 
 
+def _detector_metadata(doc: dict, size: int, image_input: dict, labels_file: dict,
+                       anchors: np.ndarray | None) -> dict:
+    """A detector's ModelMetadata, as MediaPipe's ObjectDetector reads it.
+    The raw form (what Model Maker ships): outputs ``location`` (the box
+    regressions, y first) and ``score`` (each class's softmax score, the
+    labels along its last axis), and in the subgraph's custom metadata
+    DETECTOR_METADATA the anchors and how to decode the boxes against them,
+    scores as they are (no sigmoid: the file's softmax made them). The NMS
+    form (what the Task Library requires): the four outputs of the detection
+    post-processing op, named as both clients look them up, the labels on
+    the category tensor's values."""
+    pre, detection = doc["preprocessing"], doc["detection"]
+    classes = doc["num_classes"]
+    location = {"name": "location", "content": {"content_properties": (CONTENT_BOUNDING_BOX, {
+        "index": list(BOX_INDEX), "type": BOUNDARIES, "coordinate_type": RATIO})}}
+    common = {
+        "name": doc["model"],
+        "version": f"edgevit {doc['edgevit_version']}",
+        "author": "edgevit",
+        "license": doc.get("licence") or "",
+        "min_parser_version": MIN_PARSER_VERSION_CUSTOM,
+    }
+    described = (f"{doc['model']} ({doc['family']}) SSD object detector, {doc['precision']}, {classes} classes, "
+                 f"{size}x{size} input ({pre['interpolation']} resize of the whole image).")
+    if detection["form"] == NMS_FORM:
+        values = {"range": {"min": 2, "max": 2}}
+        location["description"] = "Boxes kept, (ymin, xmin, ymax, xmax) normalised to [0, 1]."
+        location["content"]["range"] = values["range"]
+        outputs = [location,
+                   {"name": "category", "description": "Class of each box (a line of the labels, from 0).",
+                    "content": {"content_properties": (CONTENT_FEATURE, {}), **values},
+                    "associated_files": [{**labels_file, "type": LABELS_TYPE_VALUE}]},
+                   {"name": "score", "description": "Score of each box (softmax).",
+                    "content": {"content_properties": (CONTENT_FEATURE, {}), **values}},
+                   {"name": "number of detections", "description": "How many boxes are kept.",
+                    "content": {"content_properties": (CONTENT_FEATURE, {})}}]
+        return {**common, "description": described + " Detection post-processing (NMS) inside the file.",
+                "subgraph_metadata": [{"input_tensor_metadata": [image_input], "output_tensor_metadata": outputs}]}
+    if anchors is None:
+        raise EdgevitError("A raw detector's metadata needs its anchors.")
+    scales = detection["box_scales"]
+    options = {
+        "min_parser_version": DETECTOR_PARSER_VERSION,
+        "ssd_anchors_options": {"fixed_anchors_schema": {"anchors": [
+            {"y_center": float(y), "x_center": float(x), "height": float(h), "width": float(w)}
+            for y, x, h, w in np.asarray(anchors, dtype=np.float32)]}},
+        "tensors_decoding_options": {
+            # no keypoints; MediaPipe checks that each would have 2 values all the same
+            "num_classes": classes, "num_boxes": int(len(anchors)), "num_coords": 4, "num_values_per_keypoint": 2,
+            "y_scale": scales[0], "x_scale": scales[1], "h_scale": scales[2], "w_scale": scales[3],
+            "apply_exponential_on_box_size": True, "sigmoid_score": False},
+    }
+    location["description"] = ("Box regression of each anchor, (ty, tx, th, tw) against the anchors in "
+                               f"{DETECTOR_METADATA}, scales {_listed(scales)}.")
+    score = {"name": "score", "description": "Softmax score of each class at each anchor (background left out).",
+             "content": {"content_properties": (CONTENT_FEATURE, {})},
+             "stats": {"max": [1.0], "min": [0.0]}, "associated_files": [labels_file]}
+    return {**common, "description": described + " Raw boxes and scores: decode against the anchors and "
+                                                 "suppress overlaps (MediaPipe's ObjectDetector does both).",
+            "subgraph_metadata": [{
+                "input_tensor_metadata": [image_input], "output_tensor_metadata": [location, score],
+                "custom_metadata": [{"name": DETECTOR_METADATA,
+                                     "data": serialize(options, "ObjectDetectorOptions", DETECTOR_IDENTIFIER)}]}]}
+
+
 def segmenter_activation(standard: dict) -> int | None:
     """The activation a parsed entry's SEGMENTER_METADATA names (None: the
     entry has none, or one that cannot be read)."""
@@ -198,6 +292,31 @@ def segmenter_activation(standard: dict) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def detector_options(standard: dict) -> dict | None:
+    """The ObjectDetectorOptions a parsed entry's DETECTOR_METADATA holds
+    (None: the entry has none, or one that cannot be read)."""
+    for subgraph in standard.get("subgraph_metadata") or []:
+        for custom in subgraph.get("custom_metadata") or []:
+            data = custom.get("data")
+            if custom.get("name") != DETECTOR_METADATA or not data:
+                continue
+            try:
+                if data[4:8] != DETECTOR_IDENTIFIER:
+                    return None
+                reader = _BoundedReader(data)
+                return reader.table(reader.target(0), "ObjectDetectorOptions")
+            except ValueError:
+                return None
+    return None
+
+
+def anchors_of_options(options: dict) -> np.ndarray:
+    """The anchors of ObjectDetectorOptions, [A, 4] (ycenter, xcenter, height, width)."""
+    anchors = ((options.get("ssd_anchors_options") or {}).get("fixed_anchors_schema") or {}).get("anchors") or []
+    return np.asarray([[a.get(k, 0.0) for k in ("y_center", "x_center", "height", "width")] for a in anchors],
+                      dtype=np.float32).reshape(-1, 4)
 
 
 def _one_if_equal(values: list[float]) -> list[float]:
@@ -269,10 +388,11 @@ def _vector(b: flatbuffers.Builder, element: str, values) -> int:
         b.head -= len(values)
         b.Bytes[b.head:b.head + len(values)] = values
         return b.EndVector()
-    if element == "float":
+    if element in ("float", "uint"):
+        prepend = b.PrependFloat32 if element == "float" else b.PrependUint32
         b.StartVector(4, len(values), 4)
         for v in reversed(values):
-            b.PrependFloat32(float(v))
+            prepend(float(v) if element == "float" else int(v))
         return b.EndVector()
     children = [b.CreateString(v) if element == "string" else _build(b, element, v) for v in values]
     b.StartVector(4, len(children), 4)
@@ -372,10 +492,11 @@ class _BoundedReader:
             if start + count > len(self.data):
                 raise ValueError(f"a byte vector runs past its {len(self.data)} bytes")
             return self.data[start:start + count]
-        if element == "float":
+        if element in ("float", "uint"):
+            code = "f" if element == "float" else "I"
             if count:
-                self.get("<f", start + 4 * count - 4)  # the last one lies inside the buffer
-            return list(struct.unpack_from(f"<{count}f", self.data, start))
+                self.get(f"<{code}", start + 4 * count - 4)  # the last one lies inside the buffer
+            return list(struct.unpack_from(f"<{count}{code}", self.data, start))
         if element == "string":
             return [self.string(self.target(start + 4 * i)) for i in range(count)]
         return [self.table(self.target(start + 4 * i), element) for i in range(count)]

@@ -137,7 +137,7 @@ class Trainer:
                 for dst, src in zip(model.weights, base.weights):
                     dst.assign(src)
             with tf.GradientTape() as tape:
-                logits = tf.cast(model(x, training=True), tf.float32)
+                logits = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), model(x, training=True))
                 loss = tf.math.divide_no_nan(objective.loss_sum(logits, y), units)  # this replica's share of the mean
                 scaled_loss = optimizer.scale_loss(loss) if scaled else loss
             grads = tape.gradient(scaled_loss, model.trainable_variables)

@@ -133,3 +133,78 @@ def _corner_aligned(source: int, target: int):
     low = np.maximum(np.floor(at), 0).astype(np.int64)
     high = np.minimum(np.ceil(at), source - 1).astype(np.int64)
     return at, low, high, np.clip(at - low, 0, 1).astype(np.float32)
+
+
+class DetectionTally:
+    """COCO's box mAP (IoU 0.5:0.95), AP50 and per-class AP through
+    pycocotools' COCOeval, from an image's true boxes and its detections at
+    a time (:meth:`add`). It holds the boxes as numpy rows (at most
+    :data:`~edgevit.models.box_coding.DETECTIONS` detections an image), not
+    the model's outputs."""
+
+    def __init__(self, classes: list[str]):
+        self.classes = classes
+        self.truth: list[np.ndarray] = []        # [n, 6]: image, x, y, w, h, class
+        self.detections: list[np.ndarray] = []   # [d, 7]: image, x, y, w, h, score, class
+        self.images = 0
+
+    @staticmethod
+    def _xywh(corners: np.ndarray) -> np.ndarray:
+        """(ymin, xmin, ymax, xmax) -> COCO's (x, y, width, height)."""
+        corners = np.asarray(corners, np.float64).reshape(-1, 4)
+        return np.stack([corners[:, 1], corners[:, 0], corners[:, 3] - corners[:, 1], corners[:, 2] - corners[:, 0]],
+                        1)
+
+    def add(self, true_corners, true_classes, corners, scores, classes) -> None:
+        """One image: its true boxes (ymin, xmin, ymax, xmax in pixels) and
+        their classes, and its detections in the same frame, their scores
+        and classes."""
+        image = self.images + 1
+        self.images += 1
+        self.truth.append(np.concatenate([np.full((len(true_classes), 1), image), self._xywh(true_corners),
+                                          np.asarray(true_classes, np.float64)[:, None]], 1))
+        self.detections.append(np.concatenate([np.full((len(scores), 1), image), self._xywh(corners),
+                                               np.asarray(scores, np.float64)[:, None],
+                                               np.asarray(classes, np.float64)[:, None]], 1))
+
+    def report(self) -> dict:
+        truth = np.concatenate(self.truth) if self.truth else np.zeros((0, 6))
+        detections = np.concatenate(self.detections) if self.detections else np.zeros((0, 7))
+        boxes_of = {c: int((truth[:, 5] == i).sum()) for i, c in enumerate(self.classes) if i}
+        result = {"images": self.images, "boxes": int(len(truth)), "detections": int(len(detections)),
+                  "map": None, "ap50": None, "ap75": None, "per_class_ap": {}, "boxes_per_class": boxes_of}
+        if not len(truth):
+            return result
+        if not len(detections):
+            return {**result, "map": 0.0, "ap50": 0.0, "ap75": 0.0,
+                    "per_class_ap": {c: 0.0 for c, n in boxes_of.items() if n}}
+        import contextlib
+        import io
+
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints as it goes
+            truths = COCO()
+            truths.dataset = {
+                "images": [{"id": i} for i in range(1, self.images + 1)],
+                "categories": [{"id": i, "name": c} for i, c in enumerate(self.classes) if i],
+                "annotations": [{"id": n, "image_id": int(row[0]), "bbox": row[1:5].tolist(),
+                                 "area": float(row[3] * row[4]), "category_id": int(row[5]), "iscrowd": 0}
+                                for n, row in enumerate(truth, 1)]}
+            truths.createIndex()
+            evaluation = COCOeval(truths, truths.loadRes(detections), "bbox")
+            evaluation.evaluate()
+            evaluation.accumulate()
+            evaluation.summarize()
+        # precision [IoU thresholds, recall points, classes, areas, max detections]: all areas, 100 detections
+        precision = evaluation.eval["precision"][:, :, :, 0, -1]
+        per_class = {}
+        for k, category in enumerate(evaluation.params.catIds):
+            values = precision[:, :, k]
+            if boxes_of[self.classes[category]]:
+                per_class[self.classes[category]] = round(float(values[values > -1].mean()), 4) \
+                    if (values > -1).any() else 0.0
+        stats = evaluation.stats
+        return {**result, "map": round(float(stats[0]), 4), "ap50": round(float(stats[1]), 4),
+                "ap75": round(float(stats[2]), 4), "per_class_ap": per_class}

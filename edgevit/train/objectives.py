@@ -3,8 +3,9 @@
 The training loop (:mod:`edgevit.train.loop`) and validation
 (:mod:`edgevit.train.validation`) know a task only through its objective:
 
-- ``units(targets)``: what the loss is the mean over (images, or the
-  pixels a mask counts), summed across replicas by the step;
+- ``units(targets)``: what the loss is the mean over (images, the pixels
+  a mask counts, or the anchors matched to a box), summed across replicas
+  by the step;
 - ``loss_sum(logits, targets)`` and ``hits(logits, targets)``: the summed
   loss and the units predicted right, on one replica;
 - ``counts(logits, targets, real)`` and ``metrics(counts)``: what
@@ -112,9 +113,97 @@ class Segmentation:
                 "val_pixel_accuracy": round(float(hits.sum() / pixels), 4) if pixels else None}
 
 
-def objective_for(model, label_smoothing: float = 0.1) -> Classification | Segmentation:
+class Detection:
+    """cvnets' SSD multibox loss: the anchors matched to the boxes
+    (:func:`edgevit.models.box_coding.match`), smooth L1 on the
+    regressions of the matched anchors, and cross-entropy on the matched
+    anchors and the NEG_POS_RATIO times as many background anchors the
+    model finds hardest (hard negative mining, per image), both summed and
+    divided by the matched anchors. The model's outputs are (boxes
+    [N, A, 4], scores [N, A, classes] logits); the targets
+    :class:`~edgevit.data.targets.Boxes`' [N, MAX_BOXES, 5].
+
+    Validation counts the same loss over the validation images (mAP needs
+    the whole set's detections: `edgevit eval` reports it), and how many
+    matched anchors the model classifies right."""
+    metric = "val_loss"
+    train_metric = "train_anchor_accuracy"
+    NEG_POS_RATIO = 3
+
+    def __init__(self, classes: int, anchors):
+        import numpy as np
+
+        self.classes, self.anchors = classes, np.asarray(anchors, np.float32)
+
+    def _matched(self, targets):
+        from edgevit.models import box_coding
+
+        return box_coding.match(targets[..., :4], targets[..., 4], self.anchors)
+
+    def units(self, targets):
+        import tensorflow as tf
+
+        return tf.reduce_sum(tf.cast(self._matched(targets)[1] > 0, tf.float32))
+
+    def loss_sum(self, outputs, targets):
+        import tensorflow as tf
+
+        regressions, logits = outputs
+        wanted, labels = self._matched(targets)
+        positive = labels > 0
+        difference = tf.abs(regressions - wanted)
+        smooth_l1 = tf.where(difference < 1.0, 0.5 * difference ** 2, difference - 0.5)
+        box_loss = tf.reduce_sum(tf.reduce_sum(smooth_l1, -1) * tf.cast(positive, tf.float32))
+        class_loss = -tf.gather(tf.nn.log_softmax(logits, -1), labels, batch_dims=2)
+        return box_loss + tf.reduce_sum(class_loss * tf.cast(self.counted(logits, labels), tf.float32))
+
+    def counted(self, logits, labels):
+        """[N, A] the anchors the classification loss counts: the matched
+        ones and, in each image, the NEG_POS_RATIO times as many background
+        anchors whose background loss is highest."""
+        import tensorflow as tf
+
+        positive = labels > 0
+        background_loss = tf.stop_gradient(tf.where(positive, -float("inf"), -tf.nn.log_softmax(logits, -1)[..., 0]))
+        # each anchor's rank by its background loss, hardest first (cvnets sorts twice, as here)
+        rank = tf.argsort(tf.argsort(background_loss, -1, direction="DESCENDING", stable=True), -1, stable=True)
+        negatives = self.NEG_POS_RATIO * tf.reduce_sum(tf.cast(positive, tf.int32), -1, keepdims=True)
+        return tf.logical_or(positive, rank < negatives)
+
+    def hits(self, outputs, targets):
+        import tensorflow as tf
+
+        labels = self._matched(targets)[1]
+        right = tf.logical_and(labels > 0, tf.equal(tf.argmax(outputs[1], -1, output_type=tf.int32), labels))
+        return tf.reduce_sum(tf.cast(right, tf.float32))
+
+    def counts(self, outputs, targets, real):
+        """[loss sum, matched anchors, matched anchors classified right] of the real places."""
+        import tensorflow as tf
+
+        # a place without an image keeps no box, hence no anchor: it adds nothing
+        targets = targets * tf.cast(real, targets.dtype)[:, None, None]
+        return tf.stack([self.loss_sum(outputs, targets), self.units(targets), self.hits(outputs, targets)])
+
+    def metrics(self, counts) -> dict:
+        loss, matched, right = (float(v) for v in counts)
+        return {self.metric: round(loss / matched, 4) if matched else None,
+                "val_anchor_accuracy": round(right / matched, 4) if matched else None}
+
+
+def is_detector(model) -> bool:
+    """Whether ``model`` is an SSD detector: two outputs, boxes and class scores for each anchor."""
+    return len(model.outputs) == 2 and int(model.outputs[0].shape[-1]) == 4 and len(model.outputs[1].shape) == 3
+
+
+def objective_for(model, label_smoothing: float = 0.1) -> Classification | Segmentation | Detection:
     """The objective of ``model``'s task: a model whose output is a map of
-    class scores ([N, H, W, classes]) segments."""
+    class scores ([N, H, W, classes]) segments, one with boxes and scores
+    detects."""
+    if is_detector(model):
+        from edgevit.models.ssdlite import anchor_boxes
+
+        return Detection(int(model.outputs[1].shape[-1]), anchor_boxes(model))
     classes = int(model.outputs[0].shape[-1])
     if len(model.outputs[0].shape) == 4:
         return Segmentation(classes)

@@ -44,10 +44,10 @@ def build_model(model_arg: str, classes: list[str], *, weights, input_size, log,
                 source = create_model(model_arg, num_classes=stored, input_size=size, weights=weights)
                 copy_all_but_head(source, model)
                 log(f"New {len(classes)}-class head (the given weights have {stored} classes)")
-    if int(model.outputs[0].shape[-1]) != len(classes):
+    if int(model.outputs[-1].shape[-1]) != len(classes):
         new = create_model(spec.name, num_classes=len(classes), input_size=int(model.inputs[0].shape[1]))
         copy_all_but_head(model, new)
-        log(f"New {len(classes)}-class head (the given model has {model.outputs[0].shape[-1]} classes)")
+        log(f"New {len(classes)}-class head (the given model has {model.outputs[-1].shape[-1]} classes)")
         model = new
     for s in sizes:
         check_input_size(spec, s)
@@ -123,7 +123,7 @@ def classes_in(weights: str, head_name: str) -> int | None:
     if weights.endswith(".keras"):
         from edgevit.saving import load_model
 
-        return int(load_model(weights).outputs[0].shape[-1])
+        return int(load_model(weights).outputs[-1].shape[-1])
     import h5py
 
     found = []

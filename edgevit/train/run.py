@@ -112,19 +112,50 @@ def kept_epoch(history: list[dict], metric: str = "val_top1") -> dict:
     if not history or history[-1].get(metric) is None:
         return {}
     last = history[-1]
-    best = max(history, key=lambda record: record[metric])  # the first of equals
+    sign = -1 if metric in LOWER_IS_BETTER else 1
+    best = max(history, key=lambda record: sign * record[metric])  # the first of equals
     kept = {"kept_epoch": last["epoch"], "best_val_epoch": best["epoch"]}
     name = METRIC_NAMES.get(metric, metric)
     note = f"the last epoch's weights (epoch {last['epoch']}, {name} {last[metric]})"
-    if best[metric] > last[metric]:
-        note += (f"; epoch {best['epoch']} scored higher ({best[metric]}), but the run ends where its "
+    if sign * best[metric] > sign * last[metric]:
+        note += (f"; epoch {best['epoch']} scored {'lower' if sign < 0 else 'higher'} ({best[metric]}), but the run "
+                 f"ends where its "
                  f"learning-rate schedule does, and a model chosen by its validation images would make their {name} "
                  f"an optimistic estimate (to stop earlier, train with --epochs {best['epoch']})")
     return {**kept, "kept": note}
 
 
 # how a run's log names its validation figure
-METRIC_NAMES = {"val_top1": "val top-1", "val_miou": "val mIoU"}
+METRIC_NAMES = {"val_top1": "val top-1", "val_miou": "val mIoU", "val_loss": "val loss"}
+# validation figures of which less is better
+LOWER_IS_BETTER = {"val_loss"}
+# what a folder for each kind of model holds, and where it goes
+FOLDER_KINDS = {
+    "classifier": ("class folders", "class folders: DIR/train/<class>/*.jpg"),
+    "segmenter": ("a segmentation folder (classes.txt, images and masks)",
+                  "a segmentation folder: DIR/classes.txt, DIR/train/images + DIR/train/masks"),
+    "detector": ("a detection folder (boxes)", "a detection folder: DIR/annotations/instances_train.json with "
+                 "DIR/train/ images (COCO), or a VOC devkit (Annotations/, JPEGImages/, ImageSets/Main/)"),
+}
+
+
+def model_task(model_arg: str) -> str | None:
+    """The task of a registered model name, or of the model a .keras file
+    holds (from its description, before TensorFlow loads); None when the
+    name is none of edgevit's."""
+    from edgevit.registry import get_spec
+
+    name = model_arg
+    if model_arg.endswith(".keras") or Path(model_arg).is_file():
+        import json
+
+        from edgevit.saving import model_description
+
+        name = json.loads(model_description(model_arg)).get("config", {}).get("name", "")
+    try:
+        return get_spec(name).task
+    except EdgevitError:
+        return None
 
 
 class TrainingRun(ABC):
@@ -137,11 +168,12 @@ class TrainingRun(ABC):
     warmup = True           # a linear warm-up over the first tenth of the epochs (at most one)
 
     def __init__(self, options: RunOptions, progress: Progress | None = None, log: Callable[[str], None] = print):
+        from edgevit.data.boxes import find_detection_dataset, is_detection_folder
         from edgevit.data.folders import find_dataset
         from edgevit.data.masks import find_segmentation_dataset, is_segmentation_folder
         from edgevit.registry import is_imagenet
         from edgevit.saving import existing_file
-        from edgevit.train.objectives import Classification, Segmentation
+        from edgevit.train.objectives import Classification, Detection, Segmentation
 
         self.options, self.log = options, log
         self.progress = progress or Progress(enabled=False)
@@ -152,15 +184,21 @@ class TrainingRun(ABC):
         if options.weights is not None and not is_imagenet(options.weights):
             existing_file(options.weights, "Weights file")
         self.segments = is_segmentation_folder(options.data_dir)
-        if self.segments:
-            if options.val_split is not None:
-                raise EdgevitError(f"{options.data_dir} is a segmentation folder, whose val/ images validate the "
-                                   "training: leave --val-split out.")
+        # a VOC devkit holds both masks and boxes: a detector reads its boxes
+        self.detects = is_detection_folder(options.data_dir) and (
+            not self.segments or model_task(options.model) == "detection")
+        self.segments = self.segments and not self.detects
+        if (self.segments or self.detects) and options.val_split is not None:
+            raise EdgevitError(f"{options.data_dir} is a {'detection' if self.detects else 'segmentation'} folder, "
+                               "whose val images validate the training: leave --val-split out.")
+        if self.detects:
+            self.dataset = find_detection_dataset(options.data_dir)
+        elif self.segments:
             self.dataset = find_segmentation_dataset(options.data_dir)
         else:
             self.dataset = find_dataset(options.data_dir, val_split=options.val_split)
         # what validation reports and epochs are compared by
-        self.metric = (Segmentation if self.segments else Classification).metric
+        self.metric = (Detection if self.detects else Segmentation if self.segments else Classification).metric
         self.strategy = None
         self.model = self.spec = None  # the saved model and its spec, once executed
 
@@ -298,14 +336,15 @@ class TrainingRun(ABC):
                 "history": history, self.metric: history[-1].get(self.metric) if history else None, **kept}
 
     def _check_task(self, model, spec) -> None:
-        """A segmenter trains on a segmentation folder, a classifier on class folders."""
-        segmenter = len(model.outputs[0].shape) == 4
-        if segmenter != self.segments:
-            has = "a segmentation folder (classes.txt, images and masks)" if self.segments else "class folders"
-            wants = "a segmentation folder: DIR/classes.txt, DIR/train/images + DIR/train/masks" if segmenter \
-                else "class folders: DIR/train/<class>/*.jpg"
-            raise EdgevitError(f"{spec.name} is a {'segmenter' if segmenter else 'classifier'} and "
-                               f"{self.options.data_dir} holds {has}: it trains on {wants}.")
+        """A detector trains on a detection folder, a segmenter on a
+        segmentation folder, a classifier on class folders."""
+        from edgevit.train.objectives import is_detector
+
+        kind = "detector" if is_detector(model) else "segmenter" if len(model.outputs[0].shape) == 4 else "classifier"
+        folder = "detector" if self.detects else "segmenter" if self.segments else "classifier"
+        if kind != folder:
+            raise EdgevitError(f"{spec.name} is a {kind} and {self.options.data_dir} holds {FOLDER_KINDS[folder][0]}: "
+                               f"it trains on {FOLDER_KINDS[kind][1]}.")
 
     def config_options(self) -> dict:
         """TrainConfig fields of this command's own."""

@@ -1,0 +1,44 @@
+"""Detect objects with MediaPipe Tasks' ObjectDetector, as an app does.
+
+Usage: python mediapipe_detect.py MODEL.tflite IMAGES.npy OUT.json
+IMAGES: uint8 [N, H, W, 3] RGB. OUT: per image, the detections as
+[category index, category name, score, ymin, xmin, ymax, xmax], the box
+normalised by the image's size (MediaPipe gives pixels), best first. Every
+detection is kept (no score threshold, no limit), so that the caller
+compares all of them. A refusal exits 3 with MediaPipe's message on stderr.
+"""
+import json
+import sys
+
+import numpy as np
+
+
+def main(model: str, images_path: str, out_path: str) -> int:
+    import mediapipe as mp
+    from mediapipe.tasks.python import BaseOptions, vision
+
+    options = vision.ObjectDetectorOptions(base_options=BaseOptions(model_asset_path=model), score_threshold=0.0)
+    try:
+        detector = vision.ObjectDetector.create_from_options(options)
+    except (RuntimeError, ValueError) as err:
+        print(f"refused: {err}", file=sys.stderr)
+        return 3
+    results = []
+    with detector:
+        for pixels in np.load(images_path):
+            height, width = pixels.shape[:2]
+            image = mp.Image(image_format=mp.ImageFormat.SRGB, data=np.ascontiguousarray(pixels))
+            found = []
+            for detection in detector.detect(image).detections:
+                box, category = detection.bounding_box, detection.categories[0]
+                found.append([category.index, category.category_name, float(category.score),
+                              box.origin_y / height, box.origin_x / width, (box.origin_y + box.height) / height,
+                              (box.origin_x + box.width) / width])
+            results.append(found)
+    with open(out_path, "w") as f:
+        json.dump(results, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

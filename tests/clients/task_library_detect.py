@@ -1,0 +1,40 @@
+"""Detect objects with the TFLite Task Library's ObjectDetector
+(tflite-support), as an app does. Runs in its own virtual environment:
+tflite-support pins protobuf < 4, which TensorFlow 2.21 cannot share.
+
+Usage: python task_library_detect.py MODEL.tflite IMAGES.npy OUT.json
+(as mediapipe_detect.py).
+"""
+import json
+import sys
+
+import numpy as np
+
+
+def main(model: str, images_path: str, out_path: str) -> int:
+    from tflite_support.task import core, processor, vision
+
+    options = vision.ObjectDetectorOptions(base_options=core.BaseOptions(file_name=model),
+                                           detection_options=processor.DetectionOptions(score_threshold=0.0))
+    try:
+        detector = vision.ObjectDetector.create_from_options(options)
+    except (RuntimeError, ValueError) as err:
+        print(f"refused: {err}", file=sys.stderr)
+        return 3
+    results = []
+    for pixels in np.load(images_path):
+        height, width = pixels.shape[:2]
+        found = []
+        for detection in detector.detect(vision.TensorImage.create_from_array(np.ascontiguousarray(pixels))).detections:
+            box, category = detection.bounding_box, detection.categories[0]
+            found.append([category.index, category.category_name, float(category.score), box.origin_y / height,
+                          box.origin_x / width, (box.origin_y + box.height) / height,
+                          (box.origin_x + box.width) / width])
+        results.append(found)
+    with open(out_path, "w") as f:
+        json.dump(results, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,262 @@
+"""A detector from Keras to the phone: `edgevit convert` writes a fully-int8
+SSD file in MediaPipe's two forms. The raw one (boxes and softmax scores,
+uint8, the anchors and box decoding in the metadata) loads in MediaPipe
+Tasks' ObjectDetector as it is; with the detection post-processing op it
+outputs the four float32 tensors MediaPipe and the Task Library read, the op
+on the CPU. A stand-in with the contract's two outputs (edgevit.models.ssdlite),
+its anchors made here: 64 px, one 8x8 level of two anchors, three classes
+and the background."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from edgevit.export import detection
+from edgevit.export.pipeline import ExportOptions, export
+from edgevit.litert.detection_postprocess import ON_THE_CPU, POSTPROCESS_OP, Suppression, raw_view, \
+    with_postprocess
+from edgevit.litert.metadata import read_embedded
+from edgevit.litert.metadata_check import metadata_problems
+from edgevit.litert.run_model import run_in_process, split_outputs
+from edgevit.litert.standard_metadata import DETECTOR_IDENTIFIER, DETECTOR_METADATA, read_standard
+from edgevit.registry import Preprocessing, get_spec
+from edgevit.saving import set_class_names
+from tests.standard_clients import CLIENTS, TASK_LIBRARY_PYTHON, missing
+
+SIZE, GRID, PER_PLACE = 64, 8, 2
+CLASSES = ["background", "circle", "square", "star"]
+SCALES = (10.0, 10.0, 5.0, 5.0)
+
+
+def _anchors() -> np.ndarray:
+    centres = (np.arange(GRID) + 0.5) / GRID
+    y, x = (a.ravel() for a in np.meshgrid(centres, centres, indexing="ij"))
+    shapes = [(0.25, 0.25), (0.35, 0.18)]  # (height, width) of each anchor at a place
+    return np.stack([np.stack([y, x, np.full_like(y, h), np.full_like(y, w)], 1) for h, w in shapes],
+                    1).reshape(-1, 4).astype(np.float32)
+
+
+def _standin():
+    """Boxes [1, A, 4] and class logits [1, A, 4], named as the contract names them; the score head's
+    weights large enough that the scores spread over the int8 grid: equal scores leave the order of
+    suppression to each implementation's sort."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    image = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(image)
+    x = keras.layers.Conv2D(24, 3, strides=2, padding="same", activation="relu")(x)
+    x = keras.layers.Conv2D(32, 3, strides=2, padding="same", activation="relu")(x)
+    boxes = keras.layers.Conv2D(PER_PLACE * 4, 1)(x)
+    logits = keras.layers.Conv2D(PER_PLACE * len(CLASSES), 1,
+                                 kernel_initializer=keras.initializers.RandomNormal(stddev=3.0))(x)
+    model = keras.Model(image, [keras.layers.Reshape((GRID * GRID * PER_PLACE, 4), name="boxes")(boxes),
+                                keras.layers.Reshape((GRID * GRID * PER_PLACE, len(CLASSES)), name="scores")(logits)])
+    set_class_names(model, CLASSES)
+    return model
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """{"raw": (path, result), "nms": (path, result)}: one model in both forms."""
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(detection, "anchors_of", lambda model: _anchors())
+    monkeypatch.setattr(detection, "box_scales", lambda: SCALES)
+    spec = dataclasses.replace(get_spec("mobilevit_v1_xxs"), name="ssd_standin", task="detection",
+                               preprocessing=Preprocessing(SIZE, SIZE))
+    model, out, made = _standin(), tmp_path_factory.mktemp("det"), {}
+    for form in ("raw", "nms"):
+        path = out / f"det_{form}.tflite"
+        opts = ExportOptions(output=str(path), calib_samples=8, validation_samples=8, gpu_images=0,
+                             add_postprocessing_op=form == "nms")
+        made[form] = path, export(model, spec, opts)
+    monkeypatch.undo()
+    return made
+
+
+def _pixels(count: int = 6) -> np.ndarray:
+    from edgevit.data import sample_photos
+
+    photos = sample_photos.sample_batch(Preprocessing(SIZE, SIZE), count, held_out=True)
+    return np.clip(np.round(photos * 255), 0, 255).astype(np.uint8)
+
+
+def _litert(content: bytes, pixels: np.ndarray) -> list[np.ndarray]:
+    """Each output of the file for the bytes (its uint8 input's scale is 1/255)."""
+    return split_outputs(content, run_in_process(content, pixels.astype(np.float32) / 255.0))
+
+
+def _detect(client: str, model, pixels, tmp_path) -> list | str:
+    python = sys.executable if client == "mediapipe" else str(TASK_LIBRARY_PYTHON)
+    np.save(tmp_path / "images.npy", pixels)
+    proc = subprocess.run([python, str(CLIENTS / f"{client}_detect.py"), str(model), str(tmp_path / "images.npy"),
+                           str(tmp_path / "out.json")], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GLOG_minloglevel="2"))
+    if proc.returncode == 3:
+        return proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((tmp_path / "out.json").read_text())
+
+
+def test_raw_form_is_all_integer_and_its_metadata_is_what_mediapipe_reads(files):
+    path, result = files["raw"]
+    report = result.to_dict()
+    outputs = report["io"]["outputs"]
+    anchors = GRID * GRID * PER_PLACE
+    assert [(o["shape"], o["dtype"]) for o in outputs] == [([1, anchors, 4], "uint8"), ([1, anchors, 3], "uint8")]
+    assert outputs[1]["quantization"] == {"scale": 1 / 256, "zero_point": 0}  # the softmax's grid, kept exactly
+    assert report["io"]["input"]["dtype"] == "uint8"
+    assert all(c["passed"] for c in report["checks"]) and "SOFTMAX" in report["op_histogram"]
+    for delegate in ("gpu", "nnapi"):
+        assert report["delegates"][delegate]["fallback_ops"] == 0, report["delegates"][delegate]
+    a = report["agreement"]
+    assert a["samples"] == 8 and a["anchors"] == anchors and a["cosine_mean"] > 0.99 and a["box_cosine_mean"] > 0.99
+    assert a["detections"][0] > 0 and a["detections_same"] >= 0.75  # the confident detections, after suppression
+
+    content = path.read_bytes()
+    assert metadata_problems(content) == []
+    meta = read_embedded(content)
+    assert meta["task"] == "detection" and meta["labels"] == CLASSES[1:] and meta["output"]["kind"] == "box_encodings"
+    assert meta["detection"]["form"] == "raw" and meta["detection"]["box_scales"] == list(SCALES)
+    standard = read_standard(content)
+    location, score = standard["subgraph_metadata"][0]["output_tensor_metadata"]
+    assert location["name"] == "location" and location["content"]["content_properties"][1] == {
+        "index": [1, 0, 3, 2], "type": 1}  # BOUNDARIES; coordinate_type RATIO is the default, 0
+    assert score["name"] == "score" and standard["files"]["labels.txt"].decode().splitlines() == CLASSES[1:]
+    custom = standard["subgraph_metadata"][0]["custom_metadata"][0]
+    assert custom["name"] == DETECTOR_METADATA and custom["data"][4:8] == DETECTOR_IDENTIFIER
+
+
+def test_nms_form_ends_in_the_postprocessing_op_on_the_cpu(files):
+    path, result = files["nms"]
+    report = result.to_dict()
+    assert [(o["name"], o["shape"], o["dtype"]) for o in report["io"]["outputs"]] == [
+        ("location", [1, 100, 4], "float32"), ("category", [1, 100], "float32"), ("score", [1, 100], "float32"),
+        ("number of detections", [1], "float32")]
+    assert report["op_histogram"][POSTPROCESS_OP] == 1 and report["op_histogram"]["DEQUANTIZE"] == 1
+    integer = next(c for c in report["checks"] if c["check"].startswith("every op integer"))
+    assert integer["passed"] and POSTPROCESS_OP in integer["detail"]
+    for delegate in ("gpu", "nnapi"):
+        fallbacks = report["delegates"][delegate]["fallbacks"]
+        assert [(f["op"], f["reason"]) for f in fallbacks] == [(POSTPROCESS_OP, ON_THE_CPU)]
+    assert any(place.startswith("GPU delegate") for place in report["verdict"]["deployable_on"])
+    assert report["agreement"]["cosine_mean"] > 0.99  # the raw outputs the op reads
+    content = path.read_bytes()
+    assert metadata_problems(content) == []
+    names = [t["name"] for t in read_standard(content)["subgraph_metadata"][0]["output_tensor_metadata"]]
+    assert names == ["location", "category", "score", "number of detections"]
+
+
+def test_the_postprocessing_op_reads_the_raw_outputs_of_the_same_graph(files):
+    raw, nms = (files[form][0].read_bytes() for form in ("raw", "nms"))
+    pixels = _pixels(3)
+    for mine, theirs in zip(_litert(raw, pixels), _litert(raw_view(nms), pixels)):
+        np.testing.assert_array_equal(mine, theirs)
+
+
+def test_mediapipe_detects_with_the_raw_form_what_the_postprocessing_op_finds(files, tmp_path):
+    """MediaPipe decodes the raw outputs with the metadata's anchors and scales and suppresses overlaps; the
+    detection post-processing op, given the same outputs, anchors and MediaPipe's IoU threshold, keeps the same
+    boxes, classes and scores."""
+    if missing("mediapipe"):
+        pytest.skip(missing("mediapipe"))
+    path, _ = files["raw"]
+    pixels = _pixels()
+    found = _detect("mediapipe", path, pixels, tmp_path)
+    assert not isinstance(found, str), found
+    reference = with_postprocess(path.read_bytes(), _anchors(), SCALES,
+                                 Suppression(max_detections=GRID * GRID * PER_PLACE, iou_threshold=MEDIAPIPE_IOU,
+                                             score_threshold=0.0))
+    boxes, classes, scores, counts = _litert(reference, pixels)
+    matched = 0
+    for image, detections in enumerate(found):
+        kept = int(counts[image])
+        assert len(detections) == kept
+        for _, name, score, *box in detections:
+            near = np.abs(scores[image, :kept] - score) < 1e-6
+            near &= np.array([CLASSES[1 + int(c)] == name for c in classes[image, :kept]])
+            near &= np.abs(_as_mediapipe_box(boxes[image, :kept]) - box).max(axis=1) <= 1.5 / SIZE
+            matched += bool(near.any())
+    assert matched == sum(map(len, found))
+
+
+# MediaPipe's ObjectDetector suppresses a box that overlaps a better one by an IoU over 0.3 (the Python and
+# Kotlin options do not set it)
+MEDIAPIPE_IOU = 0.3
+
+
+def _as_mediapipe_box(boxes: np.ndarray) -> np.ndarray:
+    """(ymin, xmin, ymax, xmax) as MediaPipe reports them: the origin clipped to the image and moved down to
+    a whole pixel, the size kept, in whole pixels."""
+    origin = np.floor(np.clip(boxes[:, :2], 0, None) * SIZE)
+    size = np.floor((boxes[:, 2:] - boxes[:, :2]) * SIZE)
+    return np.concatenate([origin, origin + size], axis=1) / SIZE
+
+
+@pytest.mark.parametrize("client", ["mediapipe", "task_library"])
+def test_clients_load_the_nms_form_and_show_what_litert_computes(files, tmp_path, client):
+    if missing(client):
+        pytest.skip(missing(client))
+    path, _ = files["nms"]
+    pixels = _pixels()
+    found = _detect(client, path, pixels, tmp_path)
+    assert not isinstance(found, str), found
+    boxes, classes, scores, counts = _litert(path.read_bytes(), pixels)
+    for image, detections in enumerate(found):
+        shown = _as_mediapipe_box(boxes[image, :int(counts[image])])
+        kept = np.arange(len(shown))
+        if client == "mediapipe":  # it shows the best of the detections of one pixel box (64 px boxes meet often)
+            kept = np.sort(np.unique(shown.round(6), axis=0, return_index=True)[1])
+        assert len(detections) == len(kept)
+        assert [name for _, name, *_ in detections] == [CLASSES[1 + int(c)] for c in classes[image, kept]]
+        np.testing.assert_allclose([score for _, _, score, *_ in detections], scores[image, kept], atol=1e-6)
+        expected = shown if client == "mediapipe" else boxes[image]  # the Task Library clips no box
+        np.testing.assert_allclose([box for _, _, _, *box in detections], expected[kept], atol=1.5 / SIZE)
+
+
+@pytest.mark.parametrize("form", ["raw", "nms"])
+def test_check_and_bench_read_the_detector(files, form):
+    from click.testing import CliRunner
+
+    from edgevit.cli import main
+
+    path, _ = files[form]
+    result = CliRunner().invoke(main, ["check", str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    checked = json.loads(result.stdout)
+    assert checked["metadata"]["problems"] == [] and checked["metadata"]["edgevit"]["task"] == "detection"
+    gpu = [(f["op"], f["reason"]) for f in checked["gpu"]["fallback_summary"]]
+    assert gpu == ([(POSTPROCESS_OP, ON_THE_CPU)] if form == "nms" else [])
+    result = CliRunner().invoke(main, ["bench", str(path), "--threads", "1", "--host-kernels", "xnnpack", "--runs",
+                                       "2", "--warmup", "1", "--json"])
+    assert result.exit_code == 0, result.stderr
+
+
+def test_the_report_table_shows_a_detectors_agreement(files):
+    import io
+
+    from edgevit.export.report import print_report
+
+    out = io.StringIO()
+    print_report(files["raw"][1], stream=out)
+    table = out.getvalue()
+    assert "anchors' top class" in table and "same detections" in table and "verdict:" in table
+
+
+def test_the_postprocessing_op_on_a_classifier_is_one_error_and_no_file(tmp_path):
+    import keras
+
+    from edgevit.errors import EdgevitError
+
+    image = keras.Input((SIZE, SIZE, 3))
+    model = keras.Model(image, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(image)))
+    opts = ExportOptions(output=str(tmp_path / "c.tflite"), add_postprocessing_op=True, gpu_images=0)
+    with pytest.raises(EdgevitError, match="--add-postprocessing-op: mobilevit_v1_xxs is a classification model"):
+        export(model, get_spec("mobilevit_v1_xxs"), opts)
+    assert not list(tmp_path.iterdir())
