@@ -277,7 +277,7 @@ class MainActivity : ComponentActivity() {
     private fun runAndShow(current: ModelRunner, currentTask: VisionTask, image: Pixels) {
         val timing = current.run(image.argb, image.width, image.height)
         val start = SystemClock.elapsedRealtimeNanos()
-        val shown = currentTask.interpret(current.output(), image)
+        val shown = currentTask.interpret(current.outputs(), image)
         val interpretedMs = (SystemClock.elapsedRealtimeNanos() - start) / 1e6
         if (timing.gpuCheckResult != null) {
             showWhereItRuns(current)
