@@ -60,11 +60,10 @@ class ModelRunner private constructor(
     private val preprocessor = ImagePreprocessor(metadata)
     private val input = preprocessor.newInputBuffer()
     private val outputs = newOutputBuffers(metadata)
-    private val output = outputs[0]
     private val outputsByIndex = indexed(outputs)
     private val inputs = arrayOf<Any>(input)
 
-    /** Run the model on packed ARGB pixels ([width] x [height], upright); [output] then holds its output. */
+    /** Run the model on packed ARGB pixels ([width] x [height], upright); [outputs] then holds its outputs. */
     fun run(argb: IntArray, width: Int, height: Int): Timing {
         val start = SystemClock.elapsedRealtimeNanos()
         input.rewind()
@@ -86,14 +85,12 @@ class ModelRunner private constructor(
 
     /**
      * Run the input the GPU just ran on [cpu] as well and let [gpuCheck] compare. When it rejects
-     * the GPU, the CPU session takes over, starting with this frame's outputs. A detector is
-     * compared on its first output (the boxes).
+     * the GPU, the CPU session takes over, starting with this frame's outputs.
      */
     private fun checkGpuAgainst(cpu: Session): OutputAgreement {
         cpuReference = null
         gpuCheck.begin()
         val cpuOutputs = newOutputBuffers(metadata)
-        val cpuOutput = cpuOutputs[0]
         try {
             input.rewind()
             runInto(cpu.interpreter, inputs, cpuOutputs, indexed(cpuOutputs))
@@ -101,9 +98,8 @@ class ModelRunner private constructor(
             cpu.close()
             throw e
         }
-        output.rewind()
-        cpuOutput.rewind()
-        val agreement = gpuCheck.finish(output, cpuOutput, metadata.output)
+        (outputs + cpuOutputs).forEach { it.rewind() }
+        val agreement = gpuCheck.finish(outputs, cpuOutputs, outputInfos(metadata))
         if (gpuCheck.active == Accelerator.CPU) {
             session.close()
             session = cpu
