@@ -416,6 +416,23 @@ def test_golden_cases_cover_every_input_type_and_path(golden_dir):
             assert meta["input"]["dtype"] == dtype
 
 
+def test_the_detection_golden_case_suppresses_something_of_every_class(golden_dir):
+    """GoldenDetectionTest compares at box_coding's threshold and at the one the app shows from: the first
+    keeps boxes of every class, with tied scores (the order of ties is part of what must match), and
+    suppression removed boxes; the second keeps some."""
+    meta = json.loads((golden_dir / "detect.json").read_text())
+    anchors = meta["detection"]["outputs"][0]["shape"][1]
+    cases = json.loads((golden_dir / "detect.expected.json").read_text())["cases"]
+    assert [case["confidence"] for case in cases] == list(golden.DETECTION_CONFIDENCES)
+    everything, shown = cases
+    assert set(everything["classes"]) == set(range(meta["num_classes"]))
+    assert len(set(everything["scores"])) < len(everything["scores"])
+    scores = np.frombuffer((golden_dir / "detect.scores.bin").read_bytes(), np.uint8).reshape(anchors, -1)
+    q = meta["detection"]["outputs"][1]["quantization"]
+    candidates = ((scores.astype(np.float32) - q["zero_point"]) * q["scale"] > everything["confidence"]).sum()
+    assert len(everything["scores"]) < candidates and len(shown["scores"]) > 0
+
+
 # ---------------------------------------------------------------- offline build checks
 
 @pytest.fixture(scope="module")
