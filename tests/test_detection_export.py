@@ -260,3 +260,31 @@ def test_the_postprocessing_op_on_a_classifier_is_one_error_and_no_file(tmp_path
     with pytest.raises(EdgevitError, match="--add-postprocessing-op: mobilevit_v1_xxs is a classification model"):
         export(model, get_spec("mobilevit_v1_xxs"), opts)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_ssdlite_mobilevit_v1_xs_from_the_command_line_in_both_forms(tmp_path, monkeypatch):
+    """The real detector (random weights, 64 px: 142 anchors) through `edgevit convert` in both forms: every
+    check passes, the metadata contradicts nothing, MediaPipe loads both and the Task Library the NMS form."""
+    from click.testing import CliRunner
+
+    from edgevit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    pixels = _pixels(4)
+    for flags in ([], ["--add-postprocessing-op"]):
+        out = tmp_path / f"det{len(flags)}.tflite"
+        result = CliRunner().invoke(main, ["convert", "--int8", "ssdlite_mobilevit_v1_xs", "--input-size", "64",
+                                           "--calib-samples", "8", "--no-gpu-run", "--no-arm-run", "--json", "-o",
+                                           str(out), *flags])
+        assert result.exit_code == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert all(c["passed"] for c in report["checks"]) and report["agreement"]["anchors"] == 142
+        assert metadata_problems(out.read_bytes()) == []
+        clients = ["mediapipe", "task_library"] if flags else ["mediapipe"]
+        for client in clients:
+            if missing(client):
+                continue
+            found = _detect(client, out, np.stack([np.asarray(p) for p in pixels]), tmp_path)
+            assert not isinstance(found, str), found
+            assert all(name in read_embedded(out.read_bytes())["labels"] for image in found for _, name, *_ in image)
