@@ -198,9 +198,10 @@ DETECTION_CONFIDENCES = (CONFIDENCE, 0.5)
 
 
 def _write_detection(out: Path, detector: str | Path | None) -> list[str]:
-    """A raw detector file, its metadata, its raw uint8 outputs for a photo
-    and, at each of DETECTION_CONFIDENCES, the detections Python makes of
-    them (boxes, scores, classes counted from 0 without the background)."""
+    """A raw detector file, its metadata, its raw uint8 outputs for a photo,
+    the anchors and box scales Python reads from the file and, at each of
+    DETECTION_CONFIDENCES, the detections Python makes of the outputs
+    (boxes, scores, classes counted from 0 without the background)."""
     names = {"model": "detect.tflite", "meta": "detect.json", "boxes": "detect.boxes.bin", "scores": "detect.scores.bin"}
     if detector is not None:
         content = Path(detector).read_bytes()
@@ -227,14 +228,18 @@ def _write_detection(out: Path, detector: str | Path | None) -> list[str]:
                     "quantization": (said["quantization"]["scale"], said["quantization"]["zero_point"])})[0]
         for key, said in (("boxes", boxes_said), ("scores", scores_said)))
     options = detector_options(read_standard((out / names["model"]).read_bytes()))
-    decoded = decode(regressions, anchors_of_options(options))
+    anchors = anchors_of_options(options)
+    decoded = decode(regressions, anchors)
     with_background = np.concatenate([np.zeros_like(probabilities[:, :1]), probabilities], axis=1)
     cases = []
     for confidence in DETECTION_CONFIDENCES:
         kept_boxes, kept_scores, kept_classes = per_class_nms(decoded, with_background, confidence=confidence)
         cases.append({"confidence": confidence, "boxes": kept_boxes.astype(np.float32).tolist(),
                       "scores": kept_scores.tolist(), "classes": (kept_classes - 1).tolist()})
-    (out / "detect.expected.json").write_text(json.dumps({"cases": cases}, indent=2) + "\n")
+    decoding = options["tensors_decoding_options"]
+    (out / "detect.expected.json").write_text(json.dumps({
+        "anchors": anchors.tolist(), "scales": [decoding[k] for k in ("y_scale", "x_scale", "h_scale", "w_scale")],
+        "cases": cases}, indent=2) + "\n")
     return [*names.values(), "detect.expected.json"]
 
 
