@@ -248,6 +248,82 @@ def test_bundle_refuses_a_segmenter_file_whose_metadata_is_wrong_in_one_error_li
     assert not any((demo / android_bundle.ASSETS_DIR).iterdir())
 
 
+@pytest.fixture(scope="module")
+def detector_files(tmp_path_factory):
+    """{"raw": path, "nms": path}: a small fully-int8 SSD detector in both forms, written by the real export
+    pipeline (the stand-in of tests/test_detection_export.py: 64 px, 128 anchors, three classes)."""
+    from edgevit.export import detection
+    from edgevit.registry import get_spec
+    from tests import test_detection_export as standin
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(detection, "anchors_of", lambda model: standin._anchors())
+    monkeypatch.setattr(detection, "box_scales", lambda: standin.SCALES)
+    spec = dataclasses.replace(get_spec("mobilevit_v1_xxs"), name="ssd_standin", task="detection",
+                               preprocessing=Preprocessing(standin.SIZE, standin.SIZE))
+    model, out, made = standin._standin(), tmp_path_factory.mktemp("detector"), {}
+    try:
+        for form in ("raw", "nms"):
+            made[form] = out / f"det_{form}.tflite"
+            export(model, spec, ExportOptions(output=str(made[form]), calib_samples=4, validation_samples=2,
+                                              gpu_images=0, add_postprocessing_op=form == "nms"))
+    finally:
+        monkeypatch.undo()
+    return made
+
+
+@pytest.fixture(scope="module")
+def detector_file(detector_files):
+    return detector_files["raw"]
+
+
+@pytest.mark.parametrize("form, outputs", [("raw", [[1, 128, 4], [1, 128, 3]]),
+                                           ("nms", [[1, 100, 4], [1, 100], [1, 100], [1]])])
+def test_bundle_puts_a_detector_of_either_form_where_the_app_reads_it(tmp_path, detector_files, form, outputs):
+    demo = fake_demo(tmp_path)
+    bundle(detector_files[form], demo)
+    assets = demo / android_bundle.ASSETS_DIR
+    meta = json.loads((assets / "model.json").read_text())
+    assert meta["task"] == "detection" and meta["detection"]["form"] == form
+    assert [o["shape"] for o in meta["detection"]["outputs"]] == outputs
+    assert (assets / "labels.txt").read_text().splitlines() == ["circle", "square", "star"]
+    assert (assets / "model.tflite").read_bytes() == detector_files[form].read_bytes()
+
+
+@pytest.mark.parametrize("form, edit, message", [
+    ("raw", lambda m: m["detection"].update(form="boxes"), r"detection.form 'boxes' \(the app reads a detector's 'raw' "
+                                                           r"or 'nms' form\)"),
+    ("raw", lambda m: m["detection"]["outputs"][1].update(shape=[1, 128, 4]),
+     r"detection outputs \[\[1, 128, 4\], \[1, 128, 4\]\] \(the app reads a raw detector's boxes \[1, anchors, 4\] "
+     r"and scores \[1, anchors, 3\]\)"),
+    ("raw", lambda m: m["detection"]["outputs"][1].update(quantization=None), r"detection output 1 is 'uint8' without"),
+    ("nms", lambda m: m["detection"]["outputs"][3].update(dtype="int8"), r"the post-processing op's boxes \[1, N, 4\]"),
+    ("nms", lambda m: m.update(labels=["a", "b"]), r"2 labels but the model outputs 3 classes"),
+])
+def test_bundle_checks_a_detectors_metadata(detector_files, form, edit, message):
+    meta = json.loads(detector_files[form].with_suffix(".json").read_text())
+    edit(meta)
+    with pytest.raises(EdgevitError, match=message):
+        android_bundle.validate_metadata(meta, "model.json")
+
+
+def test_bundle_refuses_a_raw_detector_without_its_anchors_in_one_error_line(tmp_path, detector_file):
+    """The app decodes a raw detector's boxes against the anchors in the file's standard metadata: a file
+    stripped of it passes `edgevit check` (its edgevit metadata agrees with the graph) but not bundle."""
+    from edgevit.cli import main
+    from edgevit.litert.flatbuffer import read_model, write_model
+
+    content = detector_file.read_bytes()
+    model = read_model(content)
+    model.metadata = [entry for entry in model.metadata if entry.name != b"TFLITE_METADATA"]
+    stripped = _write(tmp_path / "stripped.tflite", write_model(model, len(content)))
+    demo = fake_demo(tmp_path)
+    result = CliRunner().invoke(main, ["bundle", str(stripped), "--android-demo", str(demo)])
+    assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "holds 0 anchors for 128 boxes (the app decodes the boxes against them)" in result.stderr
+    assert not any((demo / android_bundle.ASSETS_DIR).iterdir())
+
+
 def test_bundle_ships_only_sidecars_that_say_what_the_file_says(tmp_path, exported):
     model = tmp_path / "m.tflite"
     shutil.copy(exported, model)
@@ -340,6 +416,23 @@ def test_golden_cases_cover_every_input_type_and_path(golden_dir):
             assert meta["input"]["dtype"] == dtype
 
 
+def test_the_detection_golden_case_suppresses_something_of_every_class(golden_dir):
+    """GoldenDetectionTest compares at box_coding's threshold and at the one the app shows from: the first
+    keeps boxes of every class, with tied scores (the order of ties is part of what must match), and
+    suppression removed boxes; the second keeps some."""
+    meta = json.loads((golden_dir / "detect.json").read_text())
+    anchors = meta["detection"]["outputs"][0]["shape"][1]
+    cases = json.loads((golden_dir / "detect.expected.json").read_text())["cases"]
+    assert [case["confidence"] for case in cases] == list(golden.DETECTION_CONFIDENCES)
+    everything, shown = cases
+    assert set(everything["classes"]) == set(range(meta["num_classes"]))
+    assert len(set(everything["scores"])) < len(everything["scores"])
+    scores = np.frombuffer((golden_dir / "detect.scores.bin").read_bytes(), np.uint8).reshape(anchors, -1)
+    q = meta["detection"]["outputs"][1]["quantization"]
+    candidates = ((scores.astype(np.float32) - q["zero_point"]) * q["scale"] > everything["confidence"]).sum()
+    assert len(everything["scores"]) < candidates and len(shown["scores"]) > 0
+
+
 # ---------------------------------------------------------------- offline build checks
 
 @pytest.fixture(scope="module")
@@ -386,14 +479,14 @@ def test_app_kotlin_sources_compile_against_the_api_stubs(built):
     _require(built["app"])
     classes = built["out"] / "res" / "app-classes" / "org" / "edgevit" / "demo"
     assert (classes / "MainActivity.class").is_file() and (classes / "ModelRunner.class").is_file()
-    assert (classes / "ClassifierTask.class").is_file() and (classes / "SegmenterTask.class").is_file()
+    assert all((classes / f"{task}Task.class").is_file() for task in ("Classifier", "Segmenter", "Detector"))
 
 
-@pytest.mark.parametrize("model", ["exported", "segmenter_file"])
+@pytest.mark.parametrize("model", ["exported", "segmenter_file", "detector_file"])
 def test_pure_kotlin_unit_tests_pass_on_the_jvm_with_python_golden_cases(built, tools, golden_dir, model, request,
                                                                          tmp_path):
     """All JUnit tests, with golden cases Python just computed and a model
-    (classifier, segmenter) the real exporter just wrote, bundled the way
+    (classifier, segmenter, raw detector) the real exporter just wrote, bundled the way
     users bundle it."""
     _require(built["tests"])
     demo = fake_demo(tmp_path)
@@ -404,7 +497,7 @@ def test_pure_kotlin_unit_tests_pass_on_the_jvm_with_python_golden_cases(built, 
     assert failed == 0 and run == _junit_test_count(), step.output
     names = " ".join(offline.test_class_names())
     assert "GoldenPreprocessingTest" in names and "BundledAssetsTest" in names and "GpuCheckTest" in names
-    assert "GoldenSegmentationTest" in names
+    assert "GoldenSegmentationTest" in names and "GoldenDetectionTest" in names
 
 
 def _junit_test_count(test_class: str = "") -> int:

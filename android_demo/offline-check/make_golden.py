@@ -13,7 +13,14 @@ upsampled_classes`, as `edgevit eval` makes it), the legend and
 the colours, which GoldenSegmentationTest must reproduce. `--segmenter FILE`
 runs FILE to make new logits; without it, the committed ones are used.
 
-    python android_demo/offline-check/make_golden.py [OUT_DIR] [--segmenter FILE.tflite]
+The detection case is a real small int8 detector file in its raw form
+(`detect.tflite`: uint8 boxes and softmax scores, the anchors in its
+standard metadata) and the outputs it gave for a photo: Python decodes and
+suppresses them (`edgevit.models.box_coding.decode`, `per_class_nms`, as
+`edgevit eval` does), which GoldenDetectionTest must reproduce from the
+file's own metadata. `--detector FILE` makes a new case from FILE.
+
+    python android_demo/offline-check/make_golden.py [OUT_DIR] [--segmenter FILE.tflite] [--detector FILE.tflite]
 
 OUT_DIR defaults to app/src/test/resources/golden (the copy committed for
 Android Studio runs); the pytest suite regenerates the cases into a temporary
@@ -34,7 +41,9 @@ from edgevit.data.images import to_model_input
 from edgevit.data.transforms import center_crop
 from edgevit.litert.inputs import file_inputs
 from edgevit.litert.metadata import build_metadata, preprocessing_of, read_embedded
-from edgevit.litert.run_model import dequantize, quantize, run_in_process
+from edgevit.litert.run_model import dequantize, quantize, run_in_process, split_outputs
+from edgevit.litert.standard_metadata import anchors_of_options, detector_options, read_standard
+from edgevit.models.box_coding import CONFIDENCE, decode, per_class_nms
 from edgevit.registry import Preprocessing
 from edgevit.train.metrics import upsampled_classes
 
@@ -86,10 +95,12 @@ def _metadata(name: str, pre: Preprocessing, dtype: str) -> dict:
         preprocessing=pre.to_dict())
 
 
-def write_golden(out_dir: str | Path, segmenter: str | Path | None = None) -> list[str]:
+def write_golden(out_dir: str | Path, segmenter: str | Path | None = None,
+                 detector: str | Path | None = None) -> list[str]:
     """Write every case into ``out_dir``; return the file names written.
     ``segmenter``: the .tflite file whose logits the segmentation case
-    starts from (default: the committed logits)."""
+    starts from, ``detector`` the raw detector of the detection case
+    (default: the committed ones)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -111,6 +122,7 @@ def write_golden(out_dir: str | Path, segmenter: str | Path | None = None) -> li
     (out / "cases.txt").write_text("\n".join(CASES) + "\n")
     written += _write_postprocessing(out)
     written += _write_segmentation(out, segmenter)
+    written += _write_detection(out, detector)
     return sorted(written + ["cases.txt"])
 
 
@@ -181,6 +193,56 @@ def _write_segmentation(out: Path, segmenter: str | Path | None) -> list[str]:
     return [logits_file.name, meta_file.name, "segment.mask.bin", "segment.expected.json"]
 
 
+# The scores the detection case suppresses at: box_coding's evaluation threshold, and the one the app shows from.
+DETECTION_CONFIDENCES = (CONFIDENCE, 0.5)
+
+
+def _write_detection(out: Path, detector: str | Path | None) -> list[str]:
+    """A raw detector file, its metadata, its raw uint8 outputs for a photo,
+    the anchors and box scales Python reads from the file and, at each of
+    DETECTION_CONFIDENCES, the detections Python makes of the outputs
+    (boxes, scores, classes counted from 0 without the background)."""
+    names = {"model": "detect.tflite", "meta": "detect.json", "boxes": "detect.boxes.bin", "scores": "detect.scores.bin"}
+    if detector is not None:
+        content = Path(detector).read_bytes()
+        meta = read_embedded(content)
+        pre = preprocessing_of(meta)
+        photo = center_crop(open_rgb(out / "camera_bilinear.png"), pre.resize_size, pre.input_size, pre.interpolation)
+        boxes, scores = split_outputs(content, run_in_process(content, file_inputs(content, to_model_input(photo, pre)[None],
+                                                                                   meta)))
+        for key, values, said in (("boxes", boxes, meta["detection"]["outputs"][0]),
+                                  ("scores", scores, meta["detection"]["outputs"][1])):
+            q = said["quantization"]
+            raw = quantize(values, {"dtype": np.dtype(said["dtype"]), "quantization": (q["scale"], q["zero_point"])})
+            (out / names[key]).write_bytes(raw.tobytes())
+        (out / names["model"]).write_bytes(content)
+        (out / names["meta"]).write_text(json.dumps(meta, indent=2) + "\n")
+    elif out != DEFAULT_OUT:
+        for name in names.values():
+            shutil.copy(DEFAULT_OUT / name, out / name)
+    meta = json.loads((out / names["meta"]).read_text())
+    boxes_said, scores_said = meta["detection"]["outputs"]
+    regressions, probabilities = (
+        dequantize(np.frombuffer((out / names[key]).read_bytes(), said["dtype"]).reshape(said["shape"]),
+                   {"dtype": np.dtype(said["dtype"]),
+                    "quantization": (said["quantization"]["scale"], said["quantization"]["zero_point"])})[0]
+        for key, said in (("boxes", boxes_said), ("scores", scores_said)))
+    options = detector_options(read_standard((out / names["model"]).read_bytes()))
+    anchors = anchors_of_options(options)
+    decoded = decode(regressions, anchors)
+    with_background = np.concatenate([np.zeros_like(probabilities[:, :1]), probabilities], axis=1)
+    cases = []
+    for confidence in DETECTION_CONFIDENCES:
+        kept_boxes, kept_scores, kept_classes = per_class_nms(decoded, with_background, confidence=confidence)
+        cases.append({"confidence": confidence, "boxes": kept_boxes.astype(np.float32).tolist(),
+                      "scores": kept_scores.tolist(), "classes": (kept_classes - 1).tolist()})
+    decoding = options["tensors_decoding_options"]
+    (out / "detect.expected.json").write_text(json.dumps({
+        "anchors": anchors.tolist(), "scales": [decoding[k] for k in ("y_scale", "x_scale", "h_scale", "w_scale")],
+        "cases": cases}, indent=2) + "\n")
+    return [*names.values(), "detect.expected.json"]
+
+
 def _voc_color(index: int) -> int:
     """PASCAL VOC's colour of class ``index`` as an opaque ARGB int (signed,
     as Kotlin's Int): bit 3k, 3k+1 and 3k+2 of the index go to bit 7-k of
@@ -198,5 +260,7 @@ if __name__ == "__main__":
     parser.add_argument("out", nargs="?", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--segmenter", type=Path, default=None,
                         help="An int8 segmenter .tflite whose logits start the segmentation case")
+    parser.add_argument("--detector", type=Path, default=None,
+                        help="A raw int8 detector .tflite that makes the detection case")
     args = parser.parse_args()
-    print(f"{len(write_golden(args.out, args.segmenter))} files written to {args.out}")
+    print(f"{len(write_golden(args.out, args.segmenter, args.detector))} files written to {args.out}")

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from edgevit.errors import EdgevitError, about, cause, not_there, shell_word
 from edgevit.litert.flatbuffer import read, read_file
-from edgevit.litert.metadata import SCHEMA, SEGMENTATION, read_embedded, task_of
+from edgevit.litert.metadata import DETECTION, SCHEMA, SEGMENTATION, read_embedded, task_of
+from edgevit.litert.standard_metadata import NMS_FORM, RAW_FORM, anchors_of_options, detector_options, read_standard
 from edgevit.writing import check_folder_writable, staged
 
 ASSETS_DIR = Path("app") / "src" / "main" / "assets"
@@ -181,7 +182,9 @@ def validate_metadata(meta: dict, source: str) -> None:
     if len(shape) != 4 or shape[0] != 1 or shape[3] != 3 or shape[1] != shape[2]:
         fail(f"input shape {shape} (the app feeds one square RGB image: [1, S, S, 3])")
     out_shape = meta["output"].get("shape") or []
-    if task_of(meta) == SEGMENTATION:
+    if task_of(meta) == DETECTION:
+        out_shape = _detector_scores_shape(meta, fail)
+    elif task_of(meta) == SEGMENTATION:
         if len(out_shape) != 4 or out_shape[0] != 1 or min(out_shape) < 1:
             fail(f"output shape {out_shape} (the app reads a segmenter's logits: [1, height, width, classes])")
     elif len(out_shape) != 2 or out_shape[0] != 1:
@@ -194,6 +197,45 @@ def validate_metadata(meta: dict, source: str) -> None:
         fail(f"preprocessing.input_size {pre.get('input_size')} does not match the input shape {shape}")
     if pre.get("interpolation") not in ("bilinear", "bicubic"):
         fail(f"interpolation {pre.get('interpolation')!r} (the app resizes with bilinear or bicubic)")
+
+
+def _detector_scores_shape(meta: dict, fail) -> list:
+    """A detector's outputs as the app reads them, by form; the shape whose
+    last axis the labels name (the raw form's scores; the NMS form's classes
+    are the labels' lines)."""
+    block = meta.get("detection") or {}
+    outputs = [o for o in block.get("outputs") or [] if isinstance(o, dict)]
+    shapes = [o.get("shape") for o in outputs]
+    if block.get("form") == RAW_FORM:
+        if len(shapes) != 2 or shapes[0] != meta["output"].get("shape") or len(shapes[0] or []) != 3 \
+                or shapes[0][0] != 1 or shapes[0][2] != 4 or shapes[1] != [1, shapes[0][1], meta.get("num_classes")]:
+            fail(f"detection outputs {shapes} (the app reads a raw detector's boxes [1, anchors, 4] and scores "
+                 f"[1, anchors, {meta.get('num_classes')}])")
+    elif block.get("form") == NMS_FORM:
+        most = (shapes[0] or [0, 0])[1] if shapes and isinstance(shapes[0], list) and len(shapes[0]) == 3 else None
+        if shapes != [[1, most, 4], [1, most], [1, most], [1]] or any(o.get("dtype") != "float32" for o in outputs):
+            fail(f"detection outputs {shapes} (the app reads the post-processing op's boxes [1, N, 4], classes [1, N], "
+                 "scores [1, N] and count [1], float32)")
+    else:
+        fail(f"detection.form {block.get('form')!r} (the app reads a detector's {RAW_FORM!r} or {NMS_FORM!r} form)")
+    for i, said in enumerate(outputs):
+        if said.get("dtype") not in SUPPORTED_DTYPES or (said["dtype"] != "float32" and not said.get("quantization")):
+            fail(f"detection output {i} is {said.get('dtype')!r} without the quantization the app dequantizes with")
+    return [1, meta.get("num_classes")]
+
+
+def _check_anchors(content: bytes, meta: dict, source: str) -> None:
+    """A raw detector's anchors, which the app reads from the file's
+    standard metadata (DETECTOR_METADATA), one for each box."""
+    block = meta["detection"]
+    if block["form"] != RAW_FORM:
+        return
+    options = detector_options(read_standard(content) or {})
+    anchors = len(anchors_of_options(options)) if options is not None else 0
+    boxes = block["outputs"][0]["shape"][1]
+    if anchors != boxes:
+        raise EdgevitError(f"Unsupported model metadata ({source}): the file's standard metadata holds {anchors} "
+                           f"anchors for {boxes} boxes (the app decodes the boxes against them).")
 
 
 def bundle(model_path: str | Path, demo_dir: str | Path) -> dict:
@@ -212,6 +254,8 @@ def bundle(model_path: str | Path, demo_dir: str | Path) -> dict:
 
     meta, source = _load_metadata(model_path, content)
     validate_metadata(meta, source)
+    if task_of(meta) == DETECTION:
+        _check_anchors(content, meta, source)
     labels = _labels(_sidecars(model_path)[1], meta)
 
     targets = {"model": assets / MODEL_ASSET, "metadata": assets / METADATA_ASSET, "labels": assets / LABELS_ASSET}

@@ -1,6 +1,7 @@
 package org.tensorflow.lite;
 
 import java.nio.ByteBuffer;
+import java.util.Map;
 
 // Really implements InterpreterApi, where run/getInputTensor/getOutputTensor/close are declared.
 public final class Interpreter implements AutoCloseable {
@@ -12,6 +13,8 @@ public final class Interpreter implements AutoCloseable {
 
     public Interpreter(ByteBuffer byteBuffer, Options options) { throw new RuntimeException("Stub!"); }
     public void run(Object input, Object output) { throw new RuntimeException("Stub!"); }
+    public void runForMultipleInputsOutputs(Object[] inputs, Map<Integer, Object> outputs) { throw new RuntimeException("Stub!"); }
+    public int getOutputTensorCount() { throw new RuntimeException("Stub!"); }
     public Tensor getInputTensor(int inputIndex) { throw new RuntimeException("Stub!"); }
     public Tensor getOutputTensor(int outputIndex) { throw new RuntimeException("Stub!"); }
     @Override public void close() { throw new RuntimeException("Stub!"); }

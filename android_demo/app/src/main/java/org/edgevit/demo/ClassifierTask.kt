@@ -18,8 +18,8 @@ class ClassifierTask(
         views.overlayControls.visibility = View.GONE
     }
 
-    override fun interpret(output: ByteBuffer, frame: Pixels): VisionTask.Shown {
-        val scores = Postprocessor.scores(output, metadata.output)
+    override fun interpret(outputs: List<ByteBuffer>, frame: Pixels): VisionTask.Shown {
+        val scores = Postprocessor.scores(outputs[0], metadata.output)
         val top = Postprocessor.classify(scores, metadata.outputKind, labels, TOP_K)
         val lines = top.joinToString("\n") { context.getString(R.string.result_line, 100f * it.probability, it.label) }
         return VisionTask.Shown { views -> views.results.text = lines }

@@ -173,14 +173,17 @@ class MainActivity : ComponentActivity() {
             inferenceMs.clear()
             preprocessMs.clear()
             outputMs.clear()
-            val loaded = try {
-                ModelRunner.create(this, requested, threadCount, gpuVerdicts)
+            var opened: ModelRunner? = null
+            val (loaded, loadedTask) = try {
+                val model = ModelRunner.create(this, requested, threadCount, gpuVerdicts).also { opened = it }
+                // a task reads what it needs beyond the metadata (a raw detector: the anchors in the file) here
+                model to VisionTask.forModel(this, model.metadata, model.labels)
             } catch (e: Exception) {
+                opened?.close()
                 Log.e(TAG, "model load failed", e)
                 runOnUiThread { statusText.text = getString(R.string.model_failed, AcceleratorChoice.describe(e)) }
                 return@execute
             }
-            val loadedTask = VisionTask.forModel(this, loaded.metadata, loaded.labels)
             runner = loaded
             task = loadedTask
             runOnUiThread { loadedTask.attach(resultViews) }
@@ -277,7 +280,7 @@ class MainActivity : ComponentActivity() {
     private fun runAndShow(current: ModelRunner, currentTask: VisionTask, image: Pixels) {
         val timing = current.run(image.argb, image.width, image.height)
         val start = SystemClock.elapsedRealtimeNanos()
-        val shown = currentTask.interpret(current.output(), image)
+        val shown = currentTask.interpret(current.outputs(), image)
         val interpretedMs = (SystemClock.elapsedRealtimeNanos() - start) / 1e6
         if (timing.gpuCheckResult != null) {
             showWhereItRuns(current)

@@ -59,52 +59,55 @@ class ModelRunner private constructor(
 
     private val preprocessor = ImagePreprocessor(metadata)
     private val input = preprocessor.newInputBuffer()
-    private val output = newOutputBuffer(metadata)
+    private val outputs = newOutputBuffers(metadata)
+    private val outputsByIndex = indexed(outputs)
+    private val inputs = arrayOf<Any>(input)
 
-    /** Run the model on packed ARGB pixels ([width] x [height], upright); [output] then holds its output. */
+    /** Run the model on packed ARGB pixels ([width] x [height], upright); [outputs] then holds its outputs. */
     fun run(argb: IntArray, width: Int, height: Int): Timing {
         val start = SystemClock.elapsedRealtimeNanos()
         input.rewind()
         preprocessor.process(argb, width, height, input)
         input.rewind()
         val preprocessed = SystemClock.elapsedRealtimeNanos()
-        output.rewind()
-        session.interpreter.run(input, output)
+        outputs.forEach { it.rewind() }
+        runInto(session.interpreter, inputs, outputs, outputsByIndex)
         val inferred = SystemClock.elapsedRealtimeNanos()
         val gpuCheckResult = cpuReference?.let { checkGpuAgainst(it) }
         return Timing((preprocessed - start) / 1e6, (inferred - preprocessed) / 1e6, gpuCheckResult)
     }
 
-    /** The output tensor of the last [run], from its start (read it before the next run). */
-    fun output(): ByteBuffer {
-        output.rewind()
-        return output
+    /** The output tensors of the last [run] in the model's order, from their start (read them before the next run). */
+    fun outputs(): List<ByteBuffer> {
+        outputs.forEach { it.rewind() }
+        return outputs
     }
 
     /**
      * Run the input the GPU just ran on [cpu] as well and let [gpuCheck] compare. When it rejects
-     * the GPU, the CPU session takes over, starting with this frame's output.
+     * the GPU, the CPU session takes over, starting with this frame's outputs.
      */
     private fun checkGpuAgainst(cpu: Session): OutputAgreement {
         cpuReference = null
         gpuCheck.begin()
-        val cpuOutput = newOutputBuffer(metadata)
+        val cpuOutputs = newOutputBuffers(metadata)
         try {
             input.rewind()
-            cpu.interpreter.run(input, cpuOutput)
+            runInto(cpu.interpreter, inputs, cpuOutputs, indexed(cpuOutputs))
         } catch (e: Exception) {
             cpu.close()
             throw e
         }
-        output.rewind()
-        cpuOutput.rewind()
-        val agreement = gpuCheck.finish(output, cpuOutput, metadata.output)
+        (outputs + cpuOutputs).forEach { it.rewind() }
+        val agreement = gpuCheck.finish(outputs, cpuOutputs, outputInfos(metadata))
         if (gpuCheck.active == Accelerator.CPU) {
             session.close()
             session = cpu
-            output.clear()
-            cpuOutput.rewind()
-            output.put(cpuOutput)
+            for ((mine, cpus) in outputs.zip(cpuOutputs)) {
+                mine.clear()
+                cpus.rewind()
+                mine.put(cpus)
+            }
         } else {
             cpu.close()
         }
@@ -176,7 +179,8 @@ class ModelRunner private constructor(
                     // A delegate may accept the graph and fail on the first run: run once here,
                     // so that failure also falls back to the CPU instead of failing later.
                     val input = ByteBuffer.allocateDirect(metadata.input.byteSize).order(ByteOrder.nativeOrder())
-                    interpreter.run(input, newOutputBuffer(metadata))
+                    val outputs = newOutputBuffers(metadata)
+                    runInto(interpreter, arrayOf(input), outputs, indexed(outputs))
                 } catch (e: Exception) {
                     interpreter.close()
                     throw e
@@ -191,11 +195,16 @@ class ModelRunner private constructor(
         /** The metadata must describe the model it came with; say so clearly when it does not. */
         private fun checkTensors(interpreter: Interpreter, metadata: ModelMetadata) {
             val input = interpreter.getInputTensor(0)
-            val output = interpreter.getOutputTensor(0)
-            val expected = listOf(
-                "input" to Triple(metadata.input.shape, metadata.input.type, input),
-                "output" to Triple(metadata.output.shape, metadata.output.type, output),
-            )
+            val expected = listOf("input" to Triple(metadata.input.shape, metadata.input.type, input)) +
+                outputInfos(metadata).mapIndexed { i, info ->
+                    "output $i" to Triple(info.shape, info.type, interpreter.getOutputTensor(i))
+                }
+            if (interpreter.outputTensorCount != expected.size - 1) {
+                throw IllegalStateException(
+                    "$METADATA_ASSET describes ${expected.size - 1} outputs, but $MODEL_ASSET has " +
+                        "${interpreter.outputTensorCount}: bundle them together again",
+                )
+            }
             for ((name, spec) in expected) {
                 val (shape, type, tensor) = spec
                 val actualType = when (tensor.dataType()) {
@@ -224,7 +233,22 @@ class ModelRunner private constructor(
             return buffer
         }
 
-        private fun newOutputBuffer(metadata: ModelMetadata): ByteBuffer =
-            ByteBuffer.allocateDirect(metadata.output.byteSize).order(ByteOrder.nativeOrder())
+        /** Every output the model has: a detector's (metadata `detection.outputs`), else the one `output`. */
+        private fun outputInfos(metadata: ModelMetadata) = metadata.detection?.outputs ?: listOf(metadata.output)
+
+        private fun newOutputBuffers(metadata: ModelMetadata): List<ByteBuffer> =
+            outputInfos(metadata).map { ByteBuffer.allocateDirect(it.byteSize).order(ByteOrder.nativeOrder()) }
+
+        /** The map [Interpreter.runForMultipleInputsOutputs] takes, made once per set of buffers. */
+        private fun indexed(buffers: List<ByteBuffer>): Map<Int, Any> = buffers.withIndex().associate { it.index to it.value }
+
+        /** Run [interpreter] on [inputs] into [buffers], [byIndex] the same by output index (one output: the plain `run`). */
+        private fun runInto(interpreter: Interpreter, inputs: Array<Any>, buffers: List<ByteBuffer>, byIndex: Map<Int, Any>) {
+            if (buffers.size == 1) {
+                interpreter.run(inputs[0], buffers[0])
+            } else {
+                interpreter.runForMultipleInputsOutputs(inputs, byIndex)
+            }
+        }
     }
 }

@@ -49,9 +49,9 @@ class SegmenterTask(
         views.overlayControls.visibility = View.VISIBLE
     }
 
-    override fun interpret(output: ByteBuffer, frame: Pixels): VisionTask.Shown {
+    override fun interpret(outputs: List<ByteBuffer>, frame: Pixels): VisionTask.Shown {
         val upsampler = sizedFor(frame.width, frame.height)
-        MaskUpsampler.readLogits(output, metadata.output, logits)
+        MaskUpsampler.readLogits(outputs[0], metadata.output, logits)
         upsampler.classify(logits, mask)
         for (y in 0 until crop.height) {
             val row = (crop.top + y) * frame.width + crop.left

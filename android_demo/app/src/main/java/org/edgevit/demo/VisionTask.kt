@@ -21,19 +21,19 @@ class ResultViews(
 
 /**
  * What the app does with the model's output, one implementation per kind of model: [ClassifierTask]
- * lists the top classes, [SegmenterTask] paints the category mask over the frame. The app picks one
- * from the bundled model's metadata ([forModel]); a detector is one more implementation and one
- * more line there, with the activity, [ModelRunner] and the other tasks left as they are.
+ * lists the top classes, [SegmenterTask] paints the category mask over the frame, [DetectorTask]
+ * draws boxes with labels and scores over it. The app picks one from the bundled model's metadata
+ * ([forModel]); each kind of model is one implementation and one line there.
  */
 interface VisionTask {
     /** Show or hide the views this task uses (UI thread). */
     fun attach(views: ResultViews)
 
     /**
-     * Read [output], the model's output for [frame] (worker thread); what comes back is put on screen
+     * Read [outputs], the model's outputs for [frame] in its order (worker thread); what comes back is put on screen
      * on the UI thread. Per-frame buffers belong to the task, made once (or when the frame size changes).
      */
-    fun interpret(output: ByteBuffer, frame: Pixels): Shown
+    fun interpret(outputs: List<ByteBuffer>, frame: Pixels): Shown
 
     /** One frame's result, applied to the views on the UI thread. */
     fun interface Shown {
@@ -44,6 +44,7 @@ interface VisionTask {
         fun forModel(context: Context, metadata: ModelMetadata, labels: List<String>): VisionTask = when (metadata.task) {
             Task.CLASSIFICATION -> ClassifierTask(context, metadata, labels)
             Task.SEGMENTATION -> SegmenterTask(context, metadata, labels)
+            Task.DETECTION -> DetectorTask(context, metadata, labels)
         }
     }
 }

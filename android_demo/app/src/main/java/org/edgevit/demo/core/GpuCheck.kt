@@ -138,11 +138,20 @@ class GpuCheck private constructor(
      * Compare the GPU's and the CPU's raw output tensors for the same input, both read from their
      * position and dequantized as [output] describes (int8 zero points would otherwise count as signal).
      */
-    fun finish(gpuOutput: ByteBuffer, cpuOutput: ByteBuffer, output: TensorInfo): OutputAgreement {
+    fun finish(gpuOutput: ByteBuffer, cpuOutput: ByteBuffer, output: TensorInfo): OutputAgreement =
+        finish(listOf(gpuOutput), listOf(cpuOutput), listOf(output))
+
+    /**
+     * The same for a model with several outputs (a detector's boxes and scores), each compared on its
+     * own: the GPU agrees when every output does; the verdict is the first that does not, else the
+     * lowest cosine.
+     */
+    fun finish(gpuOutputs: List<ByteBuffer>, cpuOutputs: List<ByteBuffer>, outputs: List<TensorInfo>): OutputAgreement {
         check(state == GpuCheckState.VERIFYING) { "the GPU check cannot finish in state $state" }
-        val gpu = Postprocessor.scores(gpuOutput, output)
-        val cpu = Postprocessor.scores(cpuOutput, output)
-        val agreement = OutputAgreement.of(gpu, cpu)
+        val each = outputs.indices.map {
+            OutputAgreement.of(Postprocessor.scores(gpuOutputs[it], outputs[it]), Postprocessor.scores(cpuOutputs[it], outputs[it]))
+        }
+        val agreement = each.firstOrNull { !it.agrees } ?: each.minBy { it.cosine }
         verdicts.remember(modelKey, agreement)
         if (agreement.agrees) {
             state = GpuCheckState.VERIFIED

@@ -62,13 +62,33 @@ enum class Task(val jsonName: String) {
     CLASSIFICATION("classification"),
 
     /** Logits `[1, h, w, classes]` at the model's output stride. */
-    SEGMENTATION("segmentation");
+    SEGMENTATION("segmentation"),
+
+    /** An SSD detector's outputs, in one of two [DetectorForm]s (metadata `detection`). */
+    DETECTION("detection");
 
     companion object {
         fun of(name: String): Task = entries.firstOrNull { it.jsonName == name }
-            ?: throw MetadataException("unsupported task '$name' (expected classification or segmentation)")
+            ?: throw MetadataException("unsupported task '$name' (expected classification, segmentation or detection)")
     }
 }
+
+/** What a detector file outputs (metadata `detection.form`). */
+enum class DetectorForm(val jsonName: String) {
+    /** Box regressions `[1, anchors, 4]` and softmax scores `[1, anchors, classes]`: the app decodes and suppresses. */
+    RAW("raw"),
+
+    /** The detection post-processing op's boxes, classes, scores and count, float32. */
+    NMS("nms");
+
+    companion object {
+        fun of(name: String): DetectorForm = entries.firstOrNull { it.jsonName == name }
+            ?: throw MetadataException("unsupported detection.form '$name' (expected raw or nms)")
+    }
+}
+
+/** A detector's metadata `detection` block: its form and every output, in the file's order. */
+data class DetectorOutputs(val form: DetectorForm, val outputs: List<TensorInfo>)
 
 /**
  * The metadata edgevit writes next to every model (`NAME.json`, bundled as
@@ -86,6 +106,8 @@ data class ModelMetadata(
     val output: TensorInfo,
     val outputKind: OutputKind,
     val preprocessing: Preprocessing,
+    /** A detector's outputs (null for other tasks); [output] is then its first. */
+    val detection: DetectorOutputs? = null,
 ) {
     val inputSize: Int get() = preprocessing.inputSize
 
@@ -122,18 +144,24 @@ data class ModelMetadata(
             val expected = when (task) {
                 Task.CLASSIFICATION -> "class scores [1, classes]"
                 Task.SEGMENTATION -> "a segmenter's logits [1, height, width, classes]"
+                Task.DETECTION -> "a detector's boxes [1, boxes, 4]"
             }
-            val rank = if (task == Task.CLASSIFICATION) 2 else 4
+            val rank = when (task) {
+                Task.CLASSIFICATION -> 2
+                Task.SEGMENTATION -> 4
+                Task.DETECTION -> 3
+            }
             if (output.shape.size != rank || output.shape[0] != 1 || output.shape.any { it < 1 }) {
                 throw MetadataException("output shape ${output.shape}: the app reads $expected")
             }
             val labels = (doc["labels"] as? List<*>)?.map { it.toString() } ?: emptyList()
             val numClasses = number(doc, "num_classes").toInt()
-            if (numClasses != output.shape.last()) {
+            val detection = if (task == Task.DETECTION) detection(obj(doc, "detection"), output, numClasses) else null
+            if (detection == null && numClasses != output.shape.last()) {
                 throw MetadataException("num_classes $numClasses does not match output shape ${output.shape}")
             }
             val kind = when (val k = obj(doc, "output")["kind"] ?: "logits") {
-                "logits" -> OutputKind.LOGITS
+                "logits", "box_encodings", "detection_boxes" -> OutputKind.LOGITS
                 "probabilities" -> OutputKind.PROBABILITIES
                 else -> throw MetadataException("unsupported output kind '$k'")
             }
@@ -149,7 +177,32 @@ data class ModelMetadata(
                 output = output,
                 outputKind = kind,
                 preprocessing = pre,
+                detection = detection,
             )
+        }
+
+        /** A detector's block, checked against the shapes the app reads for its form. */
+        private fun detection(m: Map<*, *>, output: TensorInfo, numClasses: Int): DetectorOutputs {
+            val form = DetectorForm.of(m["form"]?.toString() ?: throw MetadataException("missing detection.form"))
+            val outputs = (m["outputs"] as? List<*>)?.mapIndexed { i, o ->
+                tensor(o as? Map<*, *> ?: throw MetadataException("detection.outputs[$i] is not an object"), "detection.outputs[$i]")
+            } ?: throw MetadataException("missing detection.outputs")
+            val shapes = outputs.map { it.shape }
+            val fits = when (form) {
+                DetectorForm.RAW -> outputs.size == 2 && shapes[1].size == 3 && shapes[1][0] == 1 &&
+                    shapes[1][1] == shapes[0][1] && shapes[1][2] == numClasses
+                DetectorForm.NMS -> outputs.size == 4 && outputs.all { it.type == TensorType.FLOAT32 } &&
+                    shapes[1] == listOf(1, shapes[0][1]) && shapes[2] == shapes[1] && shapes[3] == listOf(1)
+            }
+            if (!fits || outputs[0] != output) {
+                throw MetadataException(
+                    "detection.outputs $shapes: the app reads " + when (form) {
+                        DetectorForm.RAW -> "boxes [1, anchors, 4] and scores [1, anchors, $numClasses]"
+                        DetectorForm.NMS -> "the post-processing op's boxes [1, N, 4], classes [1, N], scores [1, N], count [1], float32"
+                    },
+                )
+            }
+            return DetectorOutputs(form, outputs)
         }
 
         private fun tensor(m: Map<*, *>, name: String): TensorInfo {

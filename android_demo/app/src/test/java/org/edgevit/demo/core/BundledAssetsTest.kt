@@ -1,9 +1,11 @@
 package org.edgevit.demo.core
 
 import org.junit.Assert.assertEquals
+import org.junit.Assert.assertTrue
 import org.junit.Assume.assumeTrue
 import org.junit.Test
 import java.io.File
+import java.nio.ByteBuffer
 
 /**
  * The files `edgevit bundle` put into the app's assets, read the way the app
@@ -41,6 +43,17 @@ class BundledAssetsTest {
             MaskUpsampler(shape[1], shape[2], shape[3], crop.height, crop.width)
                 .classify(FloatArray(metadata.output.elementCount), mask)
             assertEquals(listOf(0), Legend(labels, ClassColors.forLabels(labels)).of(mask, mask.size).map { it.index })
+        }
+        val detection = metadata.detection
+        if (detection?.form == DetectorForm.RAW) {
+            // A raw detector's anchors come from the bundled file, and its outputs' bytes become boxes.
+            val decoding = SsdDecoding.read(model)
+            assertEquals(detection.outputs[0].shape[1], decoding.numBoxes)
+            val (boxes, scores) = detection.outputs
+            val found = SsdPostprocessor(decoding, boxes, scores, -1f)
+                .process(ByteBuffer.allocate(boxes.byteSize), ByteBuffer.allocate(scores.byteSize))
+            assertTrue(found.count >= metadata.numClasses) // each class keeps its best box
+            assertTrue(found.boxes.copyOf(4 * found.count).all { it.isFinite() })
         }
     }
 }

@@ -106,6 +106,28 @@ class GpuCheckTest {
         assertEquals(GpuCheckState.VERIFIED, close.state)
     }
 
+    @Test
+    fun aDetectorAgreesOnlyWhenEveryOutputDoes() {
+        val boxes = TensorInfo(listOf(1, 2, 4), TensorType.UINT8, Quantization(0.1f, 128))
+        val scores = TensorInfo(listOf(1, 2, 2), TensorType.UINT8, Quantization(1f / 256, 0))
+        val sameBoxes = byteArrayOf(120, -126, 100, -100, 1, 2, 3, 4)
+        fun compare(gpuScores: ByteArray): GpuCheck {
+            val check = checkOnGpu("detector-${gpuScores.toList()}")
+            check.begin()
+            check.finish(
+                listOf(ByteBuffer.wrap(sameBoxes), ByteBuffer.wrap(gpuScores)),
+                listOf(ByteBuffer.wrap(sameBoxes), ByteBuffer.wrap(byteArrayOf(-56, 10, 5, -76))),
+                listOf(boxes, scores),
+            )
+            return check
+        }
+        assertEquals(GpuCheckState.VERIFIED, compare(byteArrayOf(-56, 10, 5, -77)).state)
+        // the boxes agree exactly, the scores swap classes: the GPU is rejected on the scores
+        val swapped = compare(byteArrayOf(10, -56, -76, 5))
+        assertEquals(GpuCheckState.REJECTED, swapped.state)
+        assertEquals(Accelerator.CPU, swapped.active)
+    }
+
     private fun unsigned(raw: ByteArray) = FloatArray(raw.size) { (raw[it].toInt() and 0xFF).toFloat() }
 
     @Test

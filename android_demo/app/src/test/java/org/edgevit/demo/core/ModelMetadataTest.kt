@@ -58,7 +58,10 @@ class ModelMetadataTest {
         assertEquals(16 * 16 * 3, m.output.byteSize)
         assertRejected(doc.replace("\"shape\": [1, 3]", "\"shape\": [1, 16, 16, 3]"), "[1, 16, 16, 3]", "[1, classes]")
         assertRejected(segmenter.replace("[1, 16, 16, 3]", "[1, 3]"), "[1, height, width, classes]")
-        assertRejected(segmenter.replace("\"segmentation\"", "\"detection\""), "unsupported task 'detection'")
+        assertRejected(segmenter.replace("\"segmentation\"", "\"keypoints\""), "unsupported task 'keypoints'")
+        val detector = segmenter.replace("\"segmentation\"", "\"detection\"")
+        assertRejected(detector, "[1, 16, 16, 3]", "[1, boxes, 4]")
+        assertRejected(detector.replace("[1, 16, 16, 3]", "[1, 16, 4]"), "missing object 'detection'")
     }
 
     private fun assertRejected(json: String, vararg words: String) {
