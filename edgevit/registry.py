@@ -166,7 +166,8 @@ class ModelSpec:
     parameters: int | None = None
     macs: int | None = None
     # What the model's output is: "classification" (logits [B, classes]) or
-    # "segmentation" (logits [B, H / stride, W / stride, classes], NHWC).
+    # "segmentation" (logits [B, H / stride, W / stride, classes], NHWC) or
+    # "detection" (box regressions [B, anchors, 4] and logits [B, anchors, classes]).
     task: str = "classification"
     # Classes of a model built without ``num_classes``, and of its official weights.
     num_classes: int = 1000
@@ -178,7 +179,7 @@ class ModelSpec:
 
 
 CATALOG = Path(__file__).with_name("data") / "models.json"
-TASKS = ("classification", "segmentation")
+TASKS = ("classification", "segmentation", "detection")
 
 # Every variant as the catalog describes it, read on first use.
 _REGISTRY: dict[str, ModelSpec] = {}

@@ -34,7 +34,7 @@ OUTPUT_KINDS = ("probabilities", "logits")
 # what the model does (as the registry's tasks): a classifier outputs [1, classes],
 # a segmenter logits [1, h, w, classes] at its output stride (a document
 # without a task is a classifier's: classifiers' documents stay as they were)
-CLASSIFICATION, SEGMENTATION = TASKS
+CLASSIFICATION, SEGMENTATION, DETECTION = TASKS
 
 
 def build_metadata(*, model_name: str, family: str, precision: str, weights: str,

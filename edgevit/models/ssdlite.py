@@ -1,0 +1,255 @@
+"""SSDLite detectors (Liu et al. 2016; Sandler et al. 2018) on MobileViT
+v1, v2 and v3, as Apple's ml-cvnets trains them on COCO
+(``config/detection/ssd_coco``) and the MobileViTv3 release does.
+
+The backbone is the classifier's up to layer 5 (no ``conv_1x1_exp``, same
+layer names, so ImageNet weights fill it by name). Six levels feed the
+heads: layer 4 (stride 16), layer 5 (stride 32), three stride-2 separable
+convolutions past it (64, 128, 256) and a global average pool of the last
+one. Every level has a head: an optional 1x1 projection, then a separable
+3x3 convolution (a 1x1 one on the pooled level) whose pointwise part cvnets
+computes as one tensor of per-anchor [4 box, num_classes] channels; here it
+is two convolutions, one per output, so that the graph has no slicing and
+an int8 file quantises boxes and class logits each on its own scale.
+
+Outputs, in this order (the detection contract, docs/design.md):
+
+- ``boxes`` [B, A, 4]: SSD regressions against :func:`anchor_boxes`, in
+  (ty, tx, th, tw) order as TFLite_Detection_PostProcess and MediaPipe read
+  them, encoded with :data:`CENTER_VARIANCE` and :data:`SIZE_VARIANCE`
+  (cvnets computes (tx, ty, tw, th): its importer permutes the channels);
+- ``scores`` [B, A, num_classes]: raw class logits, class 0 the background.
+
+The extra levels and the heads use ReLU (cvnets' ``model.activation``), the
+backbone Swish (``model.classification.activation``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+from keras import layers
+
+from edgevit.errors import EdgevitError
+from edgevit.layers import conv_norm_act
+from edgevit.layers.conv import CONV_INIT
+from edgevit.models.common import image_input
+from edgevit.models.deeplabv3 import V2_WIDTHS, backbone_features
+from edgevit.registry import Preprocessing, builder_options, register_model
+
+COCO_CLASSES = 81  # 80 categories and the background, class 0
+INPUT_SIZE = 320
+# Every published configuration (ml-cvnets' ssd_coco/mobilevit*.yaml, the
+# MobileViTv3 release's ssd_mobilevitv3_*_320.yaml and ssd_coco/mobilevit_v3.yaml):
+# the levels' strides (None: the global pool), their anchor aspect ratios,
+# the heads' projection widths, which are also the extra levels' widths.
+LEVEL_STRIDES = (16, 32, 64, 128, 256, None)
+ASPECT_RATIOS = ((2, 3), (2, 3), (2, 3), (2, 3), (2, 3), (2,))
+PROJ_CHANNELS = (512, 256, 256, 128, 128, 64)
+MIN_SCALE, MAX_SCALE = 0.1, 1.05
+CENTER_VARIANCE, SIZE_VARIANCE = 0.1, 0.2
+HEAD_ACTIVATION = "relu"
+
+# ml-cvnets resizes the whole image to 320x320 (no crop), pixels in [0, 1],
+# no mean/std: v0.1 (MobileViT v1, the v1-based v3) with OpenCV bilinear,
+# v0.2 (MobileViT v2, the v2-based v3) bicubic (image_augmentation.resize).
+PREPROCESS_V01 = Preprocessing(input_size=INPUT_SIZE, resize_size=INPUT_SIZE, interpolation="bilinear")
+PREPROCESS_V02 = Preprocessing(input_size=INPUT_SIZE, resize_size=INPUT_SIZE, interpolation="bicubic")
+REFERENCE = "https://github.com/apple/ml-cvnets (config/detection/ssd_coco)"
+REFERENCE_V3 = "https://github.com/micronDLA/MobileViTv3 (config/detection)"
+
+# variant -> the registered MobileViT classifier it stands on
+BACKBONES = {
+    **{f"ssdlite_mobilevit_v1_{size}": f"mobilevit_v1_{size}" for size in ("xxs", "xs", "s")},
+    **{f"ssdlite_mobilevit_v2_{w}": f"mobilevit_v2_{w}" for w in V2_WIDTHS},
+    **{f"ssdlite_mobilevit_v3_{size}": f"mobilevit_v3_{size}" for size in ("xxs", "xs", "s", "050", "075", "100")},
+}
+
+
+@dataclass(frozen=True)
+class Level:
+    stride: int | None            # None: the global pool
+    aspect_ratios: tuple[int, ...]
+    proj_channels: int
+
+    @property
+    def anchors(self) -> int:
+        """Per position: a small and a large square box, and each aspect ratio both ways."""
+        return 2 + 2 * len(self.aspect_ratios)
+
+
+LEVELS = tuple(Level(*args) for args in zip(LEVEL_STRIDES, ASPECT_RATIOS, PROJ_CHANNELS))
+
+
+def level_sizes(input_size: int) -> list[int]:
+    """Feature-map side of each level: every stride-2 3x3 convolution (padding
+    1) rounds up, the pooled level is 1x1."""
+    side = math.ceil(input_size / LEVEL_STRIDES[0])
+    sizes = [side]
+    for level in LEVELS[1:]:
+        side = 1 if level.stride is None else math.ceil(side / 2)
+        sizes.append(side)
+    return sizes
+
+
+def anchor_boxes(model: keras.Model) -> np.ndarray:
+    """float32 [A, 4] (ycenter, xcenter, height, width), normalised to [0, 1],
+    in the order of ``model``'s A axis: level by level, row-major positions,
+    and at each position cvnets' order: the small square box (scale s_k),
+    the large one (sqrt(s_k s_k+1)), then each aspect ratio r as
+    (w, h) = (s_k sqrt(r), s_k / sqrt(r)) and (s_k / sqrt(r), s_k sqrt(r));
+    scales spread evenly over [0.1, 1.05], every value clipped to [0, 1]."""
+    size = int(model.inputs[0].shape[1])
+    scales = np.linspace(MIN_SCALE, MAX_SCALE, len(LEVELS) + 1)
+    out = []
+    for i, (level, side) in enumerate(zip(LEVELS, level_sizes(size))):
+        small, large = scales[i], math.sqrt(scales[i] * scales[i + 1])
+        shapes = [(small, small), (large, large)]  # (height, width)
+        for ratio in level.aspect_ratios:
+            root = math.sqrt(ratio)
+            shapes += [(small / root, small * root), (small * root, small / root)]
+        centres = (np.arange(side) + 0.5) / side
+        for y in centres:
+            for x in centres:
+                out.extend((y, x, h, w) for h, w in shapes)
+    anchors = np.clip(np.asarray(out, np.float64), 0.0, 1.0).astype(np.float32)
+    boxes = model.outputs[0].shape[1] if model.outputs else None
+    if boxes != len(anchors):
+        raise EdgevitError(f"{model.name} is not an SSDLite detector at {size} px: its first output has {boxes} "
+                           f"boxes, the SSDLite levels give {len(anchors)} anchors.")
+    return anchors
+
+
+def extra_level(x, channels: int, name: str):
+    """A stride-2 separable 3x3 convolution: depthwise + BatchNorm, then
+    pointwise + BatchNorm + ReLU."""
+    x = conv_norm_act(x, None, 3, 2, depthwise=True, activation=None, name=f"{name}.dw_conv")
+    return conv_norm_act(x, channels, 1, activation=HEAD_ACTIVATION, name=f"{name}.pw_conv")
+
+
+def pooled_level(x, channels: int, name: str):
+    """Global average pool, then a 1x1 convolution (no bias, no norm) + ReLU."""
+    x = layers.GlobalAveragePooling2D(keepdims=True, name=f"{name}.pool")(x)
+    return conv_norm_act(x, channels, 1, norm=False, use_bias=False, activation=HEAD_ACTIVATION,
+                         name=f"{name}.proj")
+
+
+def ssd_head(x, level: Level, num_classes: int, name: str):
+    """(boxes [B, H*W*anchors, 4], logits [B, H*W*anchors, num_classes])."""
+    if level.stride is not None:
+        if level.proj_channels != x.shape[-1]:
+            x = conv_norm_act(x, level.proj_channels, 1, activation=HEAD_ACTIVATION, name=f"{name}.proj_layer")
+        x = conv_norm_act(x, None, 3, depthwise=True, activation=None, name=f"{name}.loc_cls_layer.dw_conv")
+    positions = int(x.shape[1]) * int(x.shape[2]) * level.anchors
+    outputs = []
+    for part, channels in (("box", 4), ("class", num_classes)):
+        y = layers.Conv2D(level.anchors * channels, 1, kernel_initializer=CONV_INIT, name=f"{name}.{part}_conv")(x)
+        outputs.append(layers.Reshape((positions, channels), name=f"{name}.{part}_reshape")(y))
+    return tuple(outputs)
+
+
+def build_ssdlite(name: str, num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, *, dropout: float = 0.0,
+                  attn_dropout: float = 0.0, ffn_dropout: float = 0.0) -> keras.Model:
+    inputs = image_input(input_size)
+    _, x16, x32 = backbone_features(inputs, BACKBONES[name], 32, dropout=dropout, attn_dropout=attn_dropout,
+                                    ffn_dropout=ffn_dropout)
+    maps = [x16, x32]
+    for level in LEVELS[2:]:
+        stage = f"extra_layers.os_{level.stride}" if level.stride else "extra_layers.global"
+        make = extra_level if level.stride else pooled_level
+        maps.append(make(maps[-1], level.proj_channels, stage))
+    boxes, scores = zip(*(ssd_head(x, level, num_classes, f"ssd_heads.{i}")
+                          for i, (x, level) in enumerate(zip(maps, LEVELS))))
+    outputs = [layers.Concatenate(axis=1, name="boxes")(list(boxes)),
+               layers.Concatenate(axis=1, name="scores")(list(scores))]
+    return keras.Model(inputs, outputs, name=name)
+
+
+_COMMON = dict(default_input_size=INPUT_SIZE, task="detection", num_classes=COCO_CLASSES,
+               options=builder_options(build_ssdlite))
+_V1 = dict(family="ssdlite_mobilevit_v1", preprocessing=PREPROCESS_V01, reference=REFERENCE, **_COMMON)
+_V2 = dict(family="ssdlite_mobilevit_v2", preprocessing=PREPROCESS_V02, reference=REFERENCE, **_COMMON)
+_V3 = dict(family="ssdlite_mobilevit_v3", preprocessing=PREPROCESS_V01, reference=REFERENCE_V3, **_COMMON)
+_V3_V2 = dict(_V3, preprocessing=PREPROCESS_V02)
+
+
+@register_model(**_V1)
+def ssdlite_mobilevit_v1_xxs(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v1_xxs", num_classes, input_size, **options)
+
+
+@register_model(**_V1)
+def ssdlite_mobilevit_v1_xs(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v1_xs", num_classes, input_size, **options)
+
+
+@register_model(**_V1)
+def ssdlite_mobilevit_v1_s(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v1_s", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def ssdlite_mobilevit_v2_050(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v2_050", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def ssdlite_mobilevit_v2_075(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v2_075", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def ssdlite_mobilevit_v2_100(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v2_100", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def ssdlite_mobilevit_v2_125(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v2_125", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def ssdlite_mobilevit_v2_150(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v2_150", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def ssdlite_mobilevit_v2_175(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v2_175", num_classes, input_size, **options)
+
+
+@register_model(**_V2)
+def ssdlite_mobilevit_v2_200(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v2_200", num_classes, input_size, **options)
+
+
+@register_model(**_V3)
+def ssdlite_mobilevit_v3_xxs(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v3_xxs", num_classes, input_size, **options)
+
+
+@register_model(**_V3)
+def ssdlite_mobilevit_v3_xs(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v3_xs", num_classes, input_size, **options)
+
+
+@register_model(**_V3)
+def ssdlite_mobilevit_v3_s(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v3_s", num_classes, input_size, **options)
+
+
+@register_model(**_V3_V2)
+def ssdlite_mobilevit_v3_050(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v3_050", num_classes, input_size, **options)
+
+
+@register_model(**_V3_V2)
+def ssdlite_mobilevit_v3_075(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v3_075", num_classes, input_size, **options)
+
+
+@register_model(**_V3_V2)
+def ssdlite_mobilevit_v3_100(num_classes: int = COCO_CLASSES, input_size: int = INPUT_SIZE, **options):
+    return build_ssdlite("ssdlite_mobilevit_v3_100", num_classes, input_size, **options)
