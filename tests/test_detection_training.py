@@ -93,3 +93,30 @@ def test_a_files_scores_become_probabilities_whichever_form_it_writes():
     without_background = class_probabilities([regressions, expected[..., 1:]], 3)[1]
     np.testing.assert_allclose(without_background[..., 1:], expected[..., 1:])
     assert not without_background[..., 0].any()
+
+
+@pytest.mark.parametrize("form", ["logits", "probabilities without the background"])
+def test_a_detector_file_gives_the_probabilities_of_its_keras_model(tmp_path, form):
+    """A stand-in detector (two outputs: boxes [1, 16, 4], scores [1, 16, 3])
+    converted to a float .tflite that outputs its logits, or its softmax
+    without the background as edgevit's detector files do: eval's reading of
+    the file gives the Keras model's probabilities."""
+    import keras
+    import tensorflow as tf
+
+    from edgevit.evaluate import detector_file_outputs
+
+    keras.utils.set_random_seed(0)
+    image = keras.Input((8, 8, 3), batch_size=1)
+    features = keras.layers.Conv2D(8, 3, strides=2, padding="same", activation="relu")(image)
+    boxes = keras.layers.Reshape((16, 4), name="boxes")(keras.layers.Conv2D(4, 1)(features))
+    logits = keras.layers.Reshape((16, 3), name="scores")(keras.layers.Conv2D(3, 1)(features))
+    model = keras.Model(image, [boxes, logits])
+    scores = logits if form == "logits" else keras.layers.Lambda(lambda t: keras.ops.softmax(t)[..., 1:])(logits)
+    content = tf.lite.TFLiteConverter.from_keras_model(keras.Model(image, [boxes, scores])).convert()
+    x = np.random.default_rng(1).normal(size=(3, 8, 8, 3)).astype(np.float32)
+    expected_boxes, expected_logits = (np.asarray(t) for t in model(x))
+    regressions, probabilities = class_probabilities(detector_file_outputs(content, 1)(x), 3)
+    np.testing.assert_allclose(regressions, expected_boxes, atol=1e-5)
+    expected = np.exp(expected_logits) / np.exp(expected_logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(probabilities[..., 1:], expected[..., 1:], atol=1e-5)
