@@ -23,7 +23,8 @@ from edgevit.export.convert import convert
 from edgevit.export.graph import describe
 from edgevit.info import count_params
 from edgevit.litert.flatbuffer import read
-from edgevit.models.ssdlite import BACKBONES, CENTER_VARIANCE, SIZE_VARIANCE, anchor_boxes
+from edgevit.models.box_coding import CENTER_VARIANCE, SIZE_VARIANCE
+from edgevit.models.ssdlite import BACKBONES, anchor_boxes
 from edgevit.registry import get_spec
 from tests import ssdlite_reference as ref
 from tests.official_checkpoints import seeded_tensor, write_checkpoint

@@ -43,7 +43,7 @@ def anchors_of(model) -> np.ndarray:
 def box_scales() -> tuple[float, float, float, float]:
     """(y, x, h, w): what the box regressions are divided by before decoding
     (the inverse of the variances they were encoded with)."""
-    from edgevit.models.ssdlite import CENTER_VARIANCE, SIZE_VARIANCE
+    from edgevit.models.box_coding import CENTER_VARIANCE, SIZE_VARIANCE
 
     return 1 / CENTER_VARIANCE, 1 / CENTER_VARIANCE, 1 / SIZE_VARIANCE, 1 / SIZE_VARIANCE
 

@@ -16,7 +16,7 @@ Outputs, in this order (the detection contract, docs/design.md):
 
 - ``boxes`` [B, A, 4]: SSD regressions against :func:`anchor_boxes`, in
   (ty, tx, th, tw) order as TFLite_Detection_PostProcess and MediaPipe read
-  them, encoded with :data:`CENTER_VARIANCE` and :data:`SIZE_VARIANCE`
+  them, encoded as :mod:`edgevit.models.box_coding` encodes them (variances 0.1, 0.2)
   (cvnets computes (tx, ty, tw, th): its importer permutes the channels);
 - ``scores`` [B, A, num_classes]: raw class logits, class 0 the background.
 
@@ -50,7 +50,6 @@ LEVEL_STRIDES = (16, 32, 64, 128, 256, None)
 ASPECT_RATIOS = ((2, 3), (2, 3), (2, 3), (2, 3), (2, 3), (2,))
 PROJ_CHANNELS = (512, 256, 256, 128, 128, 64)
 MIN_SCALE, MAX_SCALE = 0.1, 1.05
-CENTER_VARIANCE, SIZE_VARIANCE = 0.1, 0.2
 HEAD_ACTIVATION = "relu"
 
 # ml-cvnets resizes the whole image to 320x320 (no crop), pixels in [0, 1],
