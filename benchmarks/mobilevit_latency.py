@@ -7,20 +7,30 @@ Reports medians and the ratio of each precision to the same model's fp32.
 
     python benchmarks/mobilevit_latency.py                       # the default set
     python benchmarks/mobilevit_latency.py --models mobilevit_v3_xxs --rounds 5 --json out.json
+    python benchmarks/mobilevit_latency.py --models deeplabv3_mobilevit_v1_xxs --input-size 512 \
+        --precisions fp32 int8 int8_mixed --threads 1 --arm a76 --pytorch-python pt/bin/python
 
-The PyTorch route: MobileViT v1 models are also exported from timm with
-litert-torch and timed in the same run, where a Python with torch, timm and
-litert-torch is at hand: this one, or another given with --pytorch-python
-(litert-torch wants its own torch release, so a venv of its own is the easy
-way: `python -m venv pt && pt/bin/pip install torch==2.14.1 timm litert-torch
-&& pt/bin/pip install --no-deps -e .`). The export runs in a child process:
+The PyTorch route: MobileViT v1 models (from timm) and the DeepLabV3
+segmenters on them (transformers' ``MobileViTForSemanticSegmentation``) are
+also exported with litert-torch and timed in the same run, where a Python
+with torch, timm, transformers and litert-torch is at hand: this one, or
+another given with --pytorch-python (a venv of its own keeps litert-torch's
+dependencies apart: `python -m venv --system-site-packages pt &&
+pt/bin/pip install litert-torch` reuses this environment's torch and
+transformers). Three files per model (--pytorch-routes): litert-torch's
+fp32 file, PT2E int8 (litert-torch's PT2EQuantizer, per-channel, calibrated
+on the same images as edgevit's files) and ai-edge-quantizer's static int8
+recipe applied to the fp32 file (AEQ). The export runs in a child process:
 litert-torch's converter and TensorFlow's, after several conversions in one
-process, crashed it (segmentation fault). Both files compute the same
-function: timm's model gets random weights of a sensible scale (timm
-zero-initialises the last BatchNorm of each residual block, and the converter
-deletes such dead branches: a file with two MobileNetV2 blocks fewer would be
-timed), edgevit imports exactly those weights, and the table reports the two
-files' output cosine.
+process, crashed it (segmentation fault). Both routes' files compute the
+same function: the twin gets random weights of a sensible scale (timm
+zero-initialises the last BatchNorm of each residual block, and the
+converter deletes such dead branches: a file with two MobileNetV2 blocks
+fewer would be timed; a segmenter's logits are scaled to a trained one's
+spread), edgevit imports exactly those weights, and the table reports the
+two fp32 files' output cosine (``cosine_vs_edgevit_fp32``, per pixel for a
+segmenter) and each file's cosine to its own float model (``cosine_mean``:
+the Keras model for edgevit's, the PyTorch module for the route's).
 
 Every file, the PyTorch route's included, is also counted on the phone's
 CPU kernels: exact instructions per inference on LiteRT 1.4's Arm64 build
