@@ -133,20 +133,27 @@ def test_mediapipe_image_segmenter_loads_the_file_and_agrees_with_litert(segment
     assert np.mean(category == _litert_classes(content, pixels)) >= 0.98
 
 
-def test_task_library_image_segmenter_loads_the_file_as_it_is_and_agrees_with_litert(segmenter, shapes, tmp_path):
-    """The Task Library reads the same standard metadata (labels on the output) and argmaxes the output as
-    it is, at the model's output size: its category mask is LiteRT's argmax, cell for cell."""
+def test_task_library_image_segmenter_loads_the_files_as_they_are_and_agrees_with_litert(segmenter, shapes,
+                                                                                         tmp_path):
+    """The Task Library reads the same standard metadata (labels on the output, the float file's
+    normalisation) and argmaxes the output as it is, at the model's output size. The fp32 file: LiteRT's
+    argmax cell for cell. The int8 file runs on TFLite's builtin int8 kernels of 2022, and on random weights
+    int8 kernels disagree: LiteRT's own builtin and XNNPACK kernels pick the same class on 0.90 of the
+    cells here, the Task Library and XNNPACK on 0.958 (measured)."""
     if missing("task_library"):
         pytest.skip(missing("task_library"))
-    _, path, _, _ = segmenter
-    content = path.read_bytes()
+    _, int8_path, _, fp32_path = segmenter
     pixels, _ = _val_crops(shapes, get_spec(NAME).preprocessing_at(SIZE))
-    category, confidence, labels = _segment(path, pixels, tmp_path, "task_library")
-    assert labels == CLASSES
-    logits = _litert_logits(content, pixels)
-    assert category.shape == logits.shape[:3] == (len(pixels), SIZE // 16, SIZE // 16)
-    np.testing.assert_array_equal(category, logits.argmax(-1))
-    np.testing.assert_allclose(np.moveaxis(confidence, 1, -1), logits, atol=1e-5)
+    for path, agree_at_least in ((fp32_path, 1.0), (int8_path, 0.95)):
+        category, confidence, labels = _segment(path, pixels, tmp_path, "task_library")
+        assert labels == CLASSES
+        logits = _litert_logits(path.read_bytes(), pixels)
+        assert category.shape == logits.shape[:3] == (len(pixels), SIZE // 16, SIZE // 16)
+        confidence = np.moveaxis(confidence, 1, -1)  # the output (dequantized), no activation applied
+        np.testing.assert_array_equal(category, confidence.argmax(-1))
+        if path == fp32_path:
+            np.testing.assert_allclose(confidence, logits, atol=1e-4)
+        assert np.mean(category == logits.argmax(-1)) >= agree_at_least, (path.name, category, logits.argmax(-1))
 
 
 def test_eval_of_the_file_scores_what_mediapipe_shows(segmenter, shapes, tmp_path):
