@@ -43,12 +43,12 @@ def edgevit(*args) -> tuple[dict, float]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=int, default=96, help="Images per split (train and val).")
+    parser.add_argument("--images", type=int, default=48, help="Images per split (train and val).")
     parser.add_argument("--image-size", type=int, nargs=2, default=[96, 80], metavar=("W", "H"))
     parser.add_argument("--input-size", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=8, help="Fine-tuning epochs.")
     parser.add_argument("--qat-epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--json", dest="json_path", default=None, help="Also write the result as JSON here.")
     args = parser.parse_args(argv)
 
