@@ -7,20 +7,30 @@ Reports medians and the ratio of each precision to the same model's fp32.
 
     python benchmarks/mobilevit_latency.py                       # the default set
     python benchmarks/mobilevit_latency.py --models mobilevit_v3_xxs --rounds 5 --json out.json
+    python benchmarks/mobilevit_latency.py --models deeplabv3_mobilevit_v1_xxs --input-size 512 \
+        --precisions fp32 int8 int8_mixed --threads 1 --arm a76 --pytorch-python pt/bin/python
 
-The PyTorch route: MobileViT v1 models are also exported from timm with
-litert-torch and timed in the same run, where a Python with torch, timm and
-litert-torch is at hand: this one, or another given with --pytorch-python
-(litert-torch wants its own torch release, so a venv of its own is the easy
-way: `python -m venv pt && pt/bin/pip install torch==2.14.1 timm litert-torch
-&& pt/bin/pip install --no-deps -e .`). The export runs in a child process:
+The PyTorch route: MobileViT v1 models (from timm) and the DeepLabV3
+segmenters on them (transformers' ``MobileViTForSemanticSegmentation``) are
+also exported with litert-torch and timed in the same run, where a Python
+with torch, timm, transformers and litert-torch is at hand: this one, or
+another given with --pytorch-python (a venv of its own keeps litert-torch's
+dependencies apart: `python -m venv --system-site-packages pt &&
+pt/bin/pip install litert-torch` reuses this environment's torch and
+transformers). Three files per model (--pytorch-routes): litert-torch's
+fp32 file, PT2E int8 (litert-torch's PT2EQuantizer, per-channel, calibrated
+on the same images as edgevit's files) and ai-edge-quantizer's static int8
+recipe applied to the fp32 file (AEQ). The export runs in a child process:
 litert-torch's converter and TensorFlow's, after several conversions in one
-process, crashed it (segmentation fault). Both files compute the same
-function: timm's model gets random weights of a sensible scale (timm
-zero-initialises the last BatchNorm of each residual block, and the converter
-deletes such dead branches: a file with two MobileNetV2 blocks fewer would be
-timed), edgevit imports exactly those weights, and the table reports the two
-files' output cosine.
+process, crashed it (segmentation fault). Both routes' files compute the
+same function: the twin gets random weights of a sensible scale (timm
+zero-initialises the last BatchNorm of each residual block, and the
+converter deletes such dead branches: a file with two MobileNetV2 blocks
+fewer would be timed; a segmenter's logits are scaled to a trained one's
+spread), edgevit imports exactly those weights, and the table reports the
+two fp32 files' output cosine (``cosine_vs_edgevit_fp32``, per pixel for a
+segmenter) and each file's cosine to its own float model (``cosine_mean``:
+the Keras model for edgevit's, the PyTorch module for the route's).
 
 Every file, the PyTorch route's included, is also counted on the phone's
 CPU kernels: exact instructions per inference on LiteRT 1.4's Arm64 build
@@ -64,95 +74,198 @@ PYTORCH_ROUTE_TARGET = 0.9  # edgevit fp32 / PyTorch-route fp32, same architectu
 # model -> the largest ratio of its best int8 file's Arm64 instructions (a76 kernels) to its fp32 file's
 ARM_TARGETS = {"mobilevit_v1_xs": 0.30, "mobilevit_v3_xs": 0.30}
 ARM_TARGET_PROFILE = "a76"
-TIMM_TWINS = {"mobilevit_v1_xxs": "mobilevit_xxs", "mobilevit_v1_xs": "mobilevit_xs", "mobilevit_v1_s": "mobilevit_s"}
+# edgevit model -> (the source its PyTorch twin comes from, the twin's name there, the channel order it takes)
+PYTORCH_TWINS = {**{f"mobilevit_v1_{w}": ("timm", f"mobilevit_{w}", "RGB") for w in ("xxs", "xs", "s")},
+                 **{f"deeplabv3_mobilevit_v1_{w}": ("huggingface", f"deeplabv3_mobilevit_v1_{w}", "BGR")
+                    for w in ("xxs", "xs", "s")}}
+# how the PyTorch route makes a file: litert-torch alone (fp32), PT2E int8 through litert-torch's quantizer,
+# or ai-edge-quantizer's static int8 recipe on the fp32 file (AEQ)
+PYTORCH_ROUTES = ("fp32", "pt2e_int8", "aeq_int8")
 
 
-# Runs in the PyTorch Python: timm's twin with random weights of a sensible
-# scale, its state dict as .safetensors and its litert-torch export.
+# Runs in the PyTorch Python: the twin with random weights of a sensible
+# scale (a segmenter's logits scaled to a trained one's spread), its weights
+# saved for edgevit to import, and one litert-torch file per route; prints
+# each file's conversion seconds and its output cosine to the twin itself.
 PYTORCH_ROUTE_CHILD = r"""
-import sys, time
+import json, sys, time
+import numpy as np
 import litert_torch, torch
+from ai_edge_litert.interpreter import Interpreter
 from edgevit.converters.checkpoints import write_safetensors
-from edgevit.converters.parity import import_timm, randomize_
-timm_name, size, checkpoint, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-module = import_timm().create_model(timm_name, pretrained=False).eval()
-randomize_(module, seed=0)
-write_safetensors({k: v.detach().numpy() for k, v in module.state_dict().items()}, checkpoint)
-start = time.perf_counter()
-litert_torch.convert(module, (torch.zeros(1, 3, size, size),)).export(out)
-print("convert_seconds", time.perf_counter() - start)
+from edgevit.converters.parity import import_timm, randomize_, scale_logits_, torch_logits
+from edgevit.litert.agreement import agreement
+source, name, images_path, checkpoint_dir, out_prefix = sys.argv[1:6]
+routes = sys.argv[6].split(",")
+images = np.load(images_path)  # NHWC float32, normalised, in the channel order the twin takes
+if source == "timm":
+    module = import_timm().create_model(name, pretrained=False).eval()
+    randomize_(module, seed=0)
+    write_safetensors({k: v.detach().numpy() for k, v in module.state_dict().items()},
+                      f"{checkpoint_dir}/model.safetensors")
+    forward = module
+else:
+    from edgevit.converters.hf_mobilevit import transformers_reference
+
+    module = transformers_reference(name)
+    randomize_(module, seed=0)
+    scale_logits_(module, module.segmentation_head.classifier.convolution, images[:4])
+    module.save_pretrained(checkpoint_dir)
+
+    class Logits(torch.nn.Module):  # litert-torch converts tensors, not transformers' output classes
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values):
+            return self.model(pixel_values).logits
+
+    forward = Logits(module).eval()
+nchw = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
+sample = (nchw[:1],)
+float_out = torch_logits(module, images[:8])  # a segmenter's classes last, as edgevit's
+
+
+def outputs_of(path):
+    # PT2E's file takes and gives int8 (its input and output quantized): quantize, run, dequantize
+    interp = Interpreter(model_path=path)
+    interp.allocate_tensors()
+    given, taken = interp.get_input_details()[0], interp.get_output_details()[0]
+    rows = []
+    for x in nchw[:8].numpy():
+        if given["dtype"] != np.float32:
+            scale, zero = given["quantization"]
+            limits = np.iinfo(given["dtype"])
+            x = np.clip(np.round(x / scale + zero), limits.min, limits.max).astype(given["dtype"])
+        interp.set_tensor(given["index"], x[None])
+        interp.invoke()
+        y = interp.get_tensor(taken["index"])[0]
+        if taken["dtype"] != np.float32:
+            scale, zero = taken["quantization"]
+            y = (y.astype(np.float32) - zero) * scale
+        rows.append(y)
+    return np.stack(rows) if rows[0].ndim == 1 else np.moveaxis(np.stack(rows), 1, -1)
+
+
+for route in routes:
+    path = f"{out_prefix}_{route}.tflite"
+    start = time.perf_counter()
+    if route == "fp32":
+        litert_torch.convert(forward, sample).export(path)
+    elif route == "pt2e_int8":
+        from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+        from litert_torch.quantize.quant_config import QuantConfig
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+        prepared = prepare_pt2e(torch.export.export(forward, sample).module(), quantizer)
+        with torch.no_grad():
+            for x in nchw:
+                prepared(x[None])
+        quantized = convert_pt2e(prepared, fold_quantize=False)
+        litert_torch.convert(quantized, sample, quant_config=QuantConfig(pt2e_quantizer=quantizer)).export(path)
+    elif route == "aeq_int8":
+        from ai_edge_quantizer import quantizer, recipe
+
+        aeq = quantizer.Quantizer(f"{out_prefix}_fp32.tflite", recipe.static_wi8_ai8())
+        signatures = Interpreter(model_path=f"{out_prefix}_fp32.tflite").get_signature_list()
+        key, signature = next(iter(signatures.items()))
+        calibration = aeq.calibrate({key: [{signature["inputs"][0]: x[None].numpy()} for x in nchw]})
+        aeq.quantize(calibration).export_model(path, overwrite=True)
+    seconds = time.perf_counter() - start
+    cosine = agreement(float_out, outputs_of(path))["cosine_mean"]
+    print("route " + json.dumps({"route": route, "path": path, "convert_seconds": seconds, "cosine": cosine}),
+          flush=True)
 """
 
 
-def pytorch_route(name: str, size: int, out_dir: Path, python: str) -> tuple[dict | None, str | None]:
-    """(file entry of timm's twin exported with litert-torch by ``python``,
-    edgevit weights file holding the same weights), or (None, None) where
-    that Python lacks timm/litert-torch or the model has no timm twin."""
-    if name not in TIMM_TWINS:
-        return None, None
+def pytorch_route(name: str, size: int, calib_samples: int, out_dir: Path, python: str,
+                  routes: list[str]) -> tuple[list[dict], str | None]:
+    """(file entries of the model's PyTorch twin, one per route that
+    ``python`` converted, edgevit weights file holding the twin's weights),
+    or ([], None) where that Python lacks torch/litert-torch or the model
+    has no twin."""
+    if name not in PYTORCH_TWINS or not routes:
+        return [], None
     from edgevit.converters.api import import_weights
+    from edgevit.data.sample_photos import sample_batch
     from edgevit.litert.interpreter import describe_child_failure
+    from edgevit.registry import get_spec
 
-    checkpoint = out_dir / f"{name}_timm.safetensors"
-    out = out_dir / f"{name}_pytorch_route_fp32.tflite"
-    proc = subprocess.run([python, "-c", PYTORCH_ROUTE_CHILD, TIMM_TWINS[name], str(size), str(checkpoint), str(out)],
+    source, twin, channel_order = PYTORCH_TWINS[name]
+    images = sample_batch(get_spec(name).preprocessing_at(size), calib_samples)
+    np.save(out_dir / f"{name}_twin_images.npy", images[..., ::-1] if channel_order == "BGR" else images)
+    checkpoint_dir = out_dir / f"{name}_twin"
+    checkpoint_dir.mkdir()
+    proc = subprocess.run([python, "-c", PYTORCH_ROUTE_CHILD, source, twin, str(out_dir / f"{name}_twin_images.npy"),
+                           str(checkpoint_dir), str(out_dir / f"{name}_pytorch_route"), ",".join(routes)],
                           capture_output=True, text=True)
-    if proc.returncode != 0 or not out.exists():
-        print(f"PyTorch route skipped for {name}: {describe_child_failure(proc.returncode, proc.stderr)}",
-              file=sys.stderr)
-        return None, None
+    converted = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("route ")]
+    if proc.returncode != 0:
+        print(f"PyTorch route of {name} stopped after {len(converted)} of {len(routes)} files: "
+              f"{describe_child_failure(proc.returncode, proc.stderr)}", file=sys.stderr)
+    if not converted:
+        return [], None
     weights = out_dir / f"{name}.weights.h5"
-    import_weights(checkpoint, name, weights, source="timm")
-    seconds = float(proc.stdout.split("convert_seconds")[-1])
-    entry = {"model": name, "precision": "pytorch_route_fp32", "path": out,
-             "convert_seconds": round(seconds, 1), "size_bytes": out.stat().st_size}
-    return entry, str(weights)
+    import_weights(checkpoint_dir / "model.safetensors", name, weights, source=source, input_size=size)
+    entries = [{"model": name, "precision": f"pytorch_route_{c['route']}", "path": Path(c["path"]),
+                "channel_order": channel_order, "convert_seconds": round(c["convert_seconds"], 1),
+                "size_bytes": Path(c["path"]).stat().st_size, "cosine_mean": round(c["cosine"], 4)}
+               for c in converted]
+    return entries, str(weights)
 
 
-def convert_all(models, precisions, size, calib_samples, out_dir: Path, pytorch_python: str) -> list[dict]:
+def convert_all(models, precisions, size, calib_samples, out_dir: Path, pytorch_python: str,
+                pytorch_routes: list[str]) -> list[dict]:
     import edgevit
     from edgevit.export.pipeline import ExportOptions, export
     from edgevit.registry import get_spec
 
     files = []
     for name in models:
-        twin, weights = pytorch_route(name, size, out_dir, pytorch_python)
+        twins, weights = pytorch_route(name, size, calib_samples, out_dir, pytorch_python, pytorch_routes)
         for precision in precisions:
             model = edgevit.create_model(name, input_size=size, weights=weights)
             out = out_dir / f"{name}_{precision}.tflite"
             start = time.perf_counter()
             report = export(model, get_spec(name), ExportOptions(
-                precision=precision, output=str(out), calib_samples=calib_samples,
-                validation_samples=8, recalibrate_batchnorm=weights is None, io_dtype="float32")).to_dict()
+                precision=precision, output=str(out), calib_samples=calib_samples, validation_samples=8,
+                gpu_images=0, recalibrate_batchnorm=weights is None, io_dtype="float32")).to_dict()
             seconds = time.perf_counter() - start
             files.append({"model": name, "precision": precision, "path": out,
                           "convert_seconds": round(report["seconds"]["convert"], 1),
                           "export_seconds": round(seconds, 1), "size_bytes": report["size_bytes"],
                           "cosine_mean": round(report["agreement"]["cosine_mean"], 4)})
             print(f"converted {name} {precision}: {report['seconds']['convert']:.1f} s", file=sys.stderr)
-        if twin is not None:
-            twin["cosine_vs_edgevit_fp32"] = round(_output_cosine(twin["path"], out_dir / f"{name}_fp32.tflite",
-                                                                  size), 5)
-            files.append(twin)
+        own_fp32 = out_dir / f"{name}_fp32.tflite"
+        for twin in twins:
+            if twin["precision"] == "pytorch_route_fp32" and own_fp32.exists():
+                twin["cosine_vs_edgevit_fp32"] = round(_output_cosine(twin, own_fp32, size), 5)
+        files += twins
     return files
 
 
-def _output_cosine(a: Path, b: Path, size: int) -> float:
-    """Output cosine of two files on one random NHWC image (the PyTorch route's
-    file takes NCHW input)."""
+def _output_cosine(twin: dict, own: Path, size: int) -> float:
+    """Output cosine of the PyTorch route's file (NCHW input in the twin's
+    channel order) and edgevit's on one random image, per pixel for a
+    segmenter: the two compute the same function where the weights match."""
+    from edgevit.litert.agreement import agreement
     from edgevit.litert.interpreter import load_interpreter
 
     image = np.random.default_rng(0).random((1, size, size, 3), dtype=np.float32)
     outputs = []
-    for path in (a, b):
+    for path, x in ((twin["path"], image[..., ::-1] if twin["channel_order"] == "BGR" else image), (own, image)):
         interp = load_interpreter(path.read_bytes())
         interp.allocate_tensors()
         detail = interp.get_input_details()[0]
-        x = image if tuple(detail["shape"]) == image.shape else image.transpose(0, 3, 1, 2)
-        interp.set_tensor(detail["index"], x)
+        interp.set_tensor(detail["index"], np.ascontiguousarray(
+            x if tuple(detail["shape"]) == x.shape else x.transpose(0, 3, 1, 2)))
         interp.invoke()
-        outputs.append(interp.get_tensor(interp.get_output_details()[0]["index"]).ravel().astype(np.float64))
-    return float(outputs[0] @ outputs[1] / (np.linalg.norm(outputs[0]) * np.linalg.norm(outputs[1])))
+        outputs.append(interp.get_tensor(interp.get_output_details()[0]["index"]))
+    theirs, ours = outputs
+    if theirs.shape != ours.shape:  # a segmenter's NCHW logits
+        theirs = np.moveaxis(theirs, 1, -1)
+    return agreement(ours, theirs)["cosine_mean"]
 
 
 def time_interleaved(files, threads_list, rounds, runs_per_round, warmup) -> None:
@@ -184,7 +297,7 @@ def summarise(files, threads_list, arm_profiles=()) -> list[dict]:
     fp32 = {f["model"]: f for f in files if f["precision"] == "fp32"}
     rows = []
     for f in files:
-        row = {k: v for k, v in f.items() if k not in ("path", "ms", "arm")}
+        row = {k: v for k, v in f.items() if k not in ("path", "ms", "arm", "channel_order")}
         for profile in arm_profiles:
             count = f["arm"][profile]
             row[f"arm_{profile}_M"] = round(count.instructions / 1e6, 1)
@@ -222,6 +335,23 @@ def count_on_arm(files, profiles_text: str) -> list[str]:
     return [p.name for p in profiles]
 
 
+def print_arm_race(name: str, rows: list[dict]) -> None:
+    """edgevit's files against the PyTorch route's on the phone kernels'
+    instruction counts, fp32 with fp32 and best int8 with best int8 (the goal:
+    edgevit's fewer, ratio < 1)."""
+    column = f"arm_{ARM_TARGET_PROFILE}_M"
+    counts = {r["precision"]: r[column] for r in rows if r["model"] == name and column in r}
+    pairs = {"fp32": (["fp32"], ["pytorch_route_fp32"]),
+             "best int8": (["int8", "int8_mixed"], ["pytorch_route_pt2e_int8", "pytorch_route_aeq_int8"])}
+    for label, (ours, theirs) in pairs.items():
+        ours, theirs = [counts[p] for p in ours if p in counts], [counts[p] for p in theirs if p in counts]
+        if ours and theirs:
+            ratio = round(min(ours) / min(theirs), 3)
+            verdict = "ahead" if ratio < 1 else "BEHIND"
+            print(f"{name} {label} on Arm64 ({ARM_TARGET_PROFILE} kernels): {min(ours)} M instructions, "
+                  f"{ratio}x the PyTorch route's {min(theirs)} M -> {verdict}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
@@ -234,6 +364,9 @@ def main(argv=None) -> int:
     parser.add_argument("--calib-samples", type=int, default=64)
     parser.add_argument("--pytorch-python", default=sys.executable,
                         help="Python with torch, timm and litert-torch for the PyTorch route (default: this one).")
+    parser.add_argument("--pytorch-routes", nargs="*", default=list(PYTORCH_ROUTES), choices=PYTORCH_ROUTES,
+                        help="The PyTorch route's files: litert-torch fp32, PT2E int8, ai-edge-quantizer int8 "
+                             "(none: skip the route).")
     parser.add_argument("--arm", default="a76,max",
                         help="Arm64 CPU profiles to count instructions on (LiteRT 1.4 aarch64, emulated), or none.")
     parser.add_argument("--json", dest="json_path", default=None, help="Also write the rows as JSON here.")
@@ -241,7 +374,7 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="edgevit-bench-") as tmp:
         files = convert_all(args.models, args.precisions, args.input_size, args.calib_samples, Path(tmp),
-                            args.pytorch_python)
+                            args.pytorch_python, args.pytorch_routes)
         time_interleaved(files, args.threads, args.rounds, args.runs_per_round, args.warmup)
         arm_profiles = count_on_arm(files, args.arm)
     rows = summarise(files, args.threads, arm_profiles)
@@ -280,13 +413,15 @@ def main(argv=None) -> int:
             verdict = "meets" if min(ratios) <= target else "MISSES"
             print(f"{name} best int8 file on Arm64 ({ARM_TARGET_PROFILE} kernels): {min(ratios)}x fp32's instructions "
                   f"(target <= {target}) -> {verdict}")
-    for name in TIMM_TWINS:
+    for name in PYTORCH_TWINS:
         twin, own = by_key.get((name, "pytorch_route_fp32")), by_key.get((name, "fp32"))
-        if twin and own:
+        if twin and own and "median_ms_1t" in own:
             ratio = round(own["median_ms_1t"] / twin["median_ms_1t"], 3)
             verdict = "meets" if ratio <= PYTORCH_ROUTE_TARGET else "MISSES"
             print(f"{name} fp32: {ratio}x the PyTorch route's fp32 file (target <= {PYTORCH_ROUTE_TARGET}) "
                   f"-> {verdict}")
+        if ARM_TARGET_PROFILE in arm_profiles:
+            print_arm_race(name, rows)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps({"host": host, "rows": rows}, indent=2))
     return 0

@@ -117,3 +117,21 @@ HF_CONFIGS = {
     **{f"deeplabv3_mobilevit_v2_{w}": ("MobileViTV2Config", dict(width_multiplier=int(w) / 100))
        for w in ("050", "075", "100", "125", "150", "175", "200")},
 }
+
+
+def transformers_reference(name: str, num_labels: int = 21, output_stride: int = 16, atrous_rates=None):
+    """transformers' segmenter of the same architecture as edgevit's ``name``
+    (randomly initialised, eval mode): what the parity tests compare against
+    and the benchmarks' PyTorch route converts. Needs torch and transformers."""
+    import transformers
+
+    from edgevit.models.deeplabv3 import CONFIGS
+
+    config_class, kwargs = HF_CONFIGS[name]
+    cfg = CONFIGS[name]
+    config = getattr(transformers, config_class)(num_labels=num_labels, output_stride=output_stride,
+                                                 aspp_out_channels=cfg.aspp_channels,
+                                                 atrous_rates=list(atrous_rates or cfg.atrous_rates), **kwargs)
+    model_class = {"MobileViTConfig": transformers.MobileViTForSemanticSegmentation,
+                   "MobileViTV2Config": transformers.MobileViTV2ForSemanticSegmentation}[config_class]
+    return model_class(config).eval()

@@ -1,9 +1,10 @@
-"""The clients app developers load classifiers with, run on edgevit files:
-MediaPipe Tasks' ImageClassifier (pip mediapipe, in this environment) and
-the TFLite Task Library's (pip tflite-support, in the virtual environment
-scripts/install-test-tools.sh makes: it pins protobuf < 4). Each runs in a
-child process on uint8 crops at the model's input size, so that every
-client and LiteRT classify the same pixels."""
+"""The clients app developers load classifiers and segmenters with, run on
+edgevit files: MediaPipe Tasks' ImageClassifier and ImageSegmenter (pip
+mediapipe, in this environment) and the TFLite Task Library's (pip
+tflite-support, in the virtual environment scripts/install-test-tools.sh
+makes: it pins protobuf < 4). Each runs in a child process on uint8 crops
+at the model's input size, so that every client and LiteRT see the same
+pixels."""
 from __future__ import annotations
 
 import importlib.util
@@ -32,13 +33,33 @@ def missing(client: str) -> str | None:
 def classify(client: str, model: Path, pixels: np.ndarray, tmp: Path) -> list | str:
     """Per image, the client's top-5 [index, category name, score]; or the
     client's refusal message."""
+    out = tmp / f"{client}-out.json"
+    refusal = _run(client, "classify", model, pixels, tmp, out)
+    return refusal if refusal is not None else json.loads(out.read_text())
+
+
+def segment(client: str, model: Path, pixels: np.ndarray, tmp: Path) -> dict | str:
+    """The client's category masks, confidence masks and labels of the
+    images (tests/clients/*_segment.py say at which size); or the client's
+    refusal message."""
+    out = tmp / f"{client}-out.npz"
+    refusal = _run(client, "segment", model, pixels, tmp, out)
+    if refusal is not None:
+        return refusal
+    with np.load(out) as result:
+        return {"category": result["category"], "confidence": result["confidence"],
+                "labels": [str(label) for label in result["labels"]]}
+
+
+def _run(client: str, task: str, model: Path, pixels: np.ndarray, tmp: Path, out: Path) -> str | None:
+    """Run the client's ``task`` script on ``pixels`` (uint8 crops); its refusal message, or None."""
     python = sys.executable if client == "mediapipe" else str(TASK_LIBRARY_PYTHON)
-    script = CLIENTS / ("mediapipe_classify.py" if client == "mediapipe" else "task_library_classify.py")
-    images, out = tmp / f"{client}-images.npy", tmp / f"{client}-out.json"
+    images = tmp / f"{client}-images.npy"
     np.save(images, pixels.astype(np.uint8))
-    proc = subprocess.run([python, str(script), str(model), str(images), str(out)], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GLOG_minloglevel="2"))
+    proc = subprocess.run([python, str(CLIENTS / f"{client}_{task}.py"), str(model), str(images), str(out)],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GLOG_minloglevel="2"))
     if proc.returncode == 3:
         return proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 0, f"{client} failed on {model.name}: {proc.stderr[-2000:]}"
-    return json.loads(out.read_text())
+    return None

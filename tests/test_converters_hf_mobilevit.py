@@ -15,33 +15,22 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
                                                           "(scripts/install-test-tools.sh)")
 
 from edgevit.converters import import_weights  # noqa: E402
-from edgevit.converters.hf_mobilevit import HF_CONFIGS, fuse_qkv  # noqa: E402
+from edgevit.converters.hf_mobilevit import fuse_qkv  # noqa: E402
+from edgevit.converters.hf_mobilevit import transformers_reference  # noqa: E402
 from edgevit.converters.parity import keras_logits, randomize_, scale_logits_, torch_logits  # noqa: E402
 from edgevit.data.sample_photos import sample_batch  # noqa: E402
 from edgevit.errors import EdgevitError  # noqa: E402
-from edgevit.models.deeplabv3 import CONFIGS  # noqa: E402
 from edgevit.registry import get_spec  # noqa: E402
 
 TOLERANCE = 1e-4
 SIZE = 128  # layer 5 at 8x8 (output stride 16): small and fast, every branch of ASPP still reads the map
 
 
-def reference(name, output_stride=16, atrous_rates=None):
-    config_class, kwargs = HF_CONFIGS[name]
-    cfg = CONFIGS[name]
-    config = getattr(transformers, config_class)(num_labels=21, output_stride=output_stride,
-                                                 aspp_out_channels=cfg.aspp_channels,
-                                                 atrous_rates=list(atrous_rates or cfg.atrous_rates), **kwargs)
-    model_class = {"MobileViTConfig": transformers.MobileViTForSemanticSegmentation,
-                   "MobileViTV2Config": transformers.MobileViTV2ForSemanticSegmentation}[config_class]
-    return model_class(config).eval()
-
-
 def check_parity(tmp_path, name, filename):
     photos = sample_batch(get_spec(name).preprocessing.at_size(SIZE), 2)
     bgr = "_v1_" in name
     seen = np.ascontiguousarray(photos[..., ::-1]) if bgr else photos  # what the reference takes
-    ref = reference(name)
+    ref = transformers_reference(name)
     randomize_(ref)
     scale_logits_(ref, ref.segmentation_head.classifier.convolution, seen)
     path = tmp_path / filename
@@ -88,7 +77,7 @@ def test_separate_query_key_value_read_as_one_qkv_tensor():
 
 
 def test_a_checkpoint_of_another_variant_is_one_clear_error(tmp_path):
-    ref = reference("deeplabv3_mobilevit_v1_xs")
+    ref = transformers_reference("deeplabv3_mobilevit_v1_xs")
     ref.save_pretrained(tmp_path)
     with pytest.raises(EdgevitError, match="shape"):
         import_weights(tmp_path / "model.safetensors", "deeplabv3_mobilevit_v1_xxs", input_size=64)
@@ -99,7 +88,7 @@ def test_import_weights_command_reads_a_saved_transformers_model(tmp_path):
 
     from edgevit.cli import main
 
-    reference("deeplabv3_mobilevit_v1_xxs").save_pretrained(tmp_path)
+    transformers_reference("deeplabv3_mobilevit_v1_xxs").save_pretrained(tmp_path)
     out = tmp_path / "seg.weights.h5"
     result = CliRunner().invoke(main, ["import-weights", str(tmp_path / "model.safetensors"), "--model",
                                        "deeplabv3_mobilevit_v1_xxs", "-o", str(out)])
@@ -120,7 +109,7 @@ def test_output_stride_8_dilates_where_transformers_does(tmp_path, monkeypatch, 
 
     photos = sample_batch(get_spec(name).preprocessing.at_size(SIZE), 2)
     seen = np.ascontiguousarray(photos[..., ::-1]) if "_v1_" in name else photos
-    ref = reference(name, output_stride=8, atrous_rates=(12, 24, 36))
+    ref = transformers_reference(name, output_stride=8, atrous_rates=(12, 24, 36))
     randomize_(ref)
     scale_logits_(ref, ref.segmentation_head.classifier.convolution, seen)
     ref.save_pretrained(tmp_path)
