@@ -129,8 +129,7 @@ def test_a_model_trained_by_edgevit_qat_computes_what_its_int8_file_computes(nam
     the QAT model's on this host's kernels and, emulated, on AVX2 and SSE4
     kernels; on the phone's Arm64 kernels, the acceptance bounds (their
     int8 SOFTMAX rounds from a 16-bit exp table and a fixed-point 1/sum;
-    their int8 BATCH_MATMUL runs on ruy, and its outputs equalled x86
-    XNNPACK's bit for bit in mobilevit_v1_xxs's attention)."""
+    x86's from a float table and a float sum)."""
     if name in FEW_BLOCKS:
         with_few_blocks(name, monkeypatch)
     qat = qat_by_the_command(name, photos, tmp_path)
