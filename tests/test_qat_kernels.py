@@ -83,9 +83,9 @@ def test_int8_file_of_a_mobilevit_qat_model_computes_what_it_computes(mobilevit_
     file of a v2-based model equals the QAT model's on this host's XNNPACK
     and on the kernels of x86 CPUs without AVX-512 or AVX, whose int8 MEAN
     over a whole map overflowed (edgevit/layers/norm.py). v1's attention
-    has an int8 SOFTMAX, which LiteRT computes with its own fixed-point
-    arithmetic and QAT in float: one step off now and then, within the
-    acceptance bounds."""
+    has an int8 SOFTMAX, which LiteRT computes from its own float exp table
+    and QAT in float: one step off now and then, within the acceptance
+    bounds."""
     name, path, x, expected = mobilevit_qat
     actual = run_in_child(path, x, x86_level=x86)
     if get_spec(name).family == "mobilevit_v1":
@@ -97,8 +97,9 @@ def test_int8_file_of_a_mobilevit_qat_model_computes_what_it_computes(mobilevit_
 @needs_arm
 def test_on_arm64_kernels_a_mobilevit_file_computes_what_its_qat_model_computes(mobilevit_qat):
     """On the phone's kernels (LiteRT's Arm64 build, a Cortex-A76's), the
-    int8 SOFTMAX is a table lookup that the QAT model's rounded float softmax
-    misses now and then, in v2's separable attention too: the acceptance
+    int8 SOFTMAX reads a 16-bit integer exp table and a fixed-point 1/sum
+    (x86: a float table and sum), which the QAT model's float softmax misses
+    now and then, in v2's separable attention too: the acceptance
     bounds (measured: 4 and 8 of 48 logits of the v2-based files a step or
     more off, mean cosine 0.99999 and 0.9998)."""
     from edgevit.litert.arm import PROFILES, find_emulator, run_guest
@@ -127,8 +128,8 @@ def test_a_model_trained_by_edgevit_qat_computes_what_its_int8_file_computes(nam
     after `edgevit qat`, every logit of the file on 8 sample photos equals
     the QAT model's on this host's kernels and, emulated, on AVX2 and SSE4
     kernels; on the phone's Arm64 kernels, the acceptance bounds (their
-    int8 SOFTMAX is a table lookup; int8 BATCH_MATMUL runs on ruy in
-    LiteRT 1.4)."""
+    int8 SOFTMAX rounds from a 16-bit exp table and a fixed-point 1/sum;
+    x86's from a float table and a float sum)."""
     if name in FEW_BLOCKS:
         with_few_blocks(name, monkeypatch)
     qat = qat_by_the_command(name, photos, tmp_path)

@@ -5,6 +5,7 @@ model computes, per pixel, on this host's kernels, the kernels of older x86
 CPUs and the phone's Arm64 kernels (emulated, where installed)."""
 import json
 
+import keras
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -56,47 +57,89 @@ def test_finetune_and_qat_train_a_segmenter_on_masks_and_report_miou(trained):
     assert expected.shape == (8, SIZE // 16, SIZE // 16, 2)  # logits at the output stride
 
 
-# this host's kernels in the default suite; the emulated ones (about a minute together) with -m slow
-@pytest.mark.parametrize("x86", [X86_KERNELS[0], *(pytest.param(*p.values, marks=[*p.marks, pytest.mark.slow],
-                                                                id=p.id) for p in X86_KERNELS[1:])])
-def test_the_int8_file_of_a_qat_segmenter_computes_what_it_computes(trained, x86):
+def test_the_int8_file_of_a_qat_segmenter_computes_what_it_computes(trained):
     """Every logit of every pixel the same on this host (measured: all
-    equal); on the emulated kernels within the acceptance bounds; no float
-    op in the file."""
+    equal); no float op in the file."""
     _, _, path, x, expected = trained
     assert not describe(path.read_bytes()).float_ops()
-    actual = run_in_child(path, x, x86_level=x86)
-    if x86 is None:
-        np.testing.assert_array_equal(actual, expected)
-    within_pixel_acceptance(expected, actual, x86)
+    np.testing.assert_array_equal(run_in_child(path, x, x86_level=None), expected)
 
 
-# Localised 2026-11-29 (every op's int8 output on the 8 images, LiteRT 2.3.0 on x86 against LiteRT 1.4.0's
-# aarch64 build, Cortex-A76 and qemu-max kernels alike): given equal inputs, every op computes the same bits
-# except SOFTMAX, 3 of 19,712 outputs one step apart. Every aarch64 LiteRT built with clang (optimized_ops.h:
-# TFLITE_SOFTMAX_USE_UINT16_LUT, in every version) writes an int8 SOFTMAX from exp values rounded to 16-bit
-# integers and a fixed-point 1/sum; x86 builds (1.4.0 as 2.3.0) from a float exp table and a float 1/sum, the
-# arithmetic the QAT model's float softmax follows (every logit equal here). Numpy models of both kernels
-# reproduced all 8,192 outputs of one SOFTMAX; they round 256 x exp / sum differently within ~1e-4 of a half
-# step (15.49996: 15 on x86, 16 on Arm). One such step in layer_4's 4 x 4-token attention grew to 7 steps (0.21)
-# of one image's logits. No QAT model can match both kernel sets, which disagree with each other on the same
-# input; a SOFTMAX writing int16 (the float table on both) requantized to int8 by a QUANTIZE gave bit-identical
-# tensors on both but 1.69x the Arm64 instructions (mobilevit_v3_xs --int8, 256 px: 184.1 M -> 310.6 M) and
-# int16 tensors that NNAPI and GPU delegates refuse. The classifiers' files differ on Arm64 the same way
-# (mobilevit_v1_xxs at 96 px: 12 of 24 SOFTMAXes with equal inputs, logits up to 8 steps off, worst image's
-# cosine 0.9986) and pass their bounds, top-1 and the mean cosine; a segmenter is held to every image's cosine
-# and every pixel's argmax.
-@needs_arm
+@pytest.fixture(scope="module")
+def trained_as_users_train(tmp_path_factory):
+    """The same commands at a user's scale: 128 px (8 x 8 logits an image),
+    32 + 32 images, fine-tuned 12 epochs until the val mIoU is well above
+    chance, then 2 QAT epochs, seeded here (a module fixture runs before the
+    autouse seed; unseeded, 8 epochs ended at 0.74 in one run, 0.84 in
+    another). The default fixture's model is barely trained (tiny logits,
+    many tied pixels, 128 pixels where one flip is 0.8 %): it cannot judge
+    the kernels' per-pixel agreement."""
+    keras.utils.set_random_seed(0)
+    root = tmp_path_factory.mktemp("segmentation_trained")
+    data = make_segmentation_folder(root / "shapes", per_split=32, size=(192, 160))
+    finetuned = run("finetune", "deeplabv3_mobilevit_v1_xxs", "--data", data, "--input-size", 128, "--epochs", 12,
+                    "--batch-size", 16, "--lr", 2e-3, "-o", root / "seg.keras", "--json")
+    qat_result = run("qat", root / "seg.keras", "--data", data, "--epochs", 2, "--batch-size", 16,
+                     "-o", root / "seg_qat.keras", "--json")
+    qat = load_model(root / "seg_qat.keras")
+    x, _ = ImageStream(find_segmentation_dataset(data).val, spec_of(qat).preprocessing_at(128)).read_all(128)
+    path = root / "seg_qat_int8.tflite"
+    path.write_bytes(convert(qat, "int8", None, "int8"))
+    return finetuned, qat_result, path, x, outputs(qat, x)
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="the int8 SOFTMAX of Arm64's LiteRT (16-bit exp table, fixed-point 1/sum; "
-                   "x86: float) rounds one output in ~6,600 a step from the QAT model's, which grows to up to 7 steps "
-                   "of the segmenter's logits: worst image's map cosine 0.9986 (0.996-0.9999 and argmax agreement "
-                   "0.984-1.0 in 3 runs, 2026-11-29); every other op bit-identical to x86")
-def test_on_arm64_kernels_a_qat_segmenters_file_computes_what_it_computes(trained):
-    from edgevit.litert.arm import PROFILES, find_emulator, run_guest
+def test_finetune_and_qat_train_the_user_scale_segmenter_well_above_chance(trained_as_users_train):
+    finetuned, qat_result, _, _, expected = trained_as_users_train
+    assert finetuned["val_miou"] >= 0.8 and qat_result["val_miou"] >= 0.8, (finetuned["val_miou"], qat_result)
+    assert expected.shape == (32, 8, 8, 2)
 
-    _, _, path, x, expected = trained
-    within_pixel_acceptance(expected, run_guest(find_emulator(), path, x, PROFILES["a76"]).outputs["xnnpack"], "arm")
+
+# Arm64, measured 2026-11-29 on the user-scale fixture: this host, AVX2 and SSE4 give every logit equal to the QAT
+# model's; Arm64's file differs, and its per-pixel agreement sits on the 0.999 bound. Seeded, 12 epochs (val mIoU
+# float 0.805, QAT 0.837): 13 of 32 images off by up to 4 steps (0.56), worst map cosine 0.99940 (mean 0.99991),
+# 2 of 2,048 pixels flip (0.99902: passes), their QAT margins 3 steps and 1. Unseeded, 8 epochs (0.844, 0.849):
+# 20 images off by up to 2 steps, worst cosine 0.99973, 3 pixels flip (0.99854: fails), two the QAT model ties
+# exactly, one it decides by 1 step. A square's edge pixels, which a trained model scores near a tie, are where a
+# one-step logit change flips the argmax: 1 pixel in 700-1,000 on Arm64. Every op's int8 output of the seeded file
+# (x86 LiteRT 2.3.0 vs aarch64 1.4.0): of the op runs whose exposed inputs are equal, 38 of 243 SOFTMAX runs differ
+# (42 of 1,277,952 outputs, one step each), 1 of 450 BATCH_MATMUL runs (1 element, 1 step) and 14 RESHAPE runs
+# (1-4 of 64 elements; a copy cannot round, so likely a tensor XNNPACK reuses in place after it was read).
+# The cause, localised on the default fixture (every op's int8 output, LiteRT 2.3.0 on x86 against LiteRT 1.4.0's
+# aarch64 build, Cortex-A76 and qemu-max kernels alike):
+# given equal inputs every op computes the same bits except SOFTMAX, 3 of 19,712 outputs one step apart. Every
+# aarch64 LiteRT built with clang (optimized_ops.h: TFLITE_SOFTMAX_USE_UINT16_LUT, in every version) writes an int8
+# SOFTMAX from exp values rounded to 16-bit integers and a fixed-point 1/sum; x86 builds (1.4.0 as 2.3.0) from a
+# float exp table and a float 1/sum, the arithmetic the QAT model's float softmax follows. Numpy models of both
+# kernels reproduced all 8,192 outputs of one SOFTMAX; they round 256 x exp / sum differently within ~1e-4 of a half
+# step (15.49996: 15 on x86, 16 on Arm). No QAT model can match both kernel sets, which disagree with each other on
+# the same input; a SOFTMAX writing int16 (the float table on both) requantized to int8 by a QUANTIZE gave
+# bit-identical tensors on both but 1.69x the Arm64 instructions (mobilevit_v3_xs --int8, 256 px: 184.1 M ->
+# 310.6 M) and int16 tensors that NNAPI and GPU delegates refuse. The classifiers' files differ on Arm64 the same
+# way (mobilevit_v1_xxs at 96 px: 12 of 24 SOFTMAXes with equal inputs, logits up to 8 steps off, worst image's
+# cosine 0.9986) and pass their bounds, top-1 and the mean cosine; a segmenter is held to every image's cosine and
+# every pixel's argmax.
+ARM64 = pytest.param("arm", id="arm64", marks=[needs_arm, pytest.mark.xfail(
+    strict=False, reason="Arm64's int8 SOFTMAX (16-bit exp table, fixed-point 1/sum; x86: float) moves the trained "
+    "segmenter's logits by up to 2-4 steps: worst cosine >= 0.9994, but argmax agreement sits on the 0.999 bound "
+    "(2 of 2,048 pixels flip: 0.99902 seeded; 3: 0.99854 in an unseeded run, 2026-11-29)")])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernels", [*X86_KERNELS, ARM64])
+def test_the_int8_file_of_a_user_scale_qat_segmenter_computes_what_it_computes(trained_as_users_train, kernels):
+    """The user-scale segmenter's int8 file against its QAT model, per pixel,
+    on this host, the emulated AVX2 and SSE4 kernels (measured: every logit
+    equal on all three) and the phone's Arm64 kernels (emulated)."""
+    _, _, path, x, expected = trained_as_users_train
+    assert not describe(path.read_bytes()).float_ops()
+    if kernels == "arm":
+        from edgevit.litert.arm import PROFILES, find_emulator, run_guest
+
+        actual = run_guest(find_emulator(), path, x, PROFILES["a76"]).outputs["xnnpack"]
+    else:
+        actual = run_in_child(path, x, x86_level=kernels)
+    within_pixel_acceptance(expected, actual, kernels or "host")
 
 
 def within_pixel_acceptance(expected, actual, where):
