@@ -17,6 +17,13 @@ cvnets' module paths; a cvnets ``ConvLayer`` adds a ``.block`` level.
 """
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
+import numpy as np
+
+from edgevit.models.ssdlite import LEVELS
+
 from .registry import Importer, register
 from .rules import Rule
 
@@ -84,3 +91,58 @@ register(Importer("cvnets", "mobilevit_v3", lambda model: V1_RULES if _v1_based(
                   reference=f"{V3}/tree/{MOBILEVITV3_COMMIT}",
                   notes="MobileViTv3 release checkpoint_ema_best.pt (cvnets naming)",
                   channel_order=lambda model: "BGR" if _v1_based(model) else "RGB"))
+
+
+# --- SSDLite detectors (cvnets' SingleShotMaskDetector, cvnets/models/detection/ssd.py) ---------------
+# The backbone sits under ``encoder.``; the extra levels and heads keep
+# cvnets' module paths, but for the heads' last pointwise convolution, which
+# edgevit computes as two (boxes, class logits): ``split_ssd_heads`` reads
+# cvnets' one tensor as those two, under the names the rules give them.
+SSD_HEAD = re.compile(r"(ssd_heads\.(\d+))\.loc_cls_layer\.(?:pw_conv\.)?block\.conv\.(weight|bias)")
+# cvnets regresses (tx, ty, tw, th); edgevit's boxes are (ty, tx, th, tw)
+YX_ORDER = (1, 0, 3, 2)
+
+SSD_RULES = [
+    Rule(r"(extra_layers\.os_\d+)\.(dw_conv|pw_conv)\.(conv|norm)", r"\1.\2.block.\3"),
+    Rule(r"extra_layers\.global\.proj\.conv", "extra_layers.os_-1.1.block.conv"),
+    Rule(r"(ssd_heads\.\d+)\.(proj_layer|loc_cls_layer\.dw_conv)\.(conv|norm)", r"\1.\2.block.\3"),
+    Rule(r"(ssd_heads\.\d+)\.(box|class)_conv", r"\1.\2_conv"),
+]
+
+
+def split_ssd_heads(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each head's [anchors * (4 + classes)] output channels (per anchor: 4
+    box values, then the class logits) as ``box_conv`` (anchors * 4, in
+    (y, x, h, w) order) and ``class_conv`` (anchors * classes) tensors."""
+    out = {}
+    for key, value in tensors.items():
+        m = SSD_HEAD.fullmatch(key)
+        if m is None:
+            out[key] = value
+            continue
+        head, level, leaf = m.groups()
+        anchors = LEVELS[int(level)].anchors if int(level) < len(LEVELS) else 0
+        if not anchors or value.shape[0] % anchors or value.shape[0] // anchors <= 4:
+            out[key] = value  # not a head edgevit has: the import reports it as a tensor with no place
+            continue
+        per_anchor = value.reshape(anchors, value.shape[0] // anchors, *value.shape[1:])
+        out[f"{head}.box_conv.{leaf}"] = per_anchor[:, YX_ORDER].reshape(anchors * 4, *value.shape[1:])
+        out[f"{head}.class_conv.{leaf}"] = per_anchor[:, 4:].reshape(-1, *value.shape[1:])
+    return out
+
+
+def _in_encoder(rules: list[Rule]) -> list[Rule]:
+    return [replace(rule, key=f"encoder.{rule.key}") for rule in rules]
+
+
+def _ssd_rules(model) -> list[Rule]:
+    return _in_encoder(V1_RULES if _v1_based(model) else V2_RULES) + SSD_RULES
+
+
+# head=(): the class count is not one tensor's first axis (--num-classes when not COCO's 81)
+for family, notes in (("ssdlite_mobilevit_v1", "ml-cvnets v0.1 SSDLite MobileViT (ssd_mobilevit_*_320.pt)"),
+                      ("ssdlite_mobilevit_v2", "ml-cvnets SSDLite MobileViTv2 (coco-ssd-mobilevitv2-*.pt)"),
+                      ("ssdlite_mobilevit_v3", "MobileViTv3 release COCO checkpoint_ema_best.pt")):
+    register(Importer("cvnets", family, _ssd_rules, reference=f"{CVNETS}/blob/main/cvnets/models/detection/ssd.py",
+                      head=(), notes=notes, merged=split_ssd_heads,
+                      channel_order=lambda model: "BGR" if _v1_based(model) else "RGB"))

@@ -236,7 +236,7 @@ def _detector_forward(stack: contextlib.ExitStack, path: Path, scored, images: i
 
     if path.suffix != ".tflite":
         run = keras_forward(scored, images)
-        return (lambda batch: _probabilities([np.asarray(t) for t in run(batch)], classes)), anchor_boxes(scored)
+        return (lambda batch: class_probabilities([np.asarray(t) for t in run(batch)], classes)), anchor_boxes(scored)
     from edgevit.litert.inputs import file_input_values
     from edgevit.registry import create_model
 
@@ -244,7 +244,7 @@ def _detector_forward(stack: contextlib.ExitStack, path: Path, scored, images: i
     size = int(meta["preprocessing"]["input_size"])
     anchors = anchor_boxes(create_model(meta["model"], num_classes=classes, input_size=size))
     run, values = _file_outputs(content, threads), file_input_values(content, meta)
-    return (lambda batch: _probabilities(run(values(batch)), classes)), anchors
+    return (lambda batch: class_probabilities(run(values(batch)), classes)), anchors
 
 
 def _file_outputs(content: bytes, threads: int):
@@ -270,7 +270,7 @@ def _file_outputs(content: bytes, threads: int):
     return run
 
 
-def _probabilities(outputs: list[np.ndarray], classes: int):
+def class_probabilities(outputs: list[np.ndarray], classes: int):
     """(regressions, probabilities [N, A, classes]) from a detector's
     outputs: logits through a softmax; probabilities that leave the
     background out get a column of zeros for it (NMS skips class 0)."""

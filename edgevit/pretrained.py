@@ -81,7 +81,7 @@ def random_init_hint(spec: ModelSpec, precision: str) -> str:
     own = ("your own: --weights FILE (.weights.h5 or .keras; `edgevit import-weights` reads PyTorch "
            "checkpoints)")
     entry = spec.pretrained
-    does = "segments" if spec.task == "segmentation" else "classifies"
+    does = {"segmentation": "segments", "detection": "detects"}.get(spec.task, "classifies")
     if isinstance(entry, Pretrained):
         flag = "--" + precision.replace("_", "-")
         return (f"The weights are random: this file {does} nothing. Official weights: "

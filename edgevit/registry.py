@@ -69,6 +69,7 @@ def is_imagenet(weights) -> bool:
 
 
 TOP1, VOC_MIOU = "top-1", "VOC mIoU"
+COCO_MAP = "COCO mAP"  # COCO val2017 box mAP@[0.5:0.95], as the detectors' publishers report it
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Pretrained:
     ``cvnets``, ``huggingface``). ``top1`` is the ImageNet-1k top-1 the
     publisher reports for this file, measured with the variant's registered
     preprocessing (a segmenter's: the PASCAL VOC 2012 val mIoU, as
-    ``metric`` says). ``channel_order`` is what the checkpoint was trained on:
+    ``metric`` says; a detector's: the COCO mAP). ``channel_order`` is what the checkpoint was trained on:
     a "BGR" one gets its stem convolution's input channels reversed at
     import, so every edgevit model takes RGB. ``sha256`` pins the file; Hub
     files without it are checked against the Hub's own LFS sha256.
@@ -137,9 +138,9 @@ def hub_weights(repo: str, file: str, top1: float, licence: str, *, naming: str,
 
 
 def url_weights(url: str, member: str, top1: float, licence: str, *, tag: str, naming: str,
-                channel_order: str = "RGB", sha256: str | None = None) -> Pretrained:
+                channel_order: str = "RGB", sha256: str | None = None, metric: str = TOP1) -> Pretrained:
     """A plain URL: the checkpoint itself, or an archive holding ``member``."""
-    return Pretrained(tag, "url", url, member, naming, top1, licence, channel_order, sha256)
+    return Pretrained(tag, "url", url, member, naming, top1, licence, channel_order, sha256, metric)
 
 
 PretrainedTable = Mapping[str, "Pretrained | Unpublished"]

@@ -168,7 +168,8 @@ def _read_coco_json(path: Path):
         return None
 
     try:
-        with open(path, "rb") as file:
+        # read as text: bytes read and then decoded were both held while parsing (a third more at the peak)
+        with open(path, encoding="utf-8") as file:
             top = json.load(file, object_hook=kept)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise EdgevitError(f"{path} cannot be read as JSON ({err.__class__.__name__}: {err}).") from None

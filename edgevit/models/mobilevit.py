@@ -23,7 +23,7 @@ from edgevit.layers import (Fold, LayerNorm, ResizeBilinear, Unfold, conv_norm_a
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.models.common import image_input
-from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights, url_weights
+from edgevit.registry import TOP1, Preprocessing, builder_options, register_model, timm_weights, url_weights
 
 PATCH_SIZE = 2
 REFERENCE_CVNETS = "https://github.com/apple/ml-cvnets"
@@ -73,12 +73,12 @@ MOBILEVITV3_LICENCE = ("non-commercial only: Micron licence for personal, non-co
 MOBILEVITV3_RELEASE = "https://github.com/micronDLA/MobileViTv3/releases/download/v1.0.0/"
 
 
-def mobilevitv3_release(folder: str, top1: float, channel_order: str):
+def mobilevitv3_release(folder: str, top1: float, channel_order: str, metric: str = TOP1):
     """A MobileViTv3 release checkpoint: ``checkpoint_ema_best.pt`` (the file
     its README's accuracies come from) in the release's ``folder``.zip, whose
     README gives no checksum."""
     return url_weights(f"{MOBILEVITV3_RELEASE}{folder}.zip", f"{folder}/checkpoint_ema_best.pt", top1,
-                       MOBILEVITV3_LICENCE, tag=folder, naming="cvnets", channel_order=channel_order)
+                       MOBILEVITV3_LICENCE, tag=folder, naming="cvnets", channel_order=channel_order, metric=metric)
 
 
 # Official ImageNet weights (``weights="imagenet"``). v1: timm's copies of

@@ -37,7 +37,8 @@ from edgevit.layers import conv_norm_act
 from edgevit.layers.conv import CONV_INIT
 from edgevit.models.common import image_input
 from edgevit.models.deeplabv3 import V2_WIDTHS, backbone_features
-from edgevit.registry import Preprocessing, builder_options, register_model
+from edgevit.models.mobilevit import CVNETS_LICENCE, mobilevitv3_release
+from edgevit.registry import COCO_MAP, Preprocessing, builder_options, register_model, url_weights
 
 COCO_CLASSES = 81  # 80 categories and the background, class 0
 INPUT_SIZE = 320
@@ -65,6 +66,41 @@ BACKBONES = {
     **{f"ssdlite_mobilevit_v1_{size}": f"mobilevit_v1_{size}" for size in ("xxs", "xs", "s")},
     **{f"ssdlite_mobilevit_v2_{w}": f"mobilevit_v2_{w}" for w in V2_WIDTHS},
     **{f"ssdlite_mobilevit_v3_{size}": f"mobilevit_v3_{size}" for size in ("xxs", "xs", "s", "050", "075", "100")},
+}
+
+CVNETS_V01_ZOO = "https://docs-assets.developer.apple.com/ml-research/models/cvnets/detection/"
+CVNETS_V2_ZOO = "https://docs-assets.developer.apple.com/ml-research/models/cvnets-v2/detection/mobilevitv2/"
+
+
+def cvnets_release(url: str, coco_map: float, channel_order: str):
+    """An ml-cvnets model-zoo state dict (cvnets naming), its published COCO val mAP."""
+    return url_weights(url, "", coco_map, CVNETS_LICENCE, tag=url.rsplit("/", 1)[1].removesuffix(".pt"),
+                       naming="cvnets", channel_order=channel_order, metric=COCO_MAP)
+
+
+def mobilevitv3_coco(folder: str, coco_map: float, channel_order: str):
+    """The MobileViTv3 release's COCO checkpoint, stored as its classifiers are."""
+    return mobilevitv3_release(folder, coco_map, channel_order, metric=COCO_MAP)
+
+
+# Official COCO weights (``weights="imagenet"`` names every variant's official
+# weights). v1 and the v1-based v3: trained on ml-cvnets v0.1, which reads
+# images with OpenCV (BGR); v2 and the v2-based v3 on v0.2, PIL (RGB). mAPs:
+# ml-cvnets v0.1's examples/README-mobilevit.md, ml-cvnets' model zoo
+# (docs/source/en/general/README-model-zoo.md), MobileViTv3's README.
+PRETRAINED = {
+    **{f"ssdlite_mobilevit_v1_{size}": cvnets_release(f"{CVNETS_V01_ZOO}ssd_mobilevit_{size}_320.pt", coco_map, "BGR")
+       for size, coco_map in (("xxs", 19.9), ("xs", 24.8), ("s", 27.9))},
+    **{f"ssdlite_mobilevit_v2_{w}": cvnets_release(f"{CVNETS_V2_ZOO}coco-ssd-mobilevitv2-{width}.pt", coco_map, "RGB")
+       for w, width, coco_map in (("050", "0.5", 21.24), ("075", "0.75", 24.57), ("100", "1.0", 26.47),
+                                  ("125", "1.25", 27.85), ("150", "1.5", 28.83), ("175", "1.75", 29.52),
+                                  ("200", "2.0", 30.21))},
+    "ssdlite_mobilevit_v3_xxs": mobilevitv3_coco("mobilevitv3_XXS_coco_e200_1930", 19.3, "BGR"),
+    "ssdlite_mobilevit_v3_xs": mobilevitv3_coco("mobilevitv3_XS_coco_e200_2560", 25.6, "BGR"),
+    "ssdlite_mobilevit_v3_s": mobilevitv3_coco("mobilevitv3_S_coco_e200_2730", 27.3, "BGR"),
+    "ssdlite_mobilevit_v3_050": mobilevitv3_coco("mobilevitv3_coco_0_5_0", 21.8, "RGB"),
+    "ssdlite_mobilevit_v3_075": mobilevitv3_coco("mobilevitv3_coco_0_7_5", 25.0, "RGB"),
+    "ssdlite_mobilevit_v3_100": mobilevitv3_coco("mobilevitv3_coco_1_0_0", 27.0, "RGB"),
 }
 
 
@@ -168,7 +204,7 @@ def build_ssdlite(name: str, num_classes: int = COCO_CLASSES, input_size: int = 
 
 
 _COMMON = dict(default_input_size=INPUT_SIZE, task="detection", num_classes=COCO_CLASSES,
-               options=builder_options(build_ssdlite))
+               options=builder_options(build_ssdlite), checkpoint_formats=("cvnets",), pretrained=PRETRAINED)
 _V1 = dict(family="ssdlite_mobilevit_v1", preprocessing=PREPROCESS_V01, reference=REFERENCE, **_COMMON)
 _V2 = dict(family="ssdlite_mobilevit_v2", preprocessing=PREPROCESS_V02, reference=REFERENCE, **_COMMON)
 _V3 = dict(family="ssdlite_mobilevit_v3", preprocessing=PREPROCESS_V01, reference=REFERENCE_V3, **_COMMON)
