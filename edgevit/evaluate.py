@@ -243,11 +243,11 @@ def _detector_forward(stack: contextlib.ExitStack, path: Path, scored, images: i
     content, meta = scored
     size = int(meta["preprocessing"]["input_size"])
     anchors = anchor_boxes(create_model(meta["model"], num_classes=classes, input_size=size))
-    run, values = _file_outputs(content, threads), file_input_values(content, meta)
+    run, values = detector_file_outputs(content, threads), file_input_values(content, meta)
     return (lambda batch: class_probabilities(run(values(batch)), classes)), anchors
 
 
-def _file_outputs(content: bytes, threads: int):
+def detector_file_outputs(content: bytes, threads: int):
     """``run(inputs)`` -> [boxes, scores] of a detector's .tflite file, dequantised, a batch at a time."""
     from edgevit.litert.interpreter import load_interpreter
     from edgevit.litert.run_model import dequantize, quantize
@@ -255,6 +255,11 @@ def _file_outputs(content: bytes, threads: int):
     interpreter = load_interpreter(content, num_threads=threads)
     interpreter.allocate_tensors()
     image, outputs = interpreter.get_input_details()[0], interpreter.get_output_details()
+    if interpreter.get_signature_list():
+        # the file's tensors may come in another order than the model's outputs; its signature names them
+        # as the model did ("boxes", "scores") or in their order ("output_0", "output_1"): sorted, either is in order
+        named = interpreter.get_signature_runner().get_output_details()
+        outputs = [named[key] for key in sorted(named)]
     if len(outputs) != 2:
         raise EdgevitError(f"The file has {len(outputs)} outputs; eval scores a detector's two (boxes, scores), "
                            "not the detection post-processing op's four: convert it without that op.")
