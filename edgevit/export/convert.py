@@ -81,8 +81,11 @@ def input_takes(precision: str, io_dtype: str, normalization) -> str:
 
 
 def is_detector(model) -> bool:
-    """A model with a detector's two outputs, boxes and scores (edgevit.models.ssdlite)."""
-    return list(model.output_names) == ["boxes", "scores"]
+    """A model with a detector's two outputs, boxes [B, A, 4] and class
+    logits [B, A, C] (edgevit.models.ssdlite), told by their shapes: a QAT
+    model's outputs are named after its last quantizers, not "boxes" and
+    "scores"."""
+    return len(model.outputs) == 2 and int(model.outputs[0].shape[-1]) == 4 and len(model.outputs[1].shape) == 3
 
 
 def needs_calibration(precision: str) -> bool:
@@ -106,6 +109,27 @@ def check_io_dtype(precision: str, io_dtype: str) -> None:
                        f"or use --io float32 with --{precision}.")
 
 
+def file_outputs(model, outputs, probabilities: bool, quantized_softmax: bool):
+    """What a file computes from ``model``'s outputs: a classifier's logits,
+    or with ``probabilities`` their softmax; a detector's boxes, then each
+    class's score without the background (edgevit.export.detection says why),
+    a dict as the converter orders a function's outputs by name. With
+    ``quantized_softmax`` the softmax lands on the int8 softmax grid, as a QAT
+    model's int8 file writes it. Traced by the export, and called eagerly on
+    a QAT model's outputs to say what its int8 file must compute."""
+    import keras
+
+    def softmax(logits):
+        scores = keras.ops.softmax(logits, axis=-1)
+        return keras.quantizers.fake_quant_with_min_max_vars(scores, *SOFTMAX_INT8_RANGE) if quantized_softmax \
+            else scores
+
+    if is_detector(model):
+        boxes, logits = outputs
+        return {"boxes": boxes, "scores": softmax(logits)[..., 1:]}
+    return softmax(outputs) if probabilities else outputs
+
+
 def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = True, probabilities: bool = False,
                     normalization=None):
     """The model as a batch-1 concrete function; a QAT model's quantizers
@@ -115,7 +139,6 @@ def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = T
     SOFTMAX is one of ``float_ops``), as a detector's scores always do; with
     ``normalization`` (mean, std) it takes pixels in [0, 1] and normalises
     them first."""
-    import keras
     import tensorflow as tf
 
     from edgevit.quantize.qat import is_qat_model
@@ -127,23 +150,12 @@ def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = T
         raise EdgevitError(f"Model {model.name} has a dynamic input shape {shape}; "
                            "edgevit exports static shapes only.")
 
-    def softmax(logits):
-        scores = keras.ops.softmax(logits, axis=-1)
-        return keras.quantizers.fake_quant_with_min_max_vars(scores, *SOFTMAX_INT8_RANGE) if quantized_softmax \
-            else scores
-
     @tf.function(autograph=False)
     def forward(images):
         if normalization is not None:
             mean, std = (tf.constant(v, tf.float32) for v in normalization)
             images = (images - mean) / std
-        outputs = model(images, training=False)
-        if is_detector(model):
-            # boxes, then each class's score without the background (edgevit.export.detection says why);
-            # the converter orders a dict's outputs by name
-            boxes, logits = outputs
-            return {"boxes": boxes, "scores": softmax(logits)[..., 1:]}
-        return softmax(outputs) if probabilities else outputs
+        return file_outputs(model, model(images, training=False), probabilities, quantized_softmax)
 
     from edgevit.quantize.export_trace import exporting
 

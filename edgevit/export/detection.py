@@ -104,7 +104,7 @@ def raw_agreement(keras_boxes: np.ndarray, keras_logits: np.ndarray, file_boxes:
     expected = keras_scores(keras_logits)
     scores = agreement(expected.reshape(-1, file_scores.shape[-1]), file_scores.reshape(-1, file_scores.shape[-1]))
     boxes = agreement(keras_boxes.reshape(-1, 4), file_boxes.reshape(-1, 4))
-    found = [[_confident(regressions, probabilities, anchors) for regressions, probabilities in pairs]
+    found = [[confident_detections(regressions, probabilities, anchors) for regressions, probabilities in pairs]
              for pairs in zip(zip(keras_boxes, expected), zip(file_boxes, file_scores))]
     return {"samples": int(len(file_boxes)), "anchors": int(file_boxes.shape[1]),
             "top1_agreement": scores["top1_agreement"], "cosine_mean": scores["cosine_mean"],
@@ -124,7 +124,7 @@ CONFIDENT = 0.5
 SAME_BOX_IOU = 0.5
 
 
-def _confident(regressions: np.ndarray, probabilities: np.ndarray, anchors: np.ndarray):
+def confident_detections(regressions: np.ndarray, probabilities: np.ndarray, anchors: np.ndarray):
     """One image's detections (boxes, classes) scoring at least CONFIDENT, as
     evaluation suppresses them (edgevit.models.box_coding, per class);
     ``probabilities`` without the background."""
