@@ -96,18 +96,21 @@ def keras_scores(logits: np.ndarray) -> np.ndarray:
 
 def raw_agreement(keras_boxes: np.ndarray, keras_logits: np.ndarray, file_boxes: np.ndarray,
                   file_scores: np.ndarray, anchors: np.ndarray) -> dict:
-    """The raw outputs of a file against the Keras model's, anchor by anchor
-    ([N, A, 4] boxes, [N, A, C] scores): the scores' top class and cosine
-    (``top1_agreement``, ``cosine_*``: what the verdict reads), the box
-    regressions' cosine and largest error; and image by image, whether the
+    """The raw outputs of a file against the Keras model's ([N, A, 4] boxes,
+    [N, A, C] scores): each anchor's top class (``top1_agreement``); each
+    image's score map and box regressions as one vector, their cosine
+    (``cosine_*``: what the verdict reads; an anchor whose scores are all
+    near zero makes its own cosine noise) and largest error; and whether the
     two find the same confident detections (:func:`same_detections`)."""
     expected = keras_scores(keras_logits)
-    scores = agreement(expected.reshape(-1, file_scores.shape[-1]), file_scores.reshape(-1, file_scores.shape[-1]))
-    boxes = agreement(keras_boxes.reshape(-1, 4), file_boxes.reshape(-1, 4))
+    classes = file_scores.shape[-1]
+    top1 = agreement(expected.reshape(-1, classes), file_scores.reshape(-1, classes))["top1_agreement"]
+    scores = agreement(expected.reshape(len(expected), -1), file_scores.reshape(len(file_scores), -1))
+    boxes = agreement(keras_boxes.reshape(len(keras_boxes), -1), file_boxes.reshape(len(file_boxes), -1))
     found = [[confident_detections(regressions, probabilities, anchors) for regressions, probabilities in pairs]
              for pairs in zip(zip(keras_boxes, expected), zip(file_boxes, file_scores))]
     return {"samples": int(len(file_boxes)), "anchors": int(file_boxes.shape[1]),
-            "top1_agreement": scores["top1_agreement"], "cosine_mean": scores["cosine_mean"],
+            "top1_agreement": top1, "cosine_mean": scores["cosine_mean"],
             "cosine_min": scores["cosine_min"], "max_abs_score_error": scores["max_abs_logit_error"],
             "box_cosine_mean": boxes["cosine_mean"], "box_cosine_min": boxes["cosine_min"],
             "max_abs_box_error": boxes["max_abs_logit_error"],
