@@ -130,11 +130,16 @@ def test_cvnets_v2_checkpoint_gives_the_official_outputs(tmp_path):
 
 def test_heads_convert_to_plain_reshapes_and_concatenations(imported):
     """Each output is a CONCATENATION of six RESHAPEs of a head's CONV_2D:
-    no slicing, gathering or transposing on the way out."""
+    no gathering or transposing on the way out; the file's scores are the
+    softmax of the concatenated logits without the background column (one
+    STRIDED_SLICE: edgevit.export.detection says why)."""
     graph = read(convert(imported[0].model, "fp32"))
     assert describe(graph).max_rank <= 4
     op = {t: graph.ops[i] for t, i in graph.producers.items()}
-    for output in graph.outputs:
+    boxes, scores = graph.outputs
+    assert op[scores].name == "STRIDED_SLICE" and op[op[scores].runtime_inputs[0].index].name == "SOFTMAX"
+    logits = op[op[scores].runtime_inputs[0].index].runtime_inputs[0].index
+    for output in (boxes, logits):
         concat = op[output]
         assert concat.name == "CONCATENATION" and len(concat.runtime_inputs) == 6
         for part in concat.runtime_inputs:
