@@ -38,7 +38,7 @@ from PIL import Image
 
 from edgevit.data.decode import open_rgb
 from edgevit.data.images import to_model_input
-from edgevit.data.transforms import center_crop
+from edgevit.data.transforms import PIL_FILTERS, BoxCrop, center_crop
 from edgevit.litert.inputs import file_inputs
 from edgevit.litert.metadata import build_metadata, preprocessing_of, read_embedded
 from edgevit.litert.run_model import dequantize, quantize, run_in_process, split_outputs
@@ -207,7 +207,9 @@ def _write_detection(out: Path, detector: str | Path | None) -> list[str]:
         content = Path(detector).read_bytes()
         meta = read_embedded(content)
         pre = preprocessing_of(meta)
-        photo = center_crop(open_rgb(out / "camera_bilinear.png"), pre.resize_size, pre.input_size, pre.interpolation)
+        # a detector is fed the whole photo resized to the square, as edgevit eval and the app feed it
+        photo = open_rgb(out / "camera_bilinear.png")
+        photo = BoxCrop((0, 0, *photo.size), pre.input_size).apply(photo, PIL_FILTERS[pre.interpolation])
         boxes, scores = split_outputs(content, run_in_process(content, file_inputs(content, to_model_input(photo, pre)[None],
                                                                                    meta)))
         for key, values, said in (("boxes", boxes, meta["detection"]["outputs"][0]),

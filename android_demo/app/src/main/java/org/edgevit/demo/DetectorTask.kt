@@ -22,9 +22,9 @@ import kotlin.math.nextDown
  * detections listed under the controls. The raw form (box regressions and softmax scores) is
  * decoded against the anchors in the file's own metadata and suppressed class by class as
  * `edgevit eval` does ([SsdPostprocessor]); the NMS form's four outputs are read as they are
- * ([NmsOutputs]). Boxes are normalised to the model's input, which is the centre crop of the
- * frame ([ImagePreprocessor.cropInImage]), so they are placed on a frame-sized overlay drawn over
- * the preview like the segmenter's mask.
+ * ([NmsOutputs]). Boxes are normalised to the model's input, which is the whole frame resized to
+ * the square ([ImagePreprocessor.cropInImage] is all of it), so they are placed on a frame-sized
+ * overlay drawn over the preview like the segmenter's mask.
  */
 class DetectorTask(
     private val context: Context,
@@ -81,10 +81,10 @@ class DetectorTask(
             val cls = found.classes[i]
             if (score < SHOWN_SCORE || cls !in labels.indices) continue
             val b = 4 * i
-            val top = crop.top + found.boxes[b] * crop.height
-            val left = crop.left + found.boxes[b + 1] * crop.width
-            val bottom = crop.top + found.boxes[b + 2] * crop.height
-            val right = crop.left + found.boxes[b + 3] * crop.width
+            val top = crop.y(found.boxes[b])
+            val left = crop.x(found.boxes[b + 1])
+            val bottom = crop.y(found.boxes[b + 2])
+            val right = crop.x(found.boxes[b + 3])
             boxPaint.color = colors[cls]
             textPaint.color = colors[cls]
             canvas.drawRect(left, top, right, bottom, boxPaint)

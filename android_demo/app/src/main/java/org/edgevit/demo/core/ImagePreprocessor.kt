@@ -9,25 +9,33 @@ import kotlin.math.min
  * own recipe from its metadata (docs/model-metadata.md):
  * resize the shorter side to `resize_size`, center-crop `input_size`, scale to
  * [0, 1], `(x - mean) / std` per channel, then quantize for int8/uint8 inputs.
+ * A detector ([wholeImage]) is fed the whole image resized to the square input
+ * instead, its aspect not kept, as `edgevit eval` and the SSD recipes feed it
+ * (objects reach the image's edges; the metadata says "resize of the whole image").
  *
  * Every step matches edgevit's Python preprocessing (`edgevit.data.images`,
  * `edgevit.litert.run_model.quantize`) exactly, including Pillow's resampling
  * ([PilResize]), Python's round-half-to-even for the resized size, float32
  * arithmetic for normalisation, and numpy's round-half-to-even when quantizing.
  */
-class ImagePreprocessor(private val pre: Preprocessing, private val input: TensorInfo) {
-    constructor(metadata: ModelMetadata) : this(metadata.preprocessing, metadata.input)
+class ImagePreprocessor(
+    private val pre: Preprocessing,
+    private val input: TensorInfo,
+    private val wholeImage: Boolean = false,
+) {
+    constructor(metadata: ModelMetadata) : this(metadata.preprocessing, metadata.input, metadata.task == Task.DETECTION)
 
     val inputSize: Int get() = pre.inputSize
 
     private val mean = FloatArray(3) { pre.mean[it] }
     private val std = FloatArray(3) { pre.std[it] }
 
-    /** Size of the image after the shorter-side resize, and where the crop starts. */
+    /** Size of the image after the resize (shorter side, or the whole image to the square), and where the crop starts. */
     data class Geometry(val resizedWidth: Int, val resizedHeight: Int, val left: Int, val top: Int)
 
     fun geometry(width: Int, height: Int): Geometry {
         require(width > 0 && height > 0) { "empty image ($width x $height)" }
+        if (wholeImage) return Geometry(pre.inputSize, pre.inputSize, 0, 0)
         val scale = pre.resizeSize.toDouble() / min(width, height)
         // Python's round() rounds halves to even, as Math.rint does.
         val w = maxOf(pre.inputSize, Math.rint(width * scale).toInt())
@@ -36,9 +44,13 @@ class ImagePreprocessor(private val pre: Preprocessing, private val input: Tenso
     }
 
     /** A rectangle of an image, in its own pixels. */
-    data class Crop(val left: Int, val top: Int, val width: Int, val height: Int)
+    data class Crop(val left: Int, val top: Int, val width: Int, val height: Int) {
+        /** A coordinate normalised to the model's input (0 to 1 across it), in the image's pixels. */
+        fun x(normalised: Float): Float = left + normalised * width
+        fun y(normalised: Float): Float = top + normalised * height
+    }
 
-    /** The part of a [width] x [height] image the model sees: the crop, scaled back to the image's pixels. */
+    /** The part of a [width] x [height] image the model sees: the crop (a detector: all of it), in the image's pixels. */
     fun cropInImage(width: Int, height: Int): Crop {
         val g = geometry(width, height)
         val sx = width.toDouble() / g.resizedWidth
@@ -52,7 +64,7 @@ class ImagePreprocessor(private val pre: Preprocessing, private val input: Tenso
         )
     }
 
-    /** Resize and center-crop: `input_size` x `input_size` ARGB pixels. */
+    /** Resize and center-crop (a detector: resize the whole image): `input_size` x `input_size` ARGB pixels. */
     fun resizeAndCrop(argb: IntArray, width: Int, height: Int): IntArray {
         val g = geometry(width, height)
         return PilResize.resizeAndCrop(

@@ -2,6 +2,7 @@ package org.edgevit.demo.core
 
 import org.junit.Assert.assertArrayEquals
 import org.junit.Assert.assertEquals
+import org.junit.Assert.assertFalse
 import org.junit.Test
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
@@ -39,6 +40,38 @@ class ImagePreprocessorTest {
         val out = p.resizeAndCrop(grey, 40, 30)
         assertEquals(64, out.size)
         for (px in out) assertEquals(grey[0], px)
+    }
+
+    @Test
+    fun aDetectorIsFedTheWholeFrameResizedToTheSquare() {
+        val (w, h) = 40 to 24
+        val frame = IntArray(w * h) { (0xFF shl 24) or ((it % w * 6) shl 16) or ((it / w * 10) shl 8) or (it * 7 % 256) }
+        for (filter in Interpolation.values()) {
+            val p = Preprocessing(8, 9, filter, List(3) { 0f }, List(3) { 1f }, listOf(0f, 1f))
+            val detector = ImagePreprocessor(p, tensor(8, TensorType.FLOAT32), wholeImage = true)
+            assertEquals(ImagePreprocessor.Geometry(8, 8, 0, 0), detector.geometry(w, h))
+            val whole = PilResize.resize(frame, w, h, 8, 8, filter)
+            assertArrayEquals(whole, detector.resizeAndCrop(frame, w, h))
+            // not what a classifier gets: the centre crop of the shorter-side resize
+            val cropped = ImagePreprocessor(p, tensor(8, TensorType.FLOAT32)).resizeAndCrop(frame, w, h)
+            assertFalse(whole.contentEquals(cropped))
+        }
+    }
+
+    @Test
+    fun aDetectorsBoxMapsOntoTheWholeFrame() {
+        val detector = ImagePreprocessor(pre(8, 9), tensor(8, TensorType.FLOAT32), wholeImage = true)
+        val frame = detector.cropInImage(640, 480)
+        assertEquals(ImagePreprocessor.Crop(0, 0, 640, 480), frame)
+        // (top, left, bottom, right) normalised to the input: a quarter in from each side of the frame
+        assertEquals(120f, frame.y(0.25f), 0f)
+        assertEquals(160f, frame.x(0.25f), 0f)
+        assertEquals(360f, frame.y(0.75f), 0f)
+        assertEquals(480f, frame.x(0.75f), 0f)
+        // a classifier's crop is the centre square: the same box lands inside it
+        val centre = ImagePreprocessor(pre(8, 9), tensor(8, TensorType.FLOAT32)).cropInImage(640, 480)
+        assertEquals(ImagePreprocessor.Crop(107, 0, 427, 427), centre)
+        assertEquals(107f + 0.25f * 427, centre.x(0.25f), 0f)
     }
 
     @Test
