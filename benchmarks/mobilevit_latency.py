@@ -11,7 +11,10 @@ Reports medians and the ratio of each precision to the same model's fp32.
         --precisions fp32 int8 int8_mixed --threads 1 --arm a76 --pytorch-python pt/bin/python
 
 The PyTorch route: MobileViT v1 models (from timm) and the DeepLabV3
-segmenters on them (transformers' ``MobileViTForSemanticSegmentation``) are
+segmenters on them (transformers' ``MobileViTForSemanticSegmentation``) and
+the SSDLite detectors on them (ml-cvnets' ``SingleShotMaskDetector``, built
+by the ml-cvnets checkout given with --cvnets: a folder with a ``build.py``
+whose ``ssd(config, overrides)`` builds it from its COCO config) are
 also exported with litert-torch and timed in the same run, where a Python
 with torch, timm, transformers and litert-torch is at hand: this one, or
 another given with --pytorch-python (a venv of its own keeps litert-torch's
@@ -29,8 +32,9 @@ converter deletes such dead branches: a file with two MobileNetV2 blocks
 fewer would be timed; a segmenter's logits are scaled to a trained one's
 spread), edgevit imports exactly those weights, and the table reports the
 two fp32 files' output cosine (``cosine_vs_edgevit_fp32``, per pixel for a
-segmenter) and each file's cosine to its own float model (``cosine_mean``:
-the Keras model for edgevit's, the PyTorch module for the route's).
+segmenter, per anchor over boxes and class logits for a detector) and each
+file's cosine to its own float model (``cosine_mean``: the Keras model for
+edgevit's, the PyTorch module for the route's).
 
 Every file, the PyTorch route's included, is also counted on the phone's
 CPU kernels: exact instructions per inference on LiteRT 1.4's Arm64 build
