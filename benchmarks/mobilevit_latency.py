@@ -32,7 +32,7 @@ converter deletes such dead branches: a file with two MobileNetV2 blocks
 fewer would be timed; a segmenter's logits are scaled to a trained one's
 spread), edgevit imports exactly those weights, and the table reports the
 two fp32 files' output cosine (``cosine_vs_edgevit_fp32``, per pixel for a
-segmenter, per anchor over boxes and class logits for a detector) and each
+segmenter, per anchor over the boxes for a detector) and each
 file's cosine to its own float model (``cosine_mean``: the Keras model for
 edgevit's, the PyTorch module for the route's).
 
@@ -294,8 +294,8 @@ def _output_cosine(twin: dict, own: Path, size: int) -> float:
         tensors = [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
         outputs.append(np.concatenate(sorted(tensors, key=lambda t: t.shape[-1]), axis=-1))
     theirs, ours = outputs
-    if twin["source"] == "cvnets":  # its boxes (tx, ty, tw, th); edgevit's y first
-        theirs = np.concatenate([theirs[..., CVNETS_BOX_TO_YX], theirs[..., 4:]], axis=-1)
+    if twin["source"] == "cvnets":  # boxes only: edgevit's import gives one class fewer; cvnets' (tx, ty, tw, th)
+        theirs, ours = theirs[..., CVNETS_BOX_TO_YX], ours[..., :4]
     if theirs.shape != ours.shape:  # a segmenter's NCHW logits
         theirs = np.moveaxis(theirs, 1, -1)
     return agreement(ours, theirs)["cosine_mean"]
