@@ -32,7 +32,7 @@ converter deletes such dead branches: a file with two MobileNetV2 blocks
 fewer would be timed; a segmenter's logits are scaled to a trained one's
 spread), edgevit imports exactly those weights, and the table reports the
 two fp32 files' output cosine (``cosine_vs_edgevit_fp32``, per pixel for a
-segmenter, per anchor over the boxes for a detector) and each
+segmenter, over the boxes for a detector) and each
 file's cosine to its own float model (``cosine_mean``: the Keras model for
 edgevit's, the PyTorch module for the route's).
 
