@@ -294,7 +294,8 @@ def _output_cosine(twin: dict, own: Path, size: int) -> float:
         tensors = [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
         outputs.append(np.concatenate(sorted(tensors, key=lambda t: t.shape[-1]), axis=-1))
     theirs, ours = outputs
-    if twin["source"] == "cvnets":  # boxes only: edgevit's import gives one class fewer; cvnets' (tx, ty, tw, th)
+    # boxes only (cvnets' (tx, ty, tw, th)): the two files' class logits came out one class apart (not yet traced)
+    if twin["source"] == "cvnets":
         theirs, ours = theirs[..., CVNETS_BOX_TO_YX], ours[..., :4]
     if theirs.shape != ours.shape:  # a segmenter's NCHW logits
         theirs = np.moveaxis(theirs, 1, -1)
