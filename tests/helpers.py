@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import json
 
 import numpy as np
 import pytest
@@ -214,3 +215,14 @@ def with_few_blocks(name: str, monkeypatch) -> None:
         monkeypatch.setitem(module.CONFIGS, name, dataclasses.replace(module.CONFIGS[name], **fields))
     for constant, value in constants.items():
         monkeypatch.setattr(module, constant, value)
+
+
+def run_json(*args):
+    """An edgevit command's JSON result, the command asserted to succeed."""
+    from click.testing import CliRunner
+
+    from edgevit.cli import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)

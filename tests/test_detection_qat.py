@@ -4,13 +4,10 @@ the raw outputs the file has (box regressions, each class's softmax score
 without the background) and the detections after per-class NMS, on this
 host's kernels, the kernels of older x86 CPUs and the phone's Arm64 kernels
 (emulated, where installed)."""
-import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from edgevit.cli import main
 from edgevit.data.boxes import find_detection_dataset
 from edgevit.data.stream import ImageStream
 from edgevit.export.convert import convert, file_outputs
@@ -19,17 +16,11 @@ from edgevit.export.graph import describe
 from edgevit.litert.agreement import agreement
 from edgevit.litert.run_model import run_in_child, split_outputs
 from edgevit.saving import load_model, spec_of
-from tests.helpers import X86_KERNELS, needs_arm
+from tests.helpers import X86_KERNELS, needs_arm, run_json
 from tests.test_detection_data import make_detection_folder
 
 SIZE = 64
 MODEL = "ssdlite_mobilevit_v1_xxs"
-
-
-def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +32,9 @@ def trained(tmp_path_factory):
     (its softmax on the int8 grid, the background left out)."""
     root = tmp_path_factory.mktemp("detection")
     data = make_detection_folder(root / "shapes", per_split=8)
-    run("finetune", MODEL, "--data", data, "--input-size", SIZE, "--epochs", 6, "--batch-size", 4, "--lr", 0.002,
+    run_json("finetune", MODEL, "--data", data, "--input-size", SIZE, "--epochs", 6, "--batch-size", 4, "--lr", 0.002,
         "-o", root / "det.keras", "--json")
-    run("qat", root / "det.keras", "--data", data, "--epochs", 1, "--batch-size", 4, "-o", root / "det_qat.keras",
+    run_json("qat", root / "det.keras", "--data", data, "--epochs", 1, "--batch-size", 4, "-o", root / "det_qat.keras",
         "--json")
     qat = load_model(root / "det_qat.keras")
     x, _ = ImageStream(find_detection_dataset(data).val, spec_of(qat).preprocessing_at(SIZE)).read_all(SIZE)

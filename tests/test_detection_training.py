@@ -3,7 +3,6 @@ folder of synthetic shapes (boxes travel with their images, cvnets' SSD
 multibox loss), scored by `edgevit eval` (COCO mAP through pycocotools) as
 a .keras model and as a .tflite file whose scores are logits or
 probabilities without the background."""
-import json
 
 import numpy as np
 import pytest
@@ -11,16 +10,11 @@ from click.testing import CliRunner
 
 from edgevit.cli import main
 from edgevit.evaluate import class_probabilities
+from tests.helpers import run_json
 from tests.test_detection_data import SHAPES, make_detection_folder
 
 SIZE = 128
 MODEL = "ssdlite_mobilevit_v1_xxs"
-
-
-def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 # 12 minutes on the 2-core host shared by other runs (2026-11-29): the QAT step's trace dominates
@@ -31,17 +25,17 @@ def test_finetune_qat_and_eval_of_a_detector_on_boxes(tmp_path):
     64 px, each .keras file scored by `edgevit eval`: the figures are
     there and in range."""
     data = make_detection_folder(tmp_path / "shapes", per_split=8)
-    finetuned = run("finetune", MODEL, "--data", data, "--input-size", 64, "--epochs", 1, "--batch-size", 8,
+    finetuned = run_json("finetune", MODEL, "--data", data, "--input-size", 64, "--epochs", 1, "--batch-size", 8,
                     "-o", tmp_path / "det.keras", "--json")
     assert finetuned["classes"] == ["background", *SHAPES]
     record = finetuned["history"][-1]
     assert {"val_loss", "val_anchor_accuracy", "train_anchor_accuracy"} <= set(record) and record["images"] == 8
     assert np.isfinite(finetuned["val_loss"]) and finetuned["val_loss"] > 0
-    report = run("eval", tmp_path / "det.keras", "--data", data, "--json")
+    report = run_json("eval", tmp_path / "det.keras", "--data", data, "--json")
     assert report["task"] == "detection" and report["images"] == 8 and report["found"] == 8
     assert report["boxes"] == sum(report["boxes_per_class"].values()) > 8
     assert 0.0 <= report["map"] <= report["ap50"] <= 1.0 and set(report["per_class_ap"]) <= set(SHAPES)
-    qat = run("qat", tmp_path / "det.keras", "--data", data, "--epochs", 1, "--steps-per-epoch", 1,
+    qat = run_json("qat", tmp_path / "det.keras", "--data", data, "--epochs", 1, "--steps-per-epoch", 1,
               "--batch-size", 8, "--calib-batches", 1, "-o", tmp_path / "det_qat.keras", "--json")
     assert {"float_val_loss", "qat_val_loss_calibrated", "val_loss"} <= set(qat)
     assert qat["float_val_loss"] == finetuned["val_loss"]

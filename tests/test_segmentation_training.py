@@ -3,7 +3,6 @@ segmentation folder (masks travel with their images, per-pixel loss over
 counted pixels, mIoU), and the QAT model's int8 file computing what the QAT
 model computes, per pixel, on this host's kernels, the kernels of older x86
 CPUs and the phone's Arm64 kernels (emulated, where installed)."""
-import json
 
 import keras
 import numpy as np
@@ -17,16 +16,10 @@ from edgevit.export.convert import convert
 from edgevit.export.graph import describe
 from edgevit.litert.run_model import run_in_child
 from edgevit.saving import load_model, spec_of
-from tests.helpers import X86_KERNELS, needs_arm, outputs
+from tests.helpers import X86_KERNELS, needs_arm, run_json, outputs
 from tests.test_segmentation_data import make_segmentation_folder
 
 SIZE = 64
-
-
-def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +29,9 @@ def trained(tmp_path_factory):
     model's int8 file, the validation inputs and the QAT model's logits."""
     root = tmp_path_factory.mktemp("segmentation")
     data = make_segmentation_folder(root / "shapes", per_split=8, size=(96, 80))
-    finetuned = run("finetune", "deeplabv3_mobilevit_v1_xxs", "--data", data, "--input-size", SIZE, "--epochs", 2,
+    finetuned = run_json("finetune", "deeplabv3_mobilevit_v1_xxs", "--data", data, "--input-size", SIZE, "--epochs", 2,
                     "--batch-size", 8, "-o", root / "seg.keras", "--json")
-    qat_result = run("qat", root / "seg.keras", "--data", data, "--epochs", 1, "--batch-size", 8,
+    qat_result = run_json("qat", root / "seg.keras", "--data", data, "--epochs", 1, "--batch-size", 8,
                      "-o", root / "seg_qat.keras", "--json")
     qat = load_model(root / "seg_qat.keras")
     x, masks = ImageStream(find_segmentation_dataset(data).val, spec_of(qat).preprocessing_at(SIZE)).read_all(SIZE)
@@ -77,9 +70,9 @@ def trained_as_users_train(tmp_path_factory):
     keras.utils.set_random_seed(0)
     root = tmp_path_factory.mktemp("segmentation_trained")
     data = make_segmentation_folder(root / "shapes", per_split=32, size=(192, 160))
-    finetuned = run("finetune", "deeplabv3_mobilevit_v1_xxs", "--data", data, "--input-size", 128, "--epochs", 12,
+    finetuned = run_json("finetune", "deeplabv3_mobilevit_v1_xxs", "--data", data, "--input-size", 128, "--epochs", 12,
                     "--batch-size", 16, "--lr", 2e-3, "-o", root / "seg.keras", "--json")
-    qat_result = run("qat", root / "seg.keras", "--data", data, "--epochs", 2, "--batch-size", 16,
+    qat_result = run_json("qat", root / "seg.keras", "--data", data, "--epochs", 2, "--batch-size", 16,
                      "-o", root / "seg_qat.keras", "--json")
     qat = load_model(root / "seg_qat.keras")
     x, _ = ImageStream(find_segmentation_dataset(data).val, spec_of(qat).preprocessing_at(128)).read_all(128)
