@@ -262,8 +262,8 @@ class MainActivity : ComponentActivity() {
             val frame = Pixels(frameBuffer, bitmap.width, bitmap.height)
             val degrees = image.imageInfo.rotationDegrees
             // toBitmap() keeps the whole buffer; the crop rect says what of it the preview shows.
-            val shown = image.cropRect
-            val visible = FrameRegion.upright(shown.left, shown.top, shown.right, shown.bottom, bitmap.width,
+            val crop = image.cropRect
+            val visible = FrameRegion.upright(crop.left, crop.top, crop.right, crop.bottom, bitmap.width,
                 bitmap.height, degrees)
             runAndShow(current, currentTask, Rotation.rotate(frame, degrees, rotatedBuffer), visible)
         } finally {
