@@ -28,9 +28,6 @@ data class FrameRegion(val left: Int, val top: Int, val width: Int, val height: 
  * frame); this places it over what the view shows of that frame.
  */
 data class Placement(val scale: Float, val dx: Float, val dy: Float) {
-    fun x(frameX: Float): Float = frameX * scale + dx
-    fun y(frameY: Float): Float = frameY * scale + dy
-
     companion object {
         /**
          * [visible] filling a [viewWidth] x [viewHeight] view as PreviewView's `FILL_CENTER` fills it: scaled

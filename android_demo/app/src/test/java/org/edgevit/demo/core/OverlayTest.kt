@@ -4,9 +4,10 @@ import org.junit.Assert.assertEquals
 import org.junit.Test
 
 class OverlayTest {
+    /** A frame pixel position lands at (viewX, viewY) under the placement's matrix. */
     private fun assertLandsAt(placement: Placement, frameX: Float, frameY: Float, viewX: Float, viewY: Float) {
-        assertEquals(viewX, placement.x(frameX), 1e-3f)
-        assertEquals(viewY, placement.y(frameY), 1e-3f)
+        assertEquals(viewX, frameX * placement.scale + placement.dx, 1e-3f)
+        assertEquals(viewY, frameY * placement.scale + placement.dy, 1e-3f)
     }
 
     @Test
