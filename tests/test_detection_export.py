@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+from edgevit.evaluate import MEDIAPIPE_IOU
 from edgevit.export import detection
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.litert.detection_postprocess import ON_THE_CPU, POSTPROCESS_OP, Suppression, raw_view, \
@@ -186,9 +187,52 @@ def test_mediapipe_detects_with_the_raw_form_what_the_postprocessing_op_finds(fi
     assert matched == sum(map(len, found))
 
 
-# MediaPipe's ObjectDetector suppresses a box that overlaps a better one by an IoU over 0.3 (the Python and
-# Kotlin options do not set it)
-MEDIAPIPE_IOU = 0.3
+def _eval_detections(content: bytes, pixels: np.ndarray) -> list[tuple]:
+    """Per image, (boxes, scores, classes counted from 0) as `edgevit eval` (its default --nms) suppresses the
+    file's detections: a post-processing-op file read before its op."""
+    from edgevit.evaluate import MEDIAPIPE_NMS, detection_postprocessing
+    from edgevit.models.box_coding import decode
+
+    suppress, _ = detection_postprocessing(MEDIAPIPE_NMS, read_embedded(content))
+    regressions, scores = _litert(raw_view(content), pixels)
+    found = []
+    for image_regressions, image_scores in zip(regressions, scores):
+        boxes, kept, classes = suppress(decode(image_regressions, _anchors()),
+                                        np.concatenate([np.zeros_like(image_scores[:, :1]), image_scores], 1))
+        found.append((boxes, kept, classes - 1))
+    return found
+
+
+def test_eval_suppresses_the_raw_form_as_mediapipe_does(files, tmp_path):
+    """`edgevit eval`'s suppression of a raw file's outputs finds MediaPipe's detections: as many, each of one
+    class, score and box."""
+    if missing("mediapipe"):
+        pytest.skip(missing("mediapipe"))
+    path, _ = files["raw"]
+    pixels = _pixels()
+    found = _detect("mediapipe", path, pixels, tmp_path)
+    assert not isinstance(found, str), found
+    for detections, (boxes, scores, classes) in zip(found, _eval_detections(path.read_bytes(), pixels)):
+        assert len(detections) == len(scores) > 0
+        for _, name, score, *box in detections:
+            near = (np.abs(scores - score) < 1e-6) & np.array([CLASSES[1 + int(c)] == name for c in classes])
+            near &= np.abs(_as_mediapipe_box(boxes) - box).max(axis=1) <= 1.5 / SIZE
+            assert near.any()
+
+
+def test_eval_suppresses_the_nms_form_as_its_op_does(files):
+    """`edgevit eval` reads a post-processing-op file before its op and applies the op's options (from the
+    metadata): the op's own detections, in its order."""
+    content = files["nms"][0].read_bytes()
+    pixels = _pixels()
+    boxes, classes, scores, counts = _litert(content, pixels)
+    for image, (kept_boxes, kept_scores, kept_classes) in enumerate(_eval_detections(content, pixels)):
+        kept = int(counts[image])
+        assert len(kept_scores) == kept > 0
+        np.testing.assert_array_equal(kept_classes, classes[image, :kept])
+        np.testing.assert_allclose(kept_scores, scores[image, :kept], atol=1e-6)
+        np.testing.assert_allclose(kept_boxes, boxes[image, :kept], atol=1e-5)
+
 
 
 def _as_mediapipe_box(boxes: np.ndarray) -> np.ndarray:

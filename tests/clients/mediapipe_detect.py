@@ -1,11 +1,12 @@
 """Detect objects with MediaPipe Tasks' ObjectDetector, as an app does.
 
-Usage: python mediapipe_detect.py MODEL.tflite IMAGES.npy OUT.json
+Usage: python mediapipe_detect.py MODEL.tflite IMAGES.npy OUT.json [SCORE_THRESHOLD MAX_RESULTS]
 IMAGES: uint8 [N, H, W, 3] RGB. OUT: per image, the detections as
 [category index, category name, score, ymin, xmin, ymax, xmax], the box
-normalised by the image's size (MediaPipe gives pixels), best first. Every
-detection is kept (no score threshold, no limit), so that the caller
-compares all of them. A refusal exits 3 with MediaPipe's message on stderr.
+normalised by the image's size (MediaPipe gives pixels), best first. By
+default every detection is kept (score threshold 0, no limit), so that the
+caller compares all of them; SCORE_THRESHOLD and MAX_RESULTS set the
+options an app sets. A refusal exits 3 with MediaPipe's message on stderr.
 """
 import json
 import sys
@@ -13,11 +14,12 @@ import sys
 import numpy as np
 
 
-def main(model: str, images_path: str, out_path: str) -> int:
+def main(model: str, images_path: str, out_path: str, score_threshold: str = "0", max_results: str = "-1") -> int:
     import mediapipe as mp
     from mediapipe.tasks.python import BaseOptions, vision
 
-    options = vision.ObjectDetectorOptions(base_options=BaseOptions(model_asset_path=model), score_threshold=0.0)
+    options = vision.ObjectDetectorOptions(base_options=BaseOptions(model_asset_path=model),
+                                           score_threshold=float(score_threshold), max_results=int(max_results))
     try:
         detector = vision.ObjectDetector.create_from_options(options)
     except (RuntimeError, ValueError) as err:
