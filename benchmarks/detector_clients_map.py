@@ -17,7 +17,8 @@ one of each of the rest, at the photo's own size). It then runs the
 commands as a user does: `edgevit finetune` (skipped with ``--keras``),
 `edgevit convert --int8` twice (the default raw form and
 ``--add-postprocessing-op``, calibrated on the train images) and `edgevit
-eval` of each file; and feeds the val photos at their own size to
+eval` of the model and of each file (its default ``--nms mediapipe``, and
+``--nms cvnets``: cvnets' per-class NMS, eval's only one before); and feeds the val photos at their own size to
 MediaPipe's ObjectDetector (each file) and to the Task Library's (the
 post-processing-op file) in the clients' own processes
 (tests/standard_clients.py), with what a user sets to measure mAP: score
@@ -117,13 +118,16 @@ def client_detections(client: str, model: Path, data: Path, tmp: Path) -> list:
     from tests.standard_clients import detect
 
     listing = json.loads((data / "annotations" / "instances_val.json").read_text())["images"]
-    found = []
-    for entry in listing:  # one at a time: the photos differ in size
-        pixels = np.asarray(Image.open(data / "val" / entry["file_name"]).convert("RGB"))[None]
-        result = detect(client, model, pixels, tmp, score_threshold=SCORE_THRESHOLD, max_results=MAX_RESULTS)
+    photos = [np.asarray(Image.open(data / "val" / entry["file_name"]).convert("RGB")) for entry in listing]
+    found = [None] * len(photos)
+    for shape in {photo.shape for photo in photos}:  # one client run for the photos of each size
+        same = [i for i, photo in enumerate(photos) if photo.shape == shape]
+        result = detect(client, model, np.stack([photos[i] for i in same]), tmp, score_threshold=SCORE_THRESHOLD,
+                        max_results=MAX_RESULTS)
         if isinstance(result, str):
             raise SystemExit(f"{client} refused {model.name}: {result}")
-        found.append(result[0])
+        for i, detections in zip(same, result):
+            found[i] = detections
     return found
 
 
@@ -195,9 +199,13 @@ def main(argv=None) -> int:
         step(f"convert_{form}", "convert", model, "--int8", "--calib", data / "train", "-o", path, "--overwrite",
              "--no-arm-run", "--no-gpu-run", "--no-diagnosis",
              *(["--add-postprocessing-op"] if form == "postprocessing_op" else []))
-    results = {"keras": scored(step("eval_keras", "eval", model, "--data", data))}
+    results = {"keras": scored(step("eval_keras", "eval", model, "--data", data)),
+               "keras_nms_cvnets": scored(step("eval_keras_nms_cvnets", "eval", model, "--data", data, "--nms",
+                                               "cvnets"))}
     for form, path in files.items():
-        results[form] = {"edgevit_eval": scored(step(f"eval_{form}", "eval", path, "--data", data))}
+        results[form] = {"edgevit_eval": scored(step(f"eval_{form}", "eval", path, "--data", data)),
+                         "edgevit_eval_nms_cvnets": scored(step(f"eval_{form}_nms_cvnets", "eval", path, "--data",
+                                                                data, "--nms", "cvnets"))}
         clients = ("mediapipe", "task_library") if form == "postprocessing_op" else ("mediapipe",)
         for client in clients:
             start = time.perf_counter()
