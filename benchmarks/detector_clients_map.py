@@ -119,15 +119,9 @@ def client_detections(client: str, model: Path, data: Path, tmp: Path) -> list:
 
     listing = json.loads((data / "annotations" / "instances_val.json").read_text())["images"]
     photos = [np.asarray(Image.open(data / "val" / entry["file_name"]).convert("RGB")) for entry in listing]
-    found = [None] * len(photos)
-    for shape in {photo.shape for photo in photos}:  # one client run for the photos of each size
-        same = [i for i, photo in enumerate(photos) if photo.shape == shape]
-        result = detect(client, model, np.stack([photos[i] for i in same]), tmp, score_threshold=SCORE_THRESHOLD,
-                        max_results=MAX_RESULTS)
-        if isinstance(result, str):
-            raise SystemExit(f"{client} refused {model.name}: {result}")
-        for i, detections in zip(same, result):
-            found[i] = detections
+    found = detect(client, model, photos, tmp, score_threshold=SCORE_THRESHOLD, max_results=MAX_RESULTS)
+    if isinstance(found, str):
+        raise SystemExit(f"{client} refused {model.name}: {found}")
     return found
 
 

@@ -52,9 +52,10 @@ def segment(client: str, model: Path, pixels: np.ndarray, tmp: Path) -> dict | s
                 "labels": [str(label) for label in result["labels"]]}
 
 
-def detect(client: str, model: Path, pixels: np.ndarray, tmp: Path, score_threshold: float = 0.0,
+def detect(client: str, model: Path, pixels: np.ndarray | list[np.ndarray], tmp: Path, score_threshold: float = 0.0,
            max_results: int = -1) -> list | str:
-    """Per image, the client's detections [index, category name, score,
+    """Per image (``pixels``: uint8 [N, H, W, 3], or a list of images of
+    their own sizes), the client's detections [index, category name, score,
     ymin, xmin, ymax, xmax] (normalised), with the options an app sets (by
     default: all of them); or the client's refusal message."""
     out = tmp / f"{client}-out.json"
@@ -63,11 +64,16 @@ def detect(client: str, model: Path, pixels: np.ndarray, tmp: Path, score_thresh
 
 
 def _run(client: str, task: str, model: Path, pixels: np.ndarray, tmp: Path, out: Path, *options) -> str | None:
-    """Run the client's ``task`` script on ``pixels`` (uint8 images) with
-    its ``options``; its refusal message, or None."""
+    """Run the client's ``task`` script on ``pixels`` (uint8 images: one
+    array, or a list of images of their own sizes) with its ``options``;
+    its refusal message, or None."""
     python = sys.executable if client == "mediapipe" else str(TASK_LIBRARY_PYTHON)
-    images = tmp / f"{client}-images.npy"
-    np.save(images, pixels.astype(np.uint8))
+    if isinstance(pixels, list):
+        images = tmp / f"{client}-images.npz"
+        np.savez(images, *(np.asarray(image, np.uint8) for image in pixels))
+    else:
+        images = tmp / f"{client}-images.npy"
+        np.save(images, pixels.astype(np.uint8))
     proc = subprocess.run([python, str(CLIENTS / f"{client}_{task}.py"), str(model), str(images), str(out),
                            *map(str, options)],
                           capture_output=True, text=True, timeout=600,

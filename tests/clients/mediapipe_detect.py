@@ -1,7 +1,8 @@
 """Detect objects with MediaPipe Tasks' ObjectDetector, as an app does.
 
 Usage: python mediapipe_detect.py MODEL.tflite IMAGES.npy OUT.json [SCORE_THRESHOLD MAX_RESULTS]
-IMAGES: uint8 [N, H, W, 3] RGB. OUT: per image, the detections as
+IMAGES: uint8 [N, H, W, 3] RGB (.npy), or images of their own sizes (.npz of
+arr_0, arr_1, ... as numpy.savez writes them). OUT: per image, the detections as
 [category index, category name, score, ymin, xmin, ymax, xmax], the box
 normalised by the image's size (MediaPipe gives pixels), best first. By
 default every detection is kept (score threshold 0, no limit), so that the
@@ -27,7 +28,7 @@ def main(model: str, images_path: str, out_path: str, score_threshold: str = "0"
         return 3
     results = []
     with detector:
-        for pixels in np.load(images_path):
+        for pixels in load_images(images_path):
             height, width = pixels.shape[:2]
             image = mp.Image(image_format=mp.ImageFormat.SRGB, data=np.ascontiguousarray(pixels))
             found = []
@@ -40,6 +41,12 @@ def main(model: str, images_path: str, out_path: str, score_threshold: str = "0"
     with open(out_path, "w") as f:
         json.dump(results, f)
     return 0
+
+
+def load_images(path: str) -> list:
+    """The images of an .npy array or of an .npz of arrays, in order."""
+    loaded = np.load(path)
+    return list(loaded) if isinstance(loaded, np.ndarray) else [loaded[f"arr_{i}"] for i in range(len(loaded.files))]
 
 
 if __name__ == "__main__":

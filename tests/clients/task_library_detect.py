@@ -11,6 +11,12 @@ import sys
 import numpy as np
 
 
+def load_images(path: str) -> list:
+    """The images of an .npy array or of an .npz of arrays, in order."""
+    loaded = np.load(path)
+    return list(loaded) if isinstance(loaded, np.ndarray) else [loaded[f"arr_{i}"] for i in range(len(loaded.files))]
+
+
 def main(model: str, images_path: str, out_path: str, score_threshold: str = "0", max_results: str = "-1") -> int:
     from tflite_support.task import core, processor, vision
 
@@ -22,7 +28,7 @@ def main(model: str, images_path: str, out_path: str, score_threshold: str = "0"
         print(f"refused: {err}", file=sys.stderr)
         return 3
     results = []
-    for pixels in np.load(images_path):
+    for pixels in load_images(images_path):
         height, width = pixels.shape[:2]
         found = []
         for detection in detector.detect(vision.TensorImage.create_from_array(np.ascontiguousarray(pixels))).detections:
