@@ -19,8 +19,9 @@ commands as a user does: `edgevit finetune` (skipped with ``--keras``),
 ``--add-postprocessing-op``, calibrated on the train images) and `edgevit
 eval` of the model and of each file (its default ``--nms mediapipe``, and
 ``--nms cvnets``: cvnets' per-class NMS, eval's only one before); and feeds the val photos at their own size to
-MediaPipe's ObjectDetector (each file) and to the Task Library's (the
-post-processing-op file) in the clients' own processes
+MediaPipe's ObjectDetector (each file; and once more resized as eval
+resizes them, which leaves the post-processing alone to differ) and to the
+Task Library's (the post-processing-op file) in the clients' own processes
 (tests/standard_clients.py), with what a user sets to measure mAP: score
 threshold 0.01 (cvnets' evaluation threshold) and at most 100 results an
 image (what COCO's mAP counts). The clients' boxes are scored by the same
@@ -109,16 +110,21 @@ def edgevit(*args) -> dict:
     return json.loads(proc.stdout)
 
 
-def client_detections(client: str, model: Path, data: Path, tmp: Path) -> list:
+def client_detections(client: str, model: Path, data: Path, tmp: Path, input_size: int | None = None) -> list:
     """Per val image (in the annotations' order), the client's detections
     [index, name, score, ymin, xmin, ymax, xmax] normalised; the images fed
-    at their own size, as a camera frame is."""
+    at their own size, as a camera frame is, or with ``input_size`` already
+    resized to the model's input as `edgevit eval` resizes them (Pillow's
+    bilinear, which averages over the pixels a downscale drops)."""
     from PIL import Image
 
     from tests.standard_clients import detect
 
     listing = json.loads((data / "annotations" / "instances_val.json").read_text())["images"]
-    photos = [np.asarray(Image.open(data / "val" / entry["file_name"]).convert("RGB")) for entry in listing]
+    photos = [Image.open(data / "val" / entry["file_name"]).convert("RGB") for entry in listing]
+    if input_size:
+        photos = [photo.resize((input_size, input_size), Image.BILINEAR) for photo in photos]
+    photos = [np.asarray(photo) for photo in photos]
     found = detect(client, model, photos, tmp, score_threshold=SCORE_THRESHOLD, max_results=MAX_RESULTS)
     if isinstance(found, str):
         raise SystemExit(f"{client} refused {model.name}: {found}")
@@ -207,9 +213,13 @@ def main(argv=None) -> int:
             seconds[f"{client}_{form}"] = round(time.perf_counter() - start, 1)
             results[form][f"{client}_minus_eval_map"] = round(
                 results[form][client]["map"] - results[form]["edgevit_eval"]["map"], 4)
+        # the same client on eval's pixels: what is left is the post-processing alone
+        results[form]["mediapipe_on_eval_pixels"] = client_map(
+            client_detections("mediapipe", path, data, out, input_size=args.size), data)
     coco = json.loads((data / "annotations" / "instances_val.json").read_text())
-    record = {"model": args.model, "input_size": args.size, "epochs": args.epochs, "batch_size": args.batch_size,
-              "lr": args.lr, "val_images": len(coco["images"]), "val_boxes": len(coco["annotations"]),
+    record = {"model": args.model, "keras": str(model), "input_size": args.size, "epochs": args.epochs,
+              "batch_size": args.batch_size, "lr": args.lr, "val_images": len(coco["images"]),
+              "val_boxes": len(coco["annotations"]),
               "client_options": {"score_threshold": SCORE_THRESHOLD, "max_results": MAX_RESULTS},
               "map": results, "seconds": seconds, "commands": commands}
     (out / "detector-clients-map.json").write_text(json.dumps(record, indent=2))
