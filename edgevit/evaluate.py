@@ -262,8 +262,8 @@ def detection_postprocessing(nms: str, meta: dict | None):
     if nms == CVNETS_NMS:
         return per_class_nms, {"nms": "per class", "iou_threshold": NMS_IOU, "score_threshold": CONFIDENCE,
                                "max_detections": DETECTIONS, "as": "cvnets' evaluation of its SSD models"}
-    op = (meta or {}).get("detection", {}).get("postprocessing") if (meta or {}).get("detection", {}).get(
-        "form") == NMS_FORM else None
+    block = (meta or {}).get("detection", {})
+    op = block.get("postprocessing") if block.get("form") == NMS_FORM else None
     if op is not None:
         iou, score, most = float(op["iou_threshold"]), float(op["score_threshold"]), int(op["max_detections"])
         per_class = bool(op.get("use_regular_nms"))
