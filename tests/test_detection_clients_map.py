@@ -14,7 +14,7 @@ from tests.standard_clients import missing
 TOLERANCE, ON_PHOTOS = 0.02, 0.03
 
 
-# about 10 minutes on the 2-core host: training, two conversions, three evals and the clients on 8 photos
+# 5.5 minutes on the shared 2-core host (2026-11-29): training, two conversions, six evals, the clients on 8 photos
 @pytest.mark.slow
 @pytest.mark.shared_data
 def test_clients_show_the_map_eval_measures_on_photos(shared_data, tmp_path):
