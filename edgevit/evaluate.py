@@ -31,11 +31,11 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     model computes the int8 SOFTMAX of LiteRT's ``int8_kernels`` ("x86",
     "arm64"; None: this machine's), what its int8 file computes there (see
     :mod:`edgevit.quantize.kernel_arithmetic`)."""
-    from edgevit.quantize.kernel_arithmetic import targeting_kernels
-
     if int8_kernels is not None and Path(model_path).suffix == ".tflite":
         raise EdgevitError(f"{model_path} computes what the LiteRT running it computes: --int8-kernels chooses "
                            "the kernels a QAT .keras model follows.")
+    from edgevit.quantize.kernel_arithmetic import targeting_kernels
+
     with targeting_kernels(int8_kernels):
         return _evaluate(model_path, data_dir, threads, progress)
 

@@ -41,9 +41,9 @@ from edgevit.quantize.export_trace import (is_exporting, kernel_arithmetic_appli
                                            traced_weight_constant, without_fake_quant)
 from edgevit.quantize.int8_ranges import (PARAMS_SIZE, array_module, constant_range, quantization_params,
                                           value_now, value_range)
-from edgevit.quantize.kernel_arithmetic import (accumulator_requantized, arm64_softmax_requantized,
-                                                batch_matmul_requantized, input_quantized, mean_requantized,
-                                                product_requantized, sum_requantized, target_kernels)
+from edgevit.quantize.kernel_arithmetic import (accumulator_requantized, batch_matmul_requantized,
+                                                input_quantized, mean_requantized, product_requantized,
+                                                softmax_requantized, sum_requantized)
 
 # Saved .keras files name every QAT layer class "edgevit.qat>ClassName", and
 # loading finds the class by that name alone: keep it.
@@ -139,9 +139,8 @@ class ActivationQuantizer(keras.layers.Layer):
         MEAN over ``axes`` that writes ``x`` and its [scale, zero point] (see
         :func:`mean_requantized`). ``logits``, ``logit_params``: the
         input of the int8 SOFTMAX that writes ``x`` and its [scale, zero
-        point]: targeting Arm64 kernels, ``x`` is rounded as their SOFTMAX
-        does (see :func:`arm64_softmax_requantized`); x86's rounds the float
-        softmax as the fake-quant does. ``with_params``: also return
+        point]: ``x`` is rounded as the SOFTMAX of the targeted kernels
+        does (see :func:`softmax_requantized`). ``with_params``: also return
         [scale, zero point], for the layers that read ``x`` (their int32
         bias, their BATCH_MATMUL)."""
         if self.fixed_range is None and (training or self.observing):
@@ -181,7 +180,7 @@ class ActivationQuantizer(keras.layers.Layer):
         if summands is not None:
             return mean_requantized(summands, summand_params, axes, grid)
         if logits is not None:
-            return arm64_softmax_requantized(logits, logit_params, grid) if target_kernels() == "arm64" else None
+            return softmax_requantized(logits, logit_params, grid)
         if self.model_input:
             return input_quantized(x, grid)
         return None
