@@ -43,10 +43,23 @@ MEDIAPIPE_DETECTIONS = 100
 
 
 def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None,
-             nms: str = MEDIAPIPE_NMS) -> dict:
+             nms: str = MEDIAPIPE_NMS, int8_kernels: str | None = None) -> dict:
     """Evaluate a ``.keras`` or ``.tflite`` model on every image of
     ``data_dir``, streamed: it holds a batch of images at a time. ``nms``:
-    how a detector's boxes are suppressed (:func:`detection_postprocessing`)."""
+    how a detector's boxes are suppressed (:func:`detection_postprocessing`).
+    A QAT model computes the int8 SOFTMAX of LiteRT's ``int8_kernels``
+    ("x86", "arm64"; None: this machine's), what its int8 file computes
+    there (see :mod:`edgevit.quantize.kernel_arithmetic`)."""
+    if int8_kernels is not None and Path(model_path).suffix == ".tflite":
+        raise EdgevitError(f"{model_path} computes what the LiteRT running it computes: --int8-kernels chooses "
+                           "the kernels a QAT .keras model follows.")
+    from edgevit.quantize.kernel_arithmetic import targeting_kernels
+
+    with targeting_kernels(int8_kernels):
+        return _evaluate(model_path, data_dir, threads, progress, nms)
+
+
+def _evaluate(model_path: str, data_dir: str, threads: int, progress: Progress | None, nms: str) -> dict:
     from edgevit.data.boxes import find_detection_dataset, is_detection_folder
     from edgevit.data.folders import find_evaluation_images
     from edgevit.data.listing import left_out_summary
