@@ -386,9 +386,9 @@ def create_model(name: str, num_classes: int | None = None, input_size: int | No
         # a model file computes with the switches its layers were built with; built without them, its weights
         # would load and compute otherwise
         from edgevit.models.deeplabv3 import switches_of
-        from edgevit.saving import load_model
+        from edgevit.saving import existing_file, load_model
 
-        source = load_model(weights)
+        source = load_model(existing_file(weights, "Weights file"))
         options = {**options, **_switches_from(weights, switches_of(source), spec, options)}
     model = spec.builder(num_classes=num_classes, input_size=input_size, **options)
     if imagenet is not None:
