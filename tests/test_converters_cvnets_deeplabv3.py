@@ -120,6 +120,12 @@ def test_v2_checkpoints_need_the_dilated_blocks_they_were_trained_with(imported,
     np.testing.assert_allclose(keras_logits(load_model(model_file), pixels), ref["logits"], atol=TOLERANCE)
     resized, _ = resolve_model(str(model_file), input_size=64)  # a rebuild keeps the switch
     assert resized.get_layer("layer_5.1.local_rep.conv_3x3.conv").dilation_rate == (2, 2)
+    # so does the registered model given the file as its weights (`--weights seg.keras`)
+    np.testing.assert_allclose(keras_logits(edgevit.create_model(name, input_size=SIZE, weights=str(model_file)),
+                                            pixels), ref["logits"], atol=TOLERANCE)
+    with pytest.raises(edgevit.EdgevitError, match=r"seg\.keras computes with dilate_blocks=True; it cannot be "
+                                                   r"built with dilate_blocks=False\.$"):
+        edgevit.create_model(name, input_size=SIZE, weights=str(model_file), dilate_blocks=False)
     assert undilated.get_layer("layer_5.1.local_rep.conv_3x3.conv").dilation_rate == (1, 1)
 
 

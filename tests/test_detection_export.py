@@ -271,6 +271,26 @@ def test_the_report_table_shows_a_detectors_agreement(files):
     assert "anchors' top class" in table and "same detections" in table and "verdict:" in table
 
 
+def test_float_io_int8_detector_passes_the_audit_with_a_dequantize_per_output():
+    """--int8 --io float32: each of the two outputs ends in the DEQUANTIZE
+    of the boundary (issue 55: the second one was taken for a float op
+    inside the graph, and the conversion refused)."""
+    from edgevit.data import sample_photos
+    from edgevit.errors import EdgevitError
+    from edgevit.export.audit import audit
+    from edgevit.export.convert import convert
+    from edgevit.litert.flatbuffer import read
+
+    calibration = sample_photos.sample_batch(Preprocessing(SIZE, SIZE), 4)
+    content = convert(_standin(), "int8", calibration, io_dtype="float32")
+    graph = read(content)
+    assert [graph.ops[graph.producers[index]].name for index in graph.outputs] == ["DEQUANTIZE"] * 2
+    checks = audit(content, "int8", "float32").checks
+    assert all(c.passed for c in checks) and any(c.name.startswith("every op integer") for c in checks)
+    with pytest.raises(EdgevitError, match=r"float ops in the graph \(QUANTIZE#0, DEQUANTIZE#\d+, DEQUANTIZE#\d+\)"):
+        audit(content, "int8", "int8")  # the same file held to integer io: its boundary ops are float ops
+
+
 def test_the_postprocessing_op_on_a_classifier_is_one_error_and_no_file(tmp_path):
     import keras
 
