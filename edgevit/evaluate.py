@@ -30,7 +30,8 @@ from edgevit.train.metrics import AccuracyTally, SegmentationTally, traced_forwa
 # suppression MediaPipe runs on raw outputs, a post-processing-op file's
 # through the op's own options (every client shows what the op outputs).
 # CVNETS_NMS: cvnets' evaluation of its SSD models (per-class NMS), the
-# figures its papers publish; edgevit's Android demo suppresses a raw file so.
+# figures its papers publish. edgevit's Android demo suppresses a raw file as
+# MEDIAPIPE_NMS does (android_demo's SsdPostprocessor).
 MEDIAPIPE_NMS, CVNETS_NMS = "mediapipe", "cvnets"
 NMS_CHOICES = (MEDIAPIPE_NMS, CVNETS_NMS)
 # MediaPipe's ObjectDetector on a raw file (no post-processing op): one NMS

@@ -416,21 +416,35 @@ def test_golden_cases_cover_every_input_type_and_path(golden_dir):
             assert meta["input"]["dtype"] == dtype
 
 
-def test_the_detection_golden_case_suppresses_something_of_every_class(golden_dir):
+def test_the_detection_golden_case_suppresses_across_classes(golden_dir):
     """GoldenDetectionTest compares at box_coding's threshold and at the one the app shows from: the first
-    keeps boxes of every class, with tied scores (the order of ties is part of what must match), and
-    suppression removed boxes; the second keeps some."""
+    keeps boxes of more than one class, with tied scores (the order of ties is part of what must match), and
+    suppression across classes removed every box of a class some anchors score best (within one class the
+    best box always stays); the second keeps some."""
     meta = json.loads((golden_dir / "detect.json").read_text())
     anchors = meta["detection"]["outputs"][0]["shape"][1]
     cases = json.loads((golden_dir / "detect.expected.json").read_text())["cases"]
     assert [case["confidence"] for case in cases] == list(golden.DETECTION_CONFIDENCES)
     everything, shown = cases
-    assert set(everything["classes"]) == set(range(meta["num_classes"]))
+    assert len(set(everything["classes"])) > 1
     assert len(set(everything["scores"])) < len(everything["scores"])
     scores = np.frombuffer((golden_dir / "detect.scores.bin").read_bytes(), np.uint8).reshape(anchors, -1)
     q = meta["detection"]["outputs"][1]["quantization"]
-    candidates = ((scores.astype(np.float32) - q["zero_point"]) * q["scale"] > everything["confidence"]).sum()
-    assert len(everything["scores"]) < candidates and len(shown["scores"]) > 0
+    probabilities = (scores.astype(np.float32) - q["zero_point"]) * q["scale"]
+    candidates = probabilities.max(1) > everything["confidence"]
+    assert set(probabilities.argmax(1)[candidates].tolist()) - set(everything["classes"])
+    assert len(everything["scores"]) < candidates.sum() and len(shown["scores"]) > 0
+
+
+def test_the_apps_raw_detector_suppression_is_evals_default():
+    """SsdPostprocessor's constants are those `edgevit eval` suppresses a raw file with by default."""
+    from edgevit.evaluate import MEDIAPIPE_DETECTIONS, MEDIAPIPE_IOU
+    from edgevit.models.box_coding import CONFIDENCE
+
+    text = (APP_KOTLIN / "core" / "Detection.kt").read_text()
+    found = {name: float(value) for name, value in re.findall(r"const val (\w+) = ([0-9.]+)f?\n", text)}
+    assert (found["CONFIDENCE"], found["NMS_IOU"], found["DETECTIONS"]) == (CONFIDENCE, MEDIAPIPE_IOU,
+                                                                            MEDIAPIPE_DETECTIONS)
 
 
 # ---------------------------------------------------------------- offline build checks

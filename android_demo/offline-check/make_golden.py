@@ -16,9 +16,10 @@ runs FILE to make new logits; without it, the committed ones are used.
 The detection case is a real small int8 detector file in its raw form
 (`detect.tflite`: uint8 boxes and softmax scores, the anchors in its
 standard metadata) and the outputs it gave for a photo: Python decodes and
-suppresses them (`edgevit.models.box_coding.decode`, `per_class_nms`, as
-`edgevit eval` does), which GoldenDetectionTest must reproduce from the
-file's own metadata. `--detector FILE` makes a new case from FILE.
+suppresses them as `edgevit eval` does by default (`edgevit.models.
+box_coding.decode`, then `best_class_nms` as MediaPipe's ObjectDetector
+shows a raw file), which GoldenDetectionTest must reproduce from the file's
+own metadata. `--detector FILE` makes a new case from FILE.
 
     python android_demo/offline-check/make_golden.py [OUT_DIR] [--segmenter FILE.tflite] [--detector FILE.tflite]
 
@@ -39,11 +40,12 @@ from PIL import Image
 from edgevit.data.decode import open_rgb
 from edgevit.data.images import to_model_input
 from edgevit.data.transforms import PIL_FILTERS, BoxCrop, center_crop
+from edgevit.evaluate import MEDIAPIPE_NMS, detection_postprocessing
 from edgevit.litert.inputs import file_inputs
 from edgevit.litert.metadata import build_metadata, preprocessing_of, read_embedded
 from edgevit.litert.run_model import dequantize, quantize, run_in_process, split_outputs
 from edgevit.litert.standard_metadata import anchors_of_options, detector_options, read_standard
-from edgevit.models.box_coding import CONFIDENCE, decode, per_class_nms
+from edgevit.models.box_coding import CONFIDENCE, decode
 from edgevit.registry import Preprocessing
 from edgevit.train.metrics import upsampled_classes
 
@@ -233,9 +235,10 @@ def _write_detection(out: Path, detector: str | Path | None) -> list[str]:
     anchors = anchors_of_options(options)
     decoded = decode(regressions, anchors)
     with_background = np.concatenate([np.zeros_like(probabilities[:, :1]), probabilities], axis=1)
+    suppress, _ = detection_postprocessing(MEDIAPIPE_NMS, meta)
     cases = []
     for confidence in DETECTION_CONFIDENCES:
-        kept_boxes, kept_scores, kept_classes = per_class_nms(decoded, with_background, confidence=confidence)
+        kept_boxes, kept_scores, kept_classes = suppress(decoded, with_background, confidence=confidence)
         cases.append({"confidence": confidence, "boxes": kept_boxes.astype(np.float32).tolist(),
                       "scores": kept_scores.tolist(), "classes": (kept_classes - 1).tolist()})
     decoding = options["tensors_decoding_options"]

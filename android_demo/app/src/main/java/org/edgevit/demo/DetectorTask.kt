@@ -21,8 +21,9 @@ import kotlin.math.nextDown
 /**
  * A detector's outputs as boxes over the frame, each with its label and score, and the same
  * detections listed under the controls. The raw form (box regressions and softmax scores) is
- * decoded against the anchors in the file's own metadata and suppressed class by class as
- * `edgevit eval` does ([SsdPostprocessor]); the NMS form's four outputs are read as they are
+ * decoded against the anchors in the file's own metadata and suppressed over all classes as
+ * MediaPipe's ObjectDetector does and `edgevit eval` scores by default ([SsdPostprocessor]); the
+ * NMS form's four outputs are read as they are
  * ([NmsOutputs]). Boxes are normalised to the model's input, which is the whole frame resized to
  * the square ([ImagePreprocessor.cropInImage] is all of it), so they are placed on a frame-sized
  * overlay drawn over the preview like the segmenter's mask.

@@ -68,19 +68,20 @@ class Detections(val capacity: Int) {
 }
 
 /**
- * A raw SSD detector's outputs to detections, as edgevit evaluates them (`edgevit.models.box_coding`:
- * `decode`, then `per_class_nms`): the uint8 regressions and softmax scores dequantized, the boxes
- * decoded against the anchors, then for each class the boxes scoring above [confidence], its [topK]
- * best, greedy suppression of a box overlapping a better one by more than [iou]; of all classes the
- * [maxDetections] best. Ties keep the lower anchor, then the lower class (numpy's stable sorts).
- * Every buffer is made here, none per frame.
+ * A raw SSD detector's outputs to detections, as MediaPipe's ObjectDetector shows a raw file's and
+ * `edgevit eval` scores them by default (`edgevit.models.box_coding`: `decode`, then
+ * `best_class_nms` at `edgevit.evaluate`'s `MEDIAPIPE_IOU` and `MEDIAPIPE_DETECTIONS`): the uint8
+ * regressions and softmax scores dequantized, the boxes decoded against the anchors, each anchor's
+ * best class (the file has no background column), the anchors scoring above [confidence], one
+ * greedy suppression over all classes (a box goes when it overlaps a better one of any class by
+ * more than [iou]), the first [maxDetections] kept. Ties keep the lower class of an anchor, then
+ * the lower anchor (numpy's argmax and stable sort). Every buffer is made here, none per frame.
  */
 class SsdPostprocessor(
     private val decoding: SsdDecoding,
     private val boxesInfo: TensorInfo,
     private val scoresInfo: TensorInfo,
     private val confidence: Float,
-    private val topK: Int = TOP_K,
     private val iou: Float = NMS_IOU,
     maxDetections: Int = DETECTIONS,
 ) {
@@ -89,13 +90,10 @@ class SsdPostprocessor(
     private val regressions = FloatArray(boxesInfo.elementCount)
     private val scores = FloatArray(scoresInfo.elementCount)
     private val boxes = FloatArray(anchorCount * 4)
+    private val bestClass = IntArray(anchorCount)
+    private val bestScore = FloatArray(anchorCount)
     private val candidates = IntArray(anchorCount)
     private val suppressed = BooleanArray(anchorCount)
-
-    // Every class's kept boxes (anchor, class), before the best of them are chosen.
-    private val keptAnchor = IntArray(classCount * minOf(topK, anchorCount))
-    private val keptClass = IntArray(keptAnchor.size)
-    private val keptOrder = IntArray(keptAnchor.size)
     val detections = Detections(maxDetections)
 
     // The variances (1 / scale) in float32, as edgevit's decode multiplies by them.
@@ -111,31 +109,31 @@ class SsdPostprocessor(
         MaskUpsampler.readLogits(boxesOutput, boxesInfo, regressions)
         MaskUpsampler.readLogits(scoresOutput, scoresInfo, scores)
         decode()
-        var kept = 0
-        for (cls in 0 until classCount) {
-            var n = 0
-            for (a in 0 until anchorCount) if (scores[a * classCount + cls] > confidence) candidates[n++] = a
-            sortByScore(candidates, n) { scores[it * classCount + cls] }
-            n = minOf(n, topK)
-            for (i in 0 until n) suppressed[i] = false
-            for (i in 0 until n) {
-                if (suppressed[i]) continue
-                keptAnchor[kept] = candidates[i]
-                keptClass[kept] = cls
-                kept++
-                for (j in i + 1 until n) if (!suppressed[j] && overlap(candidates[i], candidates[j]) > iou) suppressed[j] = true
-            }
+        var n = 0
+        for (a in 0 until anchorCount) {
+            val row = a * classCount
+            var best = 0
+            for (cls in 1 until classCount) if (scores[row + cls] > scores[row + best]) best = cls
+            bestClass[a] = best
+            bestScore[a] = scores[row + best]
+            if (bestScore[a] > confidence) candidates[n++] = a
         }
-        for (i in 0 until kept) keptOrder[i] = i
-        sortByScore(keptOrder, kept) { scores[keptAnchor[it] * classCount + keptClass[it]] }
+        sortByScore(candidates, n) { bestScore[it] }
+        for (i in 0 until n) suppressed[i] = false
         val out = detections
-        out.count = minOf(kept, out.capacity)
-        for (i in 0 until out.count) {
-            val k = keptOrder[i]
-            System.arraycopy(boxes, keptAnchor[k] * 4, out.boxes, i * 4, 4)
-            out.classes[i] = keptClass[k]
-            out.scores[i] = scores[keptAnchor[k] * classCount + keptClass[k]]
+        var kept = 0
+        // a box is suppressed only by better ones: the first [maxDetections] kept are final
+        for (i in 0 until n) {
+            if (kept == out.capacity) break
+            if (suppressed[i]) continue
+            val a = candidates[i]
+            System.arraycopy(boxes, a * 4, out.boxes, kept * 4, 4)
+            out.classes[kept] = bestClass[a]
+            out.scores[kept] = bestScore[a]
+            kept++
+            for (j in i + 1 until n) if (!suppressed[j] && overlap(a, candidates[j]) > iou) suppressed[j] = true
         }
+        out.count = kept
         return out
     }
 
@@ -169,11 +167,11 @@ class SsdPostprocessor(
     }
 
     companion object {
-        // edgevit.models.box_coding's evaluation settings (cvnets' SSD defaults).
+        // MediaPipe's ObjectDetector on a raw file, as `edgevit eval` scores it: box_coding.CONFIDENCE,
+        // edgevit.evaluate.MEDIAPIPE_IOU and MEDIAPIPE_DETECTIONS.
         const val CONFIDENCE = 0.01f
-        const val TOP_K = 400
-        const val NMS_IOU = 0.5f
-        const val DETECTIONS = 200
+        const val NMS_IOU = 0.3f
+        const val DETECTIONS = 100
 
         /**
          * Stable sort of the first [n] of [items] by [score], highest first: insertion sort, no
