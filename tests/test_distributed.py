@@ -343,9 +343,12 @@ def test_a_detectors_step_on_two_replicas_is_its_step_on_one_device(tmp_path):
     assert result["two"] == pytest.approx(result["one"], rel=1e-5) and result["one"][3] == 8
     one, two = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
     assert len(one.files) == len(two.files) > 100
+    # each array to 2e-4 of its largest value (found: 5e-5 at most); those that are 0 but for rounding (a bias
+    # before BatchNorm has no gradient) to 2e-4 of a thousandth of the largest value of all
+    largest = max(float(np.abs(one[name]).max()) for name in one.files)
     for name in one.files:
-        scale = float(np.abs(one[name]).max())
-        np.testing.assert_allclose(two[name], one[name], rtol=1e-3, atol=1e-4 * scale, err_msg=name)
+        scale = max(float(np.abs(one[name]).max()), 1e-3 * largest)
+        np.testing.assert_allclose(two[name], one[name], rtol=0, atol=2e-4 * scale, err_msg=name)
 
 
 # The Trainer on a detection folder, each epoch one step of 8 images, validated on 8: across the workers of
@@ -402,7 +405,10 @@ def test_two_workers_train_a_detector_as_one_device_does_and_resume_it_where_it_
     proc = subprocess.Popen([sys.executable, "-c", DETECTOR_RUN, str(data), "2"], cwd=tmp_path / "alone", text=True,
                             env=QUIET, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     alone, _ = finished(proc)
+    # The first loss is of the same weights; after that, Adam's step turns the rounding noise of gradients near 0
+    # into whole steps of the learning rate (one device and two workers: val_loss 37.5876 and 37.5811 after 2 steps)
+    assert resumed["history"][0]["loss"] == pytest.approx(alone["history"][0]["loss"], rel=1e-5)
     for mine, its in zip(resumed["history"], alone["history"]):
         assert mine.keys() == its.keys() and mine["images"] == its["images"] == 8
         for key in ("loss", "train_anchor_accuracy", "val_loss", "val_anchor_accuracy"):
-            assert mine[key] == pytest.approx(its[key], rel=1e-4, abs=1e-4), (mine["epoch"], key)
+            assert mine[key] == pytest.approx(its[key], rel=1e-3), (mine["epoch"], key)
