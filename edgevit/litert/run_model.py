@@ -59,13 +59,12 @@ def _runner(model_content: bytes, num_threads: int, kernels: str):
     (:func:`split_outputs` takes them apart), so that every comparison of
     runs sees all of them."""
     interp = _allocated(model_content, num_threads, kernels)
-    outputs = _each_output(interp, interp.get_output_details())
+    outs = interp.get_output_details()
 
     def run(inputs) -> np.ndarray:
-        values = outputs(inputs)
-        if len(values) == 1:
-            return values[0]
-        return np.concatenate([v.reshape(len(v), -1) for v in values], axis=1)
+        if len(outs) == 1:
+            return np.stack([values for values, in _each_sample(interp, outs, inputs)])
+        return np.stack([np.concatenate([v.ravel() for v in values]) for values in _each_sample(interp, outs, inputs)])
 
     return run
 
@@ -82,7 +81,7 @@ def outputs_by_signature(model_content: bytes, num_threads: int = 1, kernels: st
     if interp.get_signature_list():
         named = interp.get_signature_runner().get_output_details()
         outs = [named[key] for key in sorted(named)]
-    return _each_output(interp, outs)
+    return lambda inputs: [np.stack(values) for values in zip(*_each_sample(interp, outs, inputs))]
 
 
 def _allocated(model_content: bytes, num_threads: int, kernels: str):
@@ -91,20 +90,14 @@ def _allocated(model_content: bytes, num_threads: int, kernels: str):
     return interp
 
 
-def _each_output(interp, outs: list[dict]):
-    """``run(inputs)`` -> the tensors of ``outs`` (the interpreter's output
-    details), dequantized, one array [N, *shape] each, a sample at a time."""
+def _each_sample(interp, outs: list[dict], inputs):
+    """For each sample of ``inputs``, the tensors of ``outs`` (output
+    details of ``interp``), dequantized."""
     inp = interp.get_input_details()[0]
-
-    def run(inputs) -> list[np.ndarray]:
-        results = []
-        for sample in inputs:
-            interp.set_tensor(inp["index"], quantize(sample[None], inp))
-            interp.invoke()
-            results.append([dequantize(interp.get_tensor(out["index"]), out)[0] for out in outs])
-        return [np.stack(values) for values in zip(*results)]
-
-    return run
+    for sample in inputs:
+        interp.set_tensor(inp["index"], quantize(sample[None], inp))
+        interp.invoke()
+        yield [dequantize(interp.get_tensor(out["index"]), out)[0] for out in outs]
 
 
 def split_outputs(model_content: bytes, joined: np.ndarray) -> list[np.ndarray]:
