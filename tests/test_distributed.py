@@ -331,7 +331,7 @@ print(json.dumps(result))
 """
 
 
-@pytest.mark.slow  # 3 to 7 min on 2 cores: the detector's step is traced on one device, then once per replica
+@pytest.mark.slow  # 6 to 10 min on the shared 2-core host: the step is traced on one device, then once per replica
 def test_a_detectors_step_on_two_replicas_is_its_step_on_one_device(tmp_path):
     """The loss, the matched anchors and those classified right, the
     gradients and the BatchNorm statistics of one step of the detector on
@@ -386,7 +386,7 @@ def finished(proc: subprocess.Popen) -> tuple[dict, str]:
     return json.loads(out.strip().splitlines()[-1]), err
 
 
-@pytest.mark.slow  # 20 to 35 min on 2 cores: five processes each trace the detector's step
+@pytest.mark.slow  # 18 min on the 2-core host shared with other runs (2026-11-29): five processes trace a step
 def test_two_workers_train_a_detector_as_one_device_does_and_resume_it_where_it_stopped(tmp_path):
     """Two TF_CONFIG workers train the detector one epoch: they end with
     the same weights, and their loss, validation loss and anchor
