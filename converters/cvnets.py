@@ -137,6 +137,11 @@ _segmenter("deeplabv3_mobilevit_v2", V2_BACKBONE, reference=f"{CVNETS}/tree/{CVN
 _segmenter("deeplabv3_mobilevit_v3", V1_BACKBONE, reference=f"{V3}/tree/{MOBILEVITV3_COMMIT}",
            notes="MobileViTv3 VOC release checkpoint_ema_best.pt (mobilevitv3_*_voc_*)",
            channel_order=lambda model: "BGR")
+# The v2-based ones (mobilevitv3_voc_0_5_0, _1_0_0) are cvnets v0.2: RGB, v0.2's classifier name, and
+# blocks dilated below output stride 32 as cvnets' v2 (MobileViTBlockv3 takes the layer's dilation).
+_segmenter("deeplabv3_mobilevit_v3_v2based", V2_BACKBONE, reference=f"{V3}/tree/{MOBILEVITV3_COMMIT}",
+           notes="MobileViTv3 VOC release checkpoint_ema_best.pt (mobilevitv3_voc_0_5_0, _1_0_0)",
+           options={"dilate_blocks": True})
 
 
 # --- SSDLite detectors (cvnets' SingleShotMaskDetector, cvnets/models/detection/ssd.py) ---------------

@@ -24,9 +24,42 @@ from edgevit.litert.metadata import CLASSIFICATION, DETECTION, SEGMENTATION
 from edgevit.train.metrics import AccuracyTally, SegmentationTally, traced_forward, upsampled_classes
 
 
-def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None) -> dict:
+# How `edgevit eval` suppresses a detector's overlapping boxes (its --nms).
+# MEDIAPIPE_NMS: as MediaPipe Tasks' ObjectDetector shows a file's detections:
+# a raw file's (and a .keras model's, which converts to one) through the
+# suppression MediaPipe runs on raw outputs, a post-processing-op file's
+# through the op's own options (every client shows what the op outputs).
+# CVNETS_NMS: cvnets' evaluation of its SSD models (per-class NMS), the
+# figures its papers publish; edgevit's Android demo suppresses a raw file so.
+MEDIAPIPE_NMS, CVNETS_NMS = "mediapipe", "cvnets"
+NMS_CHOICES = (MEDIAPIPE_NMS, CVNETS_NMS)
+# MediaPipe's ObjectDetector on a raw file (no post-processing op): one NMS
+# over all classes at this IoU (ObjectDetectorOptions.min_suppression_threshold,
+# 0.3 by default; neither the Java/Kotlin nor the Python options set it, nor
+# does the model's metadata), at most max_results boxes (unlimited by
+# default: COCO's mAP counts 100).
+MEDIAPIPE_IOU = 0.3
+MEDIAPIPE_DETECTIONS = 100
+
+
+def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None,
+             nms: str = MEDIAPIPE_NMS, int8_kernels: str | None = None) -> dict:
     """Evaluate a ``.keras`` or ``.tflite`` model on every image of
-    ``data_dir``, streamed: it holds a batch of images at a time."""
+    ``data_dir``, streamed: it holds a batch of images at a time. ``nms``:
+    how a detector's boxes are suppressed (:func:`detection_postprocessing`).
+    A QAT model computes the int8 SOFTMAX of LiteRT's ``int8_kernels``
+    ("x86", "arm64"; None: this machine's), what its int8 file computes
+    there (see :mod:`edgevit.quantize.kernel_arithmetic`)."""
+    if int8_kernels is not None and Path(model_path).suffix == ".tflite":
+        raise EdgevitError(f"{model_path} computes what the LiteRT running it computes: --int8-kernels chooses "
+                           "the kernels a QAT .keras model follows.")
+    from edgevit.quantize.kernel_arithmetic import targeting_kernels
+
+    with targeting_kernels(int8_kernels):
+        return _evaluate(model_path, data_dir, threads, progress, nms)
+
+
+def _evaluate(model_path: str, data_dir: str, threads: int, progress: Progress | None, nms: str) -> dict:
     from edgevit.data.boxes import find_detection_dataset, is_detection_folder
     from edgevit.data.folders import find_evaluation_images
     from edgevit.data.listing import left_out_summary
@@ -72,7 +105,7 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     scored = (content, meta) if path.suffix == ".tflite" else model
     if detection:
         return _detection_report(path, images, to_output, pre, name, [str(label) for label in labels], threads,
-                                 scored, progress)
+                                 scored, progress, nms)
     if segmentation:
         return _segmentation_report(path, images, to_output, pre, name, [str(label) for label in labels], threads,
                                     scored, progress)
@@ -183,23 +216,23 @@ def _segmentation_report(path: Path, folder, to_output: np.ndarray, pre, name: s
 
 
 def _detection_report(path: Path, folder, to_output: np.ndarray, pre, name: str, labels: list[str], threads: int,
-                      scored, progress: Progress) -> dict:
+                      scored, progress: Progress, nms: str) -> dict:
     """COCO mAP (IoU 0.5:0.95), AP50 and per-class AP of the detector on
     the val/ images of ``folder``, as cvnets evaluates its SSD models: each
     whole image resized to the input, the boxes decoded against the
-    anchors, the class probabilities through per-class NMS
-    (:func:`edgevit.models.box_coding.per_class_nms`), then pycocotools'
-    COCOeval against the boxes placed with the image (in the input's
-    pixels). ``to_output``: the model's output of each of the folder's
-    classes; ``scored``: the Keras model, or the .tflite file's content and
-    metadata."""
+    anchors, the class probabilities suppressed as ``nms`` says
+    (:func:`detection_postprocessing`), then pycocotools' COCOeval against
+    the boxes placed with the image (in the input's pixels). ``to_output``:
+    the model's output of each of the folder's classes; ``scored``: the
+    Keras model, or the .tflite file's content and metadata."""
     from edgevit.data.stream import ImageStream
-    from edgevit.models.box_coding import decode, per_class_nms
+    from edgevit.models.box_coding import decode
     from edgevit.train.metrics import DetectionTally
 
     stream = ImageStream(folder.val, pre)
     found, size = len(stream), pre.input_size
     tally = DetectionTally(labels)
+    suppress, postprocessing = detection_postprocessing(nms, scored[1] if path.suffix == ".tflite" else None)
     progress.step(f"Running {path.name} on the {found} val images of {folder.root} ({folder.layout})")
     with contextlib.ExitStack() as stack:
         forward, anchors = _detector_forward(stack, path, scored, found, threads, len(labels))
@@ -209,14 +242,15 @@ def _detection_report(path: Path, folder, to_output: np.ndarray, pre, name: str,
             for image_regressions, image_probabilities, boxes in zip(regressions, probabilities, targets):
                 truth = boxes[boxes[:, 4] > 0]
                 tally.add(truth[:, :4] * size, to_output[truth[:, 4].astype(np.int64)],
-                          *per_class_nms(decode(image_regressions, anchors) * size, image_probabilities))
+                          *suppress(decode(image_regressions, anchors) * size, image_probabilities))
             advance(len(targets))
     skipped = stream.tally
     report = tally.report()
     if not report["images"]:
         raise EdgevitError(f"None of the {found} val images of {folder.root} could be read"
                            + (f": {skipped.summary()}." if skipped else "."))
-    return _val_report(report, path, folder, name, DETECTION, stream, left_out=folder.skipped)
+    return _val_report(report, path, folder, name, DETECTION, stream, postprocessing=postprocessing,
+                       left_out=folder.skipped)
 
 
 def _val_report(report: dict, path: Path, folder, name: str, task: str, stream, **more) -> dict:
@@ -231,29 +265,65 @@ def _val_report(report: dict, path: Path, folder, name: str, task: str, stream, 
     return report
 
 
+def detection_postprocessing(nms: str, meta: dict | None):
+    """(suppress, description): ``suppress(boxes, probabilities)`` -> the
+    detections (:func:`edgevit.models.box_coding.per_class_nms`'s result)
+    of one image, as ``nms`` (one of NMS_CHOICES) says, for a .keras model
+    (``meta`` None) or a .tflite file of that edgevit ``meta``."""
+    from functools import partial
+
+    from edgevit.litert.standard_metadata import NMS_FORM
+    from edgevit.models.box_coding import CONFIDENCE, DETECTIONS, NMS_IOU, best_class_nms, per_class_nms
+
+    if nms not in NMS_CHOICES:
+        raise EdgevitError(f"Unknown NMS {nms!r}: one of {', '.join(NMS_CHOICES)}.")
+    if nms == CVNETS_NMS:
+        return per_class_nms, {"nms": "per class", "iou_threshold": NMS_IOU, "score_threshold": CONFIDENCE,
+                               "max_detections": DETECTIONS, "as": "cvnets' evaluation of its SSD models"}
+    block = (meta or {}).get("detection", {})
+    op = block.get("postprocessing") if block.get("form") == NMS_FORM else None
+    if op is not None:
+        iou, score, most = float(op["iou_threshold"]), float(op["score_threshold"]), int(op["max_detections"])
+        per_class = bool(op.get("use_regular_nms"))
+        suppress = partial(per_class_nms if per_class else best_class_nms, confidence=score, threshold=iou,
+                           detections=most)
+        return suppress, {"nms": "per class" if per_class else "over all classes", "iou_threshold": iou,
+                          "score_threshold": score, "max_detections": most,
+                          "as": "the file's detection post-processing op, as every client shows it"}
+    return (partial(best_class_nms, threshold=MEDIAPIPE_IOU, detections=MEDIAPIPE_DETECTIONS),
+            {"nms": "over all classes", "iou_threshold": MEDIAPIPE_IOU, "score_threshold": CONFIDENCE,
+             "max_detections": MEDIAPIPE_DETECTIONS, "as": "MediaPipe's ObjectDetector on a raw file"})
+
+
 def _detector_forward(stack: contextlib.ExitStack, path: Path, scored, images: int, threads: int, classes: int):
     """(forward, anchors): ``forward(inputs)`` -> (box regressions [N, A, 4],
     class probabilities [N, A, classes]) of the Keras model or the .tflite
     file ``scored`` (a file's scores are logits, or probabilities with or
-    without the background); the anchors its regressions are relative to."""
+    without the background; a file ending in the detection post-processing
+    op is read before it: :func:`detection_postprocessing` applies the
+    op's options); the anchors its regressions are relative to."""
     from edgevit.models.ssdlite import anchor_boxes
 
     if path.suffix != ".tflite":
         run = keras_forward(scored, images)
         return (lambda batch: class_probabilities([np.asarray(t) for t in run(batch)], classes)), anchor_boxes(scored)
+    from edgevit.litert.detection_postprocess import raw_view
     from edgevit.litert.inputs import file_input_values
     from edgevit.litert.run_model import outputs_by_signature
     from edgevit.registry import create_model
 
     content, meta = scored
-    outputs = len(meta["detection"]["outputs"])  # the graph's, as the metadata check found them
-    if outputs != 2:
-        raise EdgevitError(f"The file has {outputs} outputs; eval scores a detector's two (boxes, scores), "
-                           "not the detection post-processing op's four: convert it without that op.")
     size = int(meta["preprocessing"]["input_size"])
     anchors = anchor_boxes(create_model(meta["model"], num_classes=classes, input_size=size))
-    run, values = outputs_by_signature(content, threads), file_input_values(content, meta)
-    return (lambda batch: class_probabilities(run(values(batch)), classes)), anchors
+    run, values = outputs_by_signature(raw_view(content), threads), file_input_values(content, meta)
+
+    def forward(batch):
+        outputs = run(values(batch))
+        if len(outputs) != 2:
+            raise EdgevitError(f"The file has {len(outputs)} outputs; eval scores a detector's two (boxes, scores).")
+        return class_probabilities(outputs, classes)
+
+    return forward, anchors
 
 
 def class_probabilities(outputs: list[np.ndarray], classes: int):

@@ -45,7 +45,8 @@ OUT_OF_MEMORY_ADVICE = {
 # 61 MB of weights: 1.06 GB; vit_large16, 1.22 GB: 19.7 GB, as the plain
 # converter; mobilevit_v2_050, 6 MB of weights and 96 MB of activations:
 # 0.18 GB, estimated 0.16 GB), the diagnosis (an fp32
-# conversion, then both files run keeping every tensor) 0.2-0.5 GB,
+# conversion, then both files run keeping every tensor; since, the fp32
+# file's a share at a time) 0.2-0.5 GB,
 # BatchNorm estimation 0.05-0.15 GB.
 STAGE_NEEDS = {
     # the model traced in training mode on 2 images a pass

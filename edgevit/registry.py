@@ -379,16 +379,39 @@ def create_model(name: str, num_classes: int | None = None, input_size: int | No
 
     # the weights first: a model without official weights, a missing torch or no network fail before a build
     imagenet = cached_weights(spec, input_size) if is_imagenet(weights) else None
+    source = None
     if imagenet is not None:
         options = {**options, **trained_with(spec)}
+    elif weights is not None and str(weights).endswith(".keras"):
+        # a model file computes with the switches its layers were built with; built without them, its weights
+        # would load and compute otherwise
+        from edgevit.models.deeplabv3 import switches_of
+        from edgevit.saving import existing_file, load_model
+
+        source = load_model(existing_file(weights, "Weights file"))
+        options = {**options, **_switches_from(weights, switches_of(source), spec, options)}
     model = spec.builder(num_classes=num_classes, input_size=input_size, **options)
     if imagenet is not None:
         load_imagenet(model, spec, imagenet)
+    elif source is not None:
+        from edgevit.saving import copy_weights
+
+        copy_weights(source, model, str(weights))
     elif weights is not None:
         from edgevit.saving import load_weights_into
 
         load_weights_into(model, weights)
     return model
+
+
+def _switches_from(path, switches: dict, spec: ModelSpec, options: dict) -> dict:
+    """The SWITCHES a model file computes with that ``spec`` takes, refused
+    when an option asks otherwise (a file of another model: its weights do not fit)."""
+    for key in SWITCHES:
+        if key in options and bool(options[key]) != switches.get(key, False):
+            raise EdgevitError(f"{path} computes with {key}={switches.get(key, False)}; it cannot be built with "
+                               f"{key}={options[key]}.")
+    return {key: value for key, value in switches.items() if key in spec.options}
 
 
 def rebuild(model, num_classes: int, input_size: int):

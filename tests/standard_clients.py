@@ -1,10 +1,11 @@
-"""The clients app developers load classifiers and segmenters with, run on
-edgevit files: MediaPipe Tasks' ImageClassifier and ImageSegmenter (pip
-mediapipe, in this environment) and the TFLite Task Library's (pip
-tflite-support, in the virtual environment scripts/install-test-tools.sh
-makes: it pins protobuf < 4). Each runs in a child process on uint8 crops
-at the model's input size, so that every client and LiteRT see the same
-pixels."""
+"""The clients app developers load classifiers, segmenters and detectors
+with, run on edgevit files: MediaPipe Tasks' ImageClassifier,
+ImageSegmenter and ObjectDetector (pip mediapipe, in this environment) and
+the TFLite Task Library's (pip tflite-support, in the virtual environment
+scripts/install-test-tools.sh makes: it pins protobuf < 4). Each runs in a
+child process on uint8 images (crops at the model's input size, so that
+every client and LiteRT see the same pixels; or photos as a camera gives
+them)."""
 from __future__ import annotations
 
 import importlib.util
@@ -51,12 +52,30 @@ def segment(client: str, model: Path, pixels: np.ndarray, tmp: Path) -> dict | s
                 "labels": [str(label) for label in result["labels"]]}
 
 
-def _run(client: str, task: str, model: Path, pixels: np.ndarray, tmp: Path, out: Path) -> str | None:
-    """Run the client's ``task`` script on ``pixels`` (uint8 crops); its refusal message, or None."""
+def detect(client: str, model: Path, pixels: np.ndarray | list[np.ndarray], tmp: Path, score_threshold: float = 0.0,
+           max_results: int = -1) -> list | str:
+    """Per image (``pixels``: uint8 [N, H, W, 3], or a list of images of
+    their own sizes), the client's detections [index, category name, score,
+    ymin, xmin, ymax, xmax] (normalised), with the options an app sets (by
+    default: all of them); or the client's refusal message."""
+    out = tmp / f"{client}-out.json"
+    refusal = _run(client, "detect", model, pixels, tmp, out, score_threshold, max_results)
+    return refusal if refusal is not None else json.loads(out.read_text())
+
+
+def _run(client: str, task: str, model: Path, pixels: np.ndarray, tmp: Path, out: Path, *options) -> str | None:
+    """Run the client's ``task`` script on ``pixels`` (uint8 images: one
+    array, or a list of images of their own sizes) with its ``options``;
+    its refusal message, or None."""
     python = sys.executable if client == "mediapipe" else str(TASK_LIBRARY_PYTHON)
-    images = tmp / f"{client}-images.npy"
-    np.save(images, pixels.astype(np.uint8))
-    proc = subprocess.run([python, str(CLIENTS / f"{client}_{task}.py"), str(model), str(images), str(out)],
+    if isinstance(pixels, list):
+        images = tmp / f"{client}-images.npz"
+        np.savez(images, *(np.asarray(image, np.uint8) for image in pixels))
+    else:
+        images = tmp / f"{client}-images.npy"
+        np.save(images, pixels.astype(np.uint8))
+    proc = subprocess.run([python, str(CLIENTS / f"{client}_{task}.py"), str(model), str(images), str(out),
+                           *map(str, options)],
                           capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GLOG_minloglevel="2"))
     if proc.returncode == 3:

@@ -503,6 +503,9 @@ BAD_INPUTS = [
                               str(image_folder(tmp / "data", splits=("train",)))], "has train/ but no val/",
                  id="eval-data-without-val"),
     pytest.param(_loose_images, "its images lie directly in it", id="eval-loose-images"),
+    pytest.param(lambda tmp: ["eval", tiny_tflite(tmp / "m.tflite").name, "--data", _data(tmp), "--int8-kernels",
+                              "arm64"], "--int8-kernels chooses the kernels a QAT .keras model follows",
+                 id="eval-int8-kernels-of-a-tflite"),
     pytest.param(_calibration_bomb, f"1 {TOO_LARGE} (huge.png)", id="calibration-decompression-bomb"),
     # LiteRT's Arm64 kernels under emulation (tests/test_arm.py: without the emulator installed)
     pytest.param(lambda tmp: ["bench", "--arm", "a77", tiny_tflite(tmp / "m.tflite").name],

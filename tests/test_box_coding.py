@@ -135,3 +135,23 @@ def test_per_class_nms_keeps_the_best_of_overlapping_boxes_within_a_class():
     np.testing.assert_array_equal(classes, [1, 2, 1])
     np.testing.assert_array_equal(kept_boxes[0], boxes[1])
     assert box_coding.per_class_nms(boxes, probabilities, confidence=0.9)[0].shape == (0, 4)
+
+
+def test_best_class_nms_suppresses_across_classes_each_anchor_as_its_best_class():
+    """The boxes of the per-class case: the class-2 box over the same place
+    as two class-1 boxes goes (one NMS over all classes); anchor 2 stands
+    for class 1 (its background 0.5 is never a detection); the threshold,
+    the confidence and the count cut as they say."""
+    boxes = np.array([[0, 0, 0.5, 0.5], [0.01, 0, 0.5, 0.5], [0.6, 0.6, 0.9, 0.9], [0, 0, 0.5, 0.5],
+                      [0.15, 0.1, 0.6, 0.6]], np.float32)
+    probabilities = np.array([[0.1, 0.8, 0.1], [0.1, 0.85, 0.05], [0.5, 0.495, 0.005], [0.2, 0.1, 0.7],
+                              [0.3, 0.05, 0.65]], np.float32)
+    kept_boxes, scores, classes = box_coding.best_class_nms(boxes, probabilities, threshold=0.3)
+    np.testing.assert_allclose(scores, [0.85, 0.495])
+    np.testing.assert_array_equal(classes, [1, 1])
+    np.testing.assert_array_equal(kept_boxes, boxes[[1, 2]])
+    # box 4 overlaps box 1 by IoU 0.42: kept at 0.5, suppressed at 0.3
+    assert box_coding.best_class_nms(boxes, probabilities, threshold=0.5)[1].tolist() == pytest.approx(
+        [0.85, 0.65, 0.495])
+    assert box_coding.best_class_nms(boxes, probabilities, threshold=0.5, detections=2)[2].tolist() == [1, 2]
+    assert box_coding.best_class_nms(boxes, probabilities, confidence=0.9)[0].shape == (0, 4)

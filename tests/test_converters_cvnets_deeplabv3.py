@@ -44,6 +44,8 @@ AUX_HEAD_V2_050 = {"seg_head.aux_head.0.block.conv.weight": (128, 192, 3, 3),
                       for leaf in ("weight", "bias", "running_mean", "running_var")},
                    "seg_head.aux_head.2.block.conv.weight": (21, 128, 1, 1),
                    "seg_head.aux_head.2.block.conv.bias": (21,)}
+# ml-cvnets v0.1's classifier module (Apple's v1 VOC files), beside its dropout and upsampling
+V01_CLASSIFIER = "seg_head.classifier.classifier."
 
 
 def reference(name):
@@ -118,6 +120,12 @@ def test_v2_checkpoints_need_the_dilated_blocks_they_were_trained_with(imported,
     np.testing.assert_allclose(keras_logits(load_model(model_file), pixels), ref["logits"], atol=TOLERANCE)
     resized, _ = resolve_model(str(model_file), input_size=64)  # a rebuild keeps the switch
     assert resized.get_layer("layer_5.1.local_rep.conv_3x3.conv").dilation_rate == (2, 2)
+    # so does the registered model given the file as its weights (`--weights seg.keras`)
+    np.testing.assert_allclose(keras_logits(edgevit.create_model(name, input_size=SIZE, weights=str(model_file)),
+                                            pixels), ref["logits"], atol=TOLERANCE)
+    with pytest.raises(edgevit.EdgevitError, match=r"seg\.keras computes with dilate_blocks=True; it cannot be "
+                                                   r"built with dilate_blocks=False\.$"):
+        edgevit.create_model(name, input_size=SIZE, weights=str(model_file), dilate_blocks=False)
     assert undilated.get_layer("layer_5.1.local_rep.conv_3x3.conv").dilation_rate == (1, 1)
 
 
@@ -126,3 +134,35 @@ def test_dilate_blocks_is_for_v2_based_backbones():
         edgevit.create_model("deeplabv3_mobilevit_v3_xxs", input_size=SIZE, dilate_blocks=True)
     with pytest.raises(edgevit.EdgevitError, match="dilate_blocks must be True or False"):
         edgevit.create_model("deeplabv3_mobilevit_v2_050", input_size=SIZE, dilate_blocks=2)
+
+
+def test_an_apple_v1_voc_checkpoint_imports_through_the_cli_with_every_tensor_used(tmp_path):
+    """deeplabv3_mobilevit_xxs.pt as ml-cvnets v0.1 writes it: its classifier
+    one level down (seg_head.classifier.classifier) and PyTorch's BatchNorm
+    counters beside the statistics; the command places every tensor but the
+    counters and the model it writes computes as the source does."""
+    from tests.helpers import run_json
+
+    name, size = "deeplabv3_mobilevit_v1_xxs", 64
+    source = edgevit.create_model(name, input_size=size)
+    state_dict = {key.replace("seg_head.classifier.", V01_CLASSIFIER, 1): value
+                  for key, value in state_dict_in(source, "cvnets").items()}
+    counters = {key.replace("running_mean", "num_batches_tracked"): np.array(1000, np.int64)
+                for key in state_dict if key.endswith(".running_mean")}
+    for key in ("encoder.conv_1.block.conv.weight", "encoder.layer_3.1.global_rep.0.pre_norm_mha.1.qkv_proj.weight",
+                "encoder.layer_5.1.fusion.block.conv.weight",
+                "seg_head.aspp.aspp_layer.convs.4.aspp_pool.conv_1x1.block.conv.weight",
+                f"{V01_CLASSIFIER}block.conv.bias"):
+        assert key in state_dict, key
+    checkpoint = write_checkpoint({**state_dict, **counters}, tmp_path / "deeplabv3_mobilevit_xxs.pt")
+    weights = tmp_path / "seg.weights.h5"
+    report = run_json("import-weights", checkpoint, "--model", name, "--input-size", size, "-o", weights, "--json")
+    assert (report["source"], report["num_classes"], report["options"]) == ("cvnets", 21, {})
+    assert report["channel_order"].startswith("BGR")
+    assert report["tensors"] == len(state_dict) and report["ignored"] == len(counters) > 30
+    pixels = np.random.default_rng(0).random((1, size, size, 3), dtype=np.float32)
+    want = keras_logits(source, pixels)
+    for w in source.weights:  # the same model, emptied and filled from the written file
+        w.assign(np.zeros(w.shape, w.dtype))
+    source.load_weights(weights)
+    np.testing.assert_allclose(keras_logits(source, pixels), want, atol=1e-5)

@@ -51,6 +51,14 @@ def test_parameter_count_equals_published(name):
     assert count_params(edgevit.create_model(name, input_size=64)) == PUBLISHED_PARAMS[name]
 
 
+def test_mobilevitv3_voc_segmenters_have_the_releases_parameter_counts():
+    """The MobileViTv3 README's VOC table, in millions (one decimal): the
+    v1-based ones with ASPP 256, the v2-based ones with ASPP 512, as their configs."""
+    readme = {"deeplabv3_mobilevit_v3_xxs": 2.0, "deeplabv3_mobilevit_v3_xs": 3.3, "deeplabv3_mobilevit_v3_s": 7.2,
+              "deeplabv3_mobilevit_v3_050": 6.3, "deeplabv3_mobilevit_v3_100": 13.6}
+    assert {name: round(get_spec(name).parameters / 1e6, 1) for name in readme} == readme
+
+
 def test_counts_equal_transformers_models():
     transformers = pytest.importorskip("transformers")
     from edgevit.converters.hf_mobilevit import HF_CONFIGS

@@ -193,6 +193,22 @@ print(json.dumps({"boxes": int(len(ds.train.corners)), "peak_mb": peak_mb(), "be
 """
 
 
+def test_a_training_crop_keeps_the_boxes_whose_centre_it_keeps():
+    """As cvnets' SSD crop: a box whose centre falls outside the crop is
+    dropped (clipped, a sliver of a square would be taught as a square); one
+    whose centre stays is clipped to the crop."""
+    from edgevit.data.boxes import batch_boxes
+    from edgevit.data.transforms import BoxCrop, placed_boxes
+
+    crop = BoxCrop((20, 10, 70, 60), 50)                          # the input is the image's (20..70, 10..60)
+    boxes = np.array([[10, 20, 30, 40],                           # centre x 20: on the crop's edge, out
+                      [14, 20, 34, 40],                           # centre x 24: in, clipped to x 20
+                      [40, 50, 60, 90]], np.float32)              # centre y 70: below the crop
+    rows = batch_boxes(placed_boxes(crop, (96, 80), boxes) / 50, np.array([1, 2, 1]))
+    kept = rows[rows[:, 4] > 0]
+    np.testing.assert_allclose(kept, [[10 / 50, 0, 30 / 50, 14 / 50, 2]], atol=1e-6)
+
+
 @pytest.mark.slow
 def test_a_million_annotations_are_read_in_bounded_memory(tmp_path):
     """A COCO json of 10^6 annotations (COCO's train2017 has 0.86 M, with

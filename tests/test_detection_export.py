@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from edgevit.evaluate import MEDIAPIPE_IOU
 from edgevit.export import detection
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.litert.detection_postprocess import ON_THE_CPU, POSTPROCESS_OP, Suppression, raw_view, \
@@ -27,7 +25,7 @@ from edgevit.litert.run_model import run_in_process, split_outputs
 from edgevit.litert.standard_metadata import DETECTOR_IDENTIFIER, DETECTOR_METADATA, read_standard
 from edgevit.registry import Preprocessing, get_spec
 from edgevit.saving import set_class_names
-from tests.standard_clients import CLIENTS, TASK_LIBRARY_PYTHON, missing
+from tests.standard_clients import detect, missing
 
 SIZE, GRID, PER_PLACE = 64, 8, 2
 CLASSES = ["background", "circle", "square", "star"]
@@ -92,16 +90,6 @@ def _litert(content: bytes, pixels: np.ndarray) -> list[np.ndarray]:
     return split_outputs(content, run_in_process(content, pixels.astype(np.float32) / 255.0))
 
 
-def _detect(client: str, model, pixels, tmp_path) -> list | str:
-    python = sys.executable if client == "mediapipe" else str(TASK_LIBRARY_PYTHON)
-    np.save(tmp_path / "images.npy", pixels)
-    proc = subprocess.run([python, str(CLIENTS / f"{client}_detect.py"), str(model), str(tmp_path / "images.npy"),
-                           str(tmp_path / "out.json")], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GLOG_minloglevel="2"))
-    if proc.returncode == 3:
-        return proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads((tmp_path / "out.json").read_text())
 
 
 def test_raw_form_is_all_integer_and_its_metadata_is_what_mediapipe_reads(files):
@@ -160,35 +148,69 @@ def test_the_postprocessing_op_reads_the_raw_outputs_of_the_same_graph(files):
         np.testing.assert_array_equal(mine, theirs)
 
 
-def test_mediapipe_detects_with_the_raw_form_what_the_postprocessing_op_finds(files, tmp_path):
+def _eval_detections(content: bytes, pixels: np.ndarray) -> list[tuple]:
+    """Per image, (boxes, scores, classes counted from 0) as `edgevit eval` (its default --nms) suppresses the
+    file's detections: a post-processing-op file read before its op."""
+    from edgevit.evaluate import MEDIAPIPE_NMS, detection_postprocessing
+    from edgevit.models.box_coding import decode
+
+    suppress, _ = detection_postprocessing(MEDIAPIPE_NMS, read_embedded(content))
+    regressions, scores = _litert(raw_view(content), pixels)
+    found = []
+    for image_regressions, image_scores in zip(regressions, scores):
+        boxes, kept, classes = suppress(decode(image_regressions, _anchors()),
+                                        np.concatenate([np.zeros_like(image_scores[:, :1]), image_scores], 1))
+        found.append((boxes, kept, classes - 1))
+    return found
+
+
+def _shown(detections, boxes, classes, scores) -> bool:
+    """Whether each of MediaPipe's ``detections`` of an image is one of these, in class, score and box."""
+    for _, name, score, *box in detections:
+        near = np.abs(scores - score) < 1e-6
+        near &= np.array([CLASSES[1 + int(c)] == name for c in classes])
+        near &= np.abs(_as_mediapipe_box(boxes) - box).max(axis=1) <= 1.5 / SIZE
+        if not near.any():
+            return False
+    return True
+
+
+def test_mediapipe_detects_with_the_raw_form_what_the_postprocessing_op_and_eval_find(files, tmp_path):
     """MediaPipe decodes the raw outputs with the metadata's anchors and scales and suppresses overlaps; the
-    detection post-processing op, given the same outputs, anchors and MediaPipe's IoU threshold, keeps the same
-    boxes, classes and scores."""
+    detection post-processing op, given the same outputs, anchors and MediaPipe's IoU threshold, and `edgevit
+    eval`'s suppression of the same outputs keep as many boxes, each of the same class, score and box."""
     if missing("mediapipe"):
         pytest.skip(missing("mediapipe"))
     path, _ = files["raw"]
     pixels = _pixels()
-    found = _detect("mediapipe", path, pixels, tmp_path)
+    found = detect("mediapipe", path, pixels, tmp_path)
     assert not isinstance(found, str), found
     reference = with_postprocess(path.read_bytes(), _anchors(), SCALES,
                                  Suppression(max_detections=GRID * GRID * PER_PLACE, iou_threshold=MEDIAPIPE_IOU,
                                              score_threshold=0.0))
     boxes, classes, scores, counts = _litert(reference, pixels)
-    matched = 0
+    evaluated = _eval_detections(path.read_bytes(), pixels)
     for image, detections in enumerate(found):
         kept = int(counts[image])
-        assert len(detections) == kept
-        for _, name, score, *box in detections:
-            near = np.abs(scores[image, :kept] - score) < 1e-6
-            near &= np.array([CLASSES[1 + int(c)] == name for c in classes[image, :kept]])
-            near &= np.abs(_as_mediapipe_box(boxes[image, :kept]) - box).max(axis=1) <= 1.5 / SIZE
-            matched += bool(near.any())
-    assert matched == sum(map(len, found))
+        assert len(detections) == kept == len(evaluated[image][1]) > 0
+        assert _shown(detections, boxes[image, :kept], classes[image, :kept], scores[image, :kept])
+        eval_boxes, eval_scores, eval_classes = evaluated[image]
+        assert _shown(detections, eval_boxes, eval_classes, eval_scores)
 
 
-# MediaPipe's ObjectDetector suppresses a box that overlaps a better one by an IoU over 0.3 (the Python and
-# Kotlin options do not set it)
-MEDIAPIPE_IOU = 0.3
+def test_eval_suppresses_the_nms_form_as_its_op_does(files):
+    """`edgevit eval` reads a post-processing-op file before its op and applies the op's options (from the
+    metadata): the op's own detections, in its order."""
+    content = files["nms"][0].read_bytes()
+    pixels = _pixels()
+    boxes, classes, scores, counts = _litert(content, pixels)
+    for image, (kept_boxes, kept_scores, kept_classes) in enumerate(_eval_detections(content, pixels)):
+        kept = int(counts[image])
+        assert len(kept_scores) == kept > 0
+        np.testing.assert_array_equal(kept_classes, classes[image, :kept])
+        np.testing.assert_allclose(kept_scores, scores[image, :kept], atol=1e-6)
+        np.testing.assert_allclose(kept_boxes, boxes[image, :kept], atol=1e-5)
+
 
 
 def _as_mediapipe_box(boxes: np.ndarray) -> np.ndarray:
@@ -205,7 +227,7 @@ def test_clients_load_the_nms_form_and_show_what_litert_computes(files, tmp_path
         pytest.skip(missing(client))
     path, _ = files["nms"]
     pixels = _pixels()
-    found = _detect(client, path, pixels, tmp_path)
+    found = detect(client, path, pixels, tmp_path)
     assert not isinstance(found, str), found
     boxes, classes, scores, counts = _litert(path.read_bytes(), pixels)
     for image, detections in enumerate(found):
@@ -249,6 +271,26 @@ def test_the_report_table_shows_a_detectors_agreement(files):
     assert "anchors' top class" in table and "same detections" in table and "verdict:" in table
 
 
+def test_float_io_int8_detector_passes_the_audit_with_a_dequantize_per_output():
+    """--int8 --io float32: each of the two outputs ends in the DEQUANTIZE
+    of the boundary (issue 55: the second one was taken for a float op
+    inside the graph, and the conversion refused)."""
+    from edgevit.data import sample_photos
+    from edgevit.errors import EdgevitError
+    from edgevit.export.audit import audit
+    from edgevit.export.convert import convert
+    from edgevit.litert.flatbuffer import read
+
+    calibration = sample_photos.sample_batch(Preprocessing(SIZE, SIZE), 4)
+    content = convert(_standin(), "int8", calibration, io_dtype="float32")
+    graph = read(content)
+    assert [graph.ops[graph.producers[index]].name for index in graph.outputs] == ["DEQUANTIZE"] * 2
+    checks = audit(content, "int8", "float32").checks
+    assert all(c.passed for c in checks) and any(c.name.startswith("every op integer") for c in checks)
+    with pytest.raises(EdgevitError, match=r"float ops in the graph \(QUANTIZE#0, DEQUANTIZE#\d+, DEQUANTIZE#\d+\)"):
+        audit(content, "int8", "int8")  # the same file held to integer io: its boundary ops are float ops
+
+
 def test_the_postprocessing_op_on_a_classifier_is_one_error_and_no_file(tmp_path):
     import keras
 
@@ -285,6 +327,6 @@ def test_ssdlite_mobilevit_v1_xs_from_the_command_line_in_both_forms(tmp_path, m
         for client in clients:
             if missing(client):
                 continue
-            found = _detect(client, out, np.stack([np.asarray(p) for p in pixels]), tmp_path)
+            found = detect(client, out, np.stack([np.asarray(p) for p in pixels]), tmp_path)
             assert not isinstance(found, str), found
             assert all(name in read_embedded(out.read_bytes())["labels"] for image in found for _, name, *_ in image)

@@ -381,3 +381,27 @@ def test_logit_rows_that_are_both_zero_agree_and_a_zero_row_against_another_does
     result = agreement(reference, np.array([[0.0, 0.0], [0.1, 0.0], [0.5, -0.2]]))
     assert result["cosine_min"] == 0.0 and result["cosine_mean"] == pytest.approx(2 / 3)
     assert agreement(reference, reference.copy())["cosine_min"] == pytest.approx(1.0)
+
+
+def test_the_fp32_file_read_a_share_of_tensors_at_a_time_gives_the_cosines_of_one_share(monkeypatch):
+    """The diagnosis reads the fp32 file's tensors in shares (its graph made
+    to output each share: memory for a share, not for every tensor at once);
+    one tensor a share or all in one, each layer gets the same cosines."""
+    from edgevit.export import diagnose
+    from edgevit.litert.flatbuffer import write_model
+
+    model = tiny_model(norm=keras.layers.LayerNormalization())
+    x = np.random.default_rng(0).normal(size=(2, SIZE, SIZE, 3)).astype(np.float32)
+    fp32, int8 = convert(model, "fp32"), convert(model, "int8", x)
+    built = []
+    monkeypatch.setattr(diagnose, "write_model", lambda *args: built.append(1) or write_model(*args))
+    runs = {}
+    for share_bytes in (1, 10**9):
+        monkeypatch.setattr(diagnose, "FLOAT_SHARE_BYTES", share_bytes)
+        built.clear()
+        runs[share_bytes] = diagnose.layerwise_comparison(fp32, int8, x)["layers"], len(built)
+    (one_each, one_each_files), (together, together_files) = runs[1], runs[10**9]
+    assert together_files == 2 and one_each_files >= 2 * len(together) > 2 * 4  # two images
+    assert [row["tensor"] for row in one_each] == [row["tensor"] for row in together]
+    for a, b in zip(one_each, together):
+        assert a["cosine"] == pytest.approx(b["cosine"], abs=1e-6) and 0 < a["cosine"] <= 1 + 1e-9

@@ -532,6 +532,28 @@ def test_cvnets_zoo_segmenter_is_built_with_the_dilation_it_was_trained_with(ser
     np.testing.assert_allclose(logits(model, PHOTOS), logits(source, PHOTOS), atol=1e-5)
 
 
+def test_v2_based_segmentation_release_of_mobilevitv3_is_built_dilated_and_takes_rgb(servers, tmp_path):
+    """mobilevitv3_voc_0_5_0.zip: checkpoint_ema_best.pt of MobileViTv3-v2 on
+    ml-cvnets v0.2 (its classifier as seg_head.classifier, the auxiliary head
+    beside it), trained on RGB with layer 5's block dilated; non-commercial."""
+    name = "deeplabv3_mobilevit_v3_050"
+    source = edgevit.create_model(name, input_size=SIZE, dilate_blocks=True)
+    tensors = {**state_dict(source, "cvnets"), "seg_head.aux_head.2.block.conv.bias": np.zeros(21, np.float32)}
+    assert "seg_head.classifier.block.conv.weight" in tensors
+    entry = get_spec(name).pretrained
+    assert (entry.tag, entry.channel_order, entry.metric, entry.top1, entry.naming) == (
+        "mobilevitv3_voc_0_5_0", "RGB", "VOC mIoU", 76.48, "cvnets")
+    assert entry.licence.startswith("non-commercial")
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr(f"{entry.tag}/checkpoint_ema_best.pt", torch_bytes(tensors))
+    servers.plain_file(entry.location, archive.getvalue())
+    model = edgevit.create_model(name, input_size=SIZE, weights="imagenet")
+    assert model.get_layer("layer_5.1.local_rep.conv_3x3.conv").dilation_rate == (2, 2)
+    np.testing.assert_allclose(logits(model, PHOTOS), logits(source, PHOTOS), atol=1e-5)
+    assert get_spec("deeplabv3_mobilevit_v3_100").pretrained.top1 == 80.04
+
+
 def test_another_class_count_gets_a_new_classifier_only(servers, v1_checkpoint, v1_caches, tmp_path):
     from edgevit.train.prepare import build_model
 
@@ -586,7 +608,8 @@ def test_entries_name_their_licence_source_and_channel_order():
         # (transformers' copies) on BGR; timm's copies take RGB
         bgr = name.startswith("mobilevit_v3_") and name[len("mobilevit_v3_"):] in ("xxs", "xs", "s", "xxs_l2",
                                                                                   "xs_l2", "s_l2")
-        bgr = bgr or name.startswith(("deeplabv3_mobilevit_v1_", "deeplabv3_mobilevit_v3_"))
+        bgr = bgr or name.startswith("deeplabv3_mobilevit_v1_") or name in (
+            "deeplabv3_mobilevit_v3_xxs", "deeplabv3_mobilevit_v3_xs", "deeplabv3_mobilevit_v3_s")
         bgr = bgr or name.startswith("ssdlite_mobilevit_v1_") or name in (
             "ssdlite_mobilevit_v3_xxs", "ssdlite_mobilevit_v3_xs", "ssdlite_mobilevit_v3_s")
         assert entry.channel_order == ("BGR" if bgr else "RGB"), name

@@ -18,6 +18,7 @@ from edgevit.cli.options import (
     positive_learning_rate,
 )
 from edgevit.cli.output import log, print_json, print_table, user_errors
+from edgevit.evaluate import MEDIAPIPE_NMS, NMS_CHOICES
 from edgevit.train.run import EPOCHS, FINETUNE_LR, QAT_LR, RunOptions
 
 
@@ -149,9 +150,20 @@ def _export_trained(run, export_files, progress) -> dict:
                    "a segmenter, a segmentation folder (classes.txt, val/images and val/masks, or a VOC devkit); for "
                    "a detector, a detection folder (annotations/instances_val.json with val/, or a VOC devkit).")
 @click.option("--threads", type=click.IntRange(1, 64), default=2, show_default=True, help="LiteRT threads.")
+@click.option("--nms", type=click.Choice(NMS_CHOICES), default=MEDIAPIPE_NMS, show_default=True,
+              help="A detector's suppression of overlapping boxes. mediapipe: what MediaPipe's ObjectDetector shows "
+                   "(a raw file or a .keras model: one NMS over all classes at IoU 0.3, MediaPipe's fixed default; "
+                   "a --add-postprocessing-op file: the op's own options, what every client shows). cvnets: "
+                   "per-class NMS at IoU 0.5, as cvnets evaluates its SSD models (published figures; edgevit's "
+                   "Android demo on a raw file).")
+# edgevit.quantize.kernel_arithmetic.TARGET_KERNELS, spelled out: importing it here would load Keras for --help
+@click.option("--int8-kernels", type=click.Choice(["x86", "arm64"]), default=None,
+              help="A QAT .keras model computes the int8 SOFTMAX of LiteRT's x86 or Arm64 kernels (phones, Apple "
+                   "Silicon), whose roundings differ: what its int8 file computes there (default: this machine's "
+                   "kernels).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @user_errors
-def eval_command(model_file, data_dir, threads, as_json):
+def eval_command(model_file, data_dir, threads, nms, int8_kernels, as_json):
     """Top-1/top-5 accuracy and a confusion summary of a .keras or .tflite
     classifier on every image of an image folder (class folders matched to
     the model's classes by name); mIoU, per-class IoU and pixel accuracy of
@@ -161,7 +173,8 @@ def eval_command(model_file, data_dir, threads, as_json):
     from edgevit.evaluate import evaluate
     from edgevit.progress import Progress
 
-    report = evaluate(model_file, data_dir, threads=threads, progress=Progress(enabled=not as_json))
+    report = evaluate(model_file, data_dir, threads=threads, progress=Progress(enabled=not as_json), nms=nms,
+                      int8_kernels=int8_kernels)
     if as_json:
         print_json(report)
         return
@@ -171,6 +184,7 @@ def eval_command(model_file, data_dir, threads, as_json):
         print_table(f"{report['model']} on {report['data']} (val)", ["metric", "value"],
                     [["images scored", f"{report['images']} of {report['found']}"], ["boxes", report["boxes"]],
                      ["mAP (IoU 0.5:0.95)", report["map"]], ["AP50", report["ap50"]], ["AP75", report["ap75"]],
+                     ["NMS", _nms_summary(report["postprocessing"])],
                      ["unreadable skipped", report["unreadable_skipped"] if not skipped else skipped],
                      ["left out of the annotations", left_out or 0]])
         print_table("per class", ["class", "boxes", "AP"],
@@ -194,6 +208,11 @@ def eval_command(model_file, data_dir, threads, as_json):
     if report["top_confusions"]:
         print_table("most confused", ["true", "predicted", "count"],
                     [[c["true"], c["predicted"], c["count"]] for c in report["top_confusions"]])
+
+
+def _nms_summary(postprocessing: dict) -> str:
+    return (f"{postprocessing['nms']}, IoU {postprocessing['iou_threshold']}, score > "
+            f"{postprocessing['score_threshold']}, at most {postprocessing['max_detections']} ({postprocessing['as']})")
 
 
 def _print_result(result: dict, as_json: bool, chief: bool) -> None:

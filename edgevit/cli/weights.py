@@ -16,7 +16,8 @@ from edgevit.writing import refuse_existing
 @click.option("--model", "model_name", required=True, help="edgevit variant, e.g. mobilevit_v3_xs.")
 @click.option("-o", "--output", type=str, default=None,
               help="Output NAME.weights.h5, or NAME.keras for a model whose checkpoints need a builder option "
-                   "(ml-cvnets' v2 segmenters) (default: MODEL.weights.h5 in the current folder).")
+                   "(ml-cvnets' v2 segmenters, the v2-based MobileViTv3 ones) (default: MODEL.weights.h5 in the "
+                   "current folder).")
 @overwrite_option
 @click.option("--source", type=click.Choice(["auto", *SOURCES]), default="auto", show_default=True,
               help="Checkpoint naming (auto: detected from the tensor names).")
@@ -38,7 +39,8 @@ def import_weights_command(checkpoint, model_name, output, overwrite, source, nu
     segmenters, official PVT v2 / Swin / CSWin / T2T-ViT releases) into
     edgevit MODEL and write a .weights.h5 file for `edgevit convert MODEL --weights FILE`
     (or a .keras model for `edgevit convert FILE`, which ml-cvnets' v2
-    segmenters need: their dilated blocks are a build option).
+    segmenters and the v2-based MobileViTv3 ones need: their dilated blocks
+    are a build option).
 
     PyTorch files are read with torch's weights-only loader: Python objects
     besides tensors are not unpickled, and code a file asks to run is never

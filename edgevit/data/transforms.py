@@ -167,14 +167,17 @@ Placement = BoxCrop | CenterCrop
 
 def placed_boxes(placement: Placement, image_size: tuple[int, int], boxes: np.ndarray) -> np.ndarray:
     """``boxes`` [N, 4] (x0, y0, x1, y1 in the upright image's pixels) where
-    ``placement`` puts them in the model's input, clipped to it (a box the
-    crop leaves out becomes empty: x0 == x1 or y0 == y1)."""
+    ``placement`` puts them in the model's input, clipped to it. A box whose
+    centre the crop leaves out becomes empty (all zero), as cvnets' SSD crop
+    drops it: clipped, it would teach a sliver of an object as the object."""
     sx, sy, ox, oy = placement.affine(image_size)
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     moved = boxes * [sx, sy, sx, sy] + [ox, oy, ox, oy]
     if placement.mirror:
         moved = np.stack([placement.size - moved[:, 2], moved[:, 1], placement.size - moved[:, 0], moved[:, 3]], 1)
-    return np.clip(moved, 0, placement.size).astype(np.float32)
+    centres = (moved[:, :2] + moved[:, 2:]) / 2
+    inside = ((centres > 0) & (centres < placement.size)).all(1)
+    return np.where(inside[:, None], np.clip(moved, 0, placement.size), 0).astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from edgevit.litert.flatbuffer import read, read_model, write_model
 from edgevit.litert.interpreter import load_interpreter
 from edgevit.litert.run_model import quantize
 
@@ -40,24 +41,24 @@ def layerwise_comparison(float_content: bytes, quant_content: bytes, inputs: np.
 
     totals: dict[str, list] = {}
     for x, q in zip(inputs, inputs if quant_inputs is None else quant_inputs):
-        ref, ref_order = _ran(float_content, x[None])
         got, got_order = _ran(quant_content, q[None])
-        ref_details = {t["name"]: t for t in ref.get_tensor_details() if t["index"] in ref_order}
-        for t in got.get_tensor_details():
-            if t["index"] not in got_order or t["name"] not in ref_details:
-                continue
-            value = _activation(got, t)
-            a = _activation(ref, ref_details[t["name"]])
-            if value is None or a is None or a.shape != value.shape or value.size <= 1:
-                continue
-            # the worst token of a [1, N, C] tensor (a class token broken by
-            # a shared scale hides in a whole-tensor cosine)
-            per_token = (min(cosine(a[0, i], value[0, i]) for i in range(a.shape[1]))
-                         if a.ndim == 3 and a.shape[-1] > 1 and a.shape[1] <= 1024 else cosine(a, value))
-            entry = totals.setdefault(t["name"], [got_order[t["index"]], [], []])
-            entry[1].append(cosine(a, value))
-            entry[2].append(per_token)
-        del ref, got  # each keeps every tensor of its graph
+        quantized = {t["name"]: t for t in got.get_tensor_details() if t["index"] in got_order}
+        for ref, ref_details in _float_shares(float_content, x[None], set(quantized)):
+            for name, ref_detail in ref_details.items():
+                t = quantized[name]
+                value = _activation(got, t)
+                a = _activation(ref, ref_detail)
+                if value is None or a is None or a.shape != value.shape or value.size <= 1:
+                    continue
+                # the worst token of a [1, N, C] tensor (a class token broken by
+                # a shared scale hides in a whole-tensor cosine)
+                per_token = (min(cosine(a[0, i], value[0, i]) for i in range(a.shape[1]))
+                             if a.ndim == 3 and a.shape[-1] > 1 and a.shape[1] <= 1024 else cosine(a, value))
+                entry = totals.setdefault(name, [got_order[t["index"]], [], []])
+                entry[1].append(cosine(a, value))
+                entry[2].append(per_token)
+            del ref  # before the next share's interpreter
+        del got  # it keeps every tensor of its graph
         on_image()
     rows = sorted((index, name, float(np.mean(c)), float(np.min(t))) for name, (index, c, t) in totals.items())
     layers = [{"tensor": name, "layer": _layer_of(name), "cosine": cos, "worst_token_cosine": tok}
@@ -65,6 +66,40 @@ def layerwise_comparison(float_content: bytes, quant_content: bytes, inputs: np.
               if not re.search(r"(pos_embed|cls_token|dist_token|ReadVariableOp|Const)", name.split(";")[0])]
     first = next((row for row in layers if min(row["cosine"], row["worst_token_cosine"]) < threshold), None)
     return {"threshold": threshold, "first_below": first, "layers": layers}
+
+
+# The float file's tensors are read a share at a time, from its graph made to output that share (an interpreter
+# keeps its outputs and reuses the rest of its memory), not from one interpreter keeping every tensor: the fp32
+# tensors are four times the int8 ones (ssdlite_mobilevit_v1_xs at 320 px: 0.38 GB against 0.10 GB), and both
+# files' at once took the diagnosis to 1.6x the plain converter's peak (docs/benchmarks.md).
+FLOAT_SHARE_BYTES = 48_000_000
+
+
+def _float_shares(content: bytes, x: np.ndarray, names: set[str]):
+    """(an interpreter that ran ``x``, {name: tensor detail}) for each share
+    of the float file's op outputs named in ``names``, together at most
+    FLOAT_SHARE_BYTES (a larger tensor alone)."""
+    graph = read(content)
+    shares, size = [[]], 0
+    for tensor in graph.tensors:
+        if tensor.index not in graph.producers or tensor.name not in names:
+            continue
+        nbytes = int(np.prod(tensor.shape)) * np.dtype(tensor.dtype).itemsize
+        if shares[-1] and size + nbytes > FLOAT_SHARE_BYTES:
+            shares.append([])
+            size = 0
+        shares[-1].append(tensor.index)
+        size += nbytes
+    model = read_model(content)
+    for share in (s for s in shares if s):
+        model.subgraphs[0].outputs = share
+        interp = load_interpreter(write_model(model, len(content) + 4096))
+        interp.allocate_tensors()
+        inp = interp.get_input_details()[0]
+        interp.set_tensor(inp["index"], quantize(x, inp).astype(inp["dtype"]))
+        interp.invoke()
+        wanted = set(share)
+        yield interp, {t["name"]: t for t in interp.get_tensor_details() if t["index"] in wanted}
 
 
 def _ran(content: bytes, x: np.ndarray):

@@ -33,6 +33,7 @@ class GraphSummary:
     input: dict
     output: dict                      # the first output: a detector has more (``outputs``)
     outputs: list[dict] = field(default_factory=list)   # every output, in order
+    output_producers: tuple[int, ...] = ()              # the op writing each output (-1: none)
     op_histogram: dict = field(init=False)
 
     def __post_init__(self):
@@ -44,8 +45,9 @@ class GraphSummary:
 
     def float_ops(self, allow_io_boundary: bool = False) -> list[OpInfo]:
         """Ops that read or write a float tensor. With ``allow_io_boundary``
-        the QUANTIZE of a float model input and the DEQUANTIZE of a float model
-        output are accepted: they sit at the edge, not inside the graph."""
+        the QUANTIZE of a float model input and the DEQUANTIZE of each float
+        model output (a detector has two) are accepted: they sit at the edge,
+        not inside the graph."""
         found = []
         for op in self.ops:
             dtypes = set(op.input_dtypes) | set(op.output_dtypes)
@@ -53,7 +55,7 @@ class GraphSummary:
                 continue
             if allow_io_boundary and (
                     (op.name == "QUANTIZE" and op.index == self.input["consumer"])
-                    or (op.name == "DEQUANTIZE" and op.index == self.output["producer"])):
+                    or (op.name == "DEQUANTIZE" and op.index in self.output_producers)):
                 continue
             found.append(op)
         return found
@@ -108,4 +110,5 @@ def describe(model: bytes | Graph) -> GraphSummary:
                 "producer": producer},
         outputs=[{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "quantization": _quantization(t)}
                  for t in (graph.tensors[index] for index in graph.outputs)],
+        output_producers=tuple(graph.producers.get(index, -1) for index in graph.outputs),
     )

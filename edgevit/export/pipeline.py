@@ -454,6 +454,11 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
     with staged(job.files.all()) as staging:
         staging.write_bytes(job.files.model, packaged.content)
         staged_model = staging.path_of(job.files.model)
+        # the runs in child processes first, while this process holds less: the Keras model's forward passes of
+        # validation keep memory here that the children would add to (ssdlite_mobilevit_v1_xs at 320 px, this
+        # process during the GPU run: 1.38 GB after validation, 1.29 GB before it; docs/benchmarks.md)
+        gpu = gpu_run(staged_model, opts.gpu_images, progress) if opts.gpu_images else None
+        arm = arm_run(staged_model, opts.arm_images, progress) if opts.arm_images else None
         with memory_of("validation", model):
             agreement_stats, probabilities, validate_seconds = validate(
                 model, packaged, staged_model, job.validation, opts.validation_threads, progress,
@@ -475,17 +480,16 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
                 result.top5_photos = top5_on_photos(model, packaged, staged_model,
                                                     spec.preprocessing_at(job.input_size), opts.validation_threads,
                                                     progress)
-        if opts.gpu_images:
-            result.gpu_run = gpu_run(staged_model, opts.gpu_images, progress)
-            run = result.gpu_run
+        if gpu is not None:
+            result.gpu_run = run = gpu
             if run.ran and opts.precision in GPU_PRECISIONS:
                 result.checks.append(Check(
                     "GPU accelerator: every op on the GPU, same answer as XNNPACK",
                     run.fully_accelerated and run.agrees,
                     f"{'every op' if run.fully_accelerated else 'not every op'} on the GPU, mean cosine "
                     f"{run.agreement['cosine_mean']:.5f} (floor {run.floor:.4g})", place="GPU"))
-        if opts.arm_images:
-            result.arm_run = run = arm_run(staged_model, opts.arm_images, progress)
+        if arm is not None:
+            result.arm_run = run = arm
             if run.ran:
                 result.checks.append(Check(
                     "Arm64 kernels (emulated): same answer as x86 XNNPACK", bool(run.agrees),

@@ -33,9 +33,10 @@ def make_divisible(value: float, divisor: int = 8, min_value: int | None = None)
 
 def conv_norm_act(x, filters: int | None, kernel_size: int = 1, strides: int = 1, *,
                   depthwise: bool = False, norm: bool = True, activation: str | None = "silu",
-                  use_bias: bool | None = None, dilation: int = 1, name: str):
+                  use_bias: bool | None = None, dilation: int = 1, initializer=CONV_INIT, name: str):
     """Conv (or depthwise conv) -> BatchNorm -> activation, named like the
-    PyTorch module path (``name.conv``, ``name.norm``). A dilated
+    PyTorch module path (``name.conv``, ``name.norm``); the kernel drawn by
+    ``initializer`` (a Keras initializer config). A dilated
     convolution (stride 1 only) pads ``dilation`` pixels per side, as
     PyTorch's ``padding=(k - 1) // 2 * dilation``: Keras "same" does the same."""
     if dilation > 1 and strides > 1:
@@ -47,10 +48,10 @@ def conv_norm_act(x, filters: int | None, kernel_size: int = 1, strides: int = 1
         padding = "valid"
     if depthwise:
         x = layers.DepthwiseConv2D(kernel_size, strides, padding=padding, use_bias=use_bias, dilation_rate=dilation,
-                                   depthwise_initializer=CONV_INIT, name=f"{name}.conv")(x)
+                                   depthwise_initializer=initializer, name=f"{name}.conv")(x)
     else:
         x = layers.Conv2D(filters, kernel_size, strides, padding=padding, use_bias=use_bias, dilation_rate=dilation,
-                          kernel_initializer=CONV_INIT, name=f"{name}.conv")(x)
+                          kernel_initializer=initializer, name=f"{name}.conv")(x)
     if norm:
         x = layers.BatchNormalization(epsilon=BN_EPSILON, momentum=BN_MOMENTUM, name=f"{name}.norm")(x)
     if activation:

@@ -149,3 +149,18 @@ def per_class_nms(boxes: np.ndarray, probabilities: np.ndarray, confidence: floa
     boxes, scores, classes = (np.concatenate(v) for v in (kept_boxes, kept_scores, kept_classes))
     best = np.argsort(-scores, kind="stable")[:detections]
     return boxes[best], scores[best], classes[best]
+
+
+def best_class_nms(boxes: np.ndarray, probabilities: np.ndarray, confidence: float = CONFIDENCE,
+                   threshold: float = NMS_IOU, detections: int = DETECTIONS):
+    """One image's detections as TFLite_Detection_PostProcess's fast NMS and
+    MediaPipe's ObjectDetector on a raw file find them: each anchor's best
+    class but the background (0) and its probability, the anchors whose
+    probability exceeds ``confidence``, one NMS over all classes (a box goes
+    when it overlaps a better one of any class by more than ``threshold``),
+    then the ``detections`` best. Arguments and result as :func:`per_class_nms`."""
+    classes = probabilities[:, 1:].argmax(1) + 1
+    scores = probabilities[np.arange(len(classes)), classes]
+    candidates = np.flatnonzero(scores > confidence)
+    keep = candidates[nms(boxes[candidates], scores[candidates], threshold)][:detections]
+    return boxes[keep].astype(np.float32), scores[keep].astype(np.float32), classes[keep].astype(np.int64)

@@ -47,7 +47,8 @@ class DeepLabV3Config:
 V2_WIDTHS = ("050", "075", "100", "125", "150", "175", "200")
 # As published: transformers' releases (deeplabv3-mobilevit-{xx-small,x-small,small}:
 # ASPP 256; mobilevitv2-1.0-voc-deeplabv3 and cvnets' v2 VOC config: ASPP 512)
-# and MobileViTv3's VOC configs (v1-based: 256), all at output stride 16.
+# and MobileViTv3's VOC configs (v1-based: 256; v2-based, MobileViTv3-v2's
+# pascal_voc/deeplabv3_mobilevitv3.yaml: 512, rates 6, 12, 18), all at output stride 16.
 CONFIGS = {
     "deeplabv3_mobilevit_v1_xxs": DeepLabV3Config("mobilevit_v1_xxs", 256),
     "deeplabv3_mobilevit_v1_xs": DeepLabV3Config("mobilevit_v1_xs", 256),
@@ -56,6 +57,7 @@ CONFIGS = {
     "deeplabv3_mobilevit_v3_xxs": DeepLabV3Config("mobilevit_v3_xxs", 256),
     "deeplabv3_mobilevit_v3_xs": DeepLabV3Config("mobilevit_v3_xs", 256),
     "deeplabv3_mobilevit_v3_s": DeepLabV3Config("mobilevit_v3_s", 256),
+    **{f"deeplabv3_mobilevit_v3_{w}": DeepLabV3Config(f"mobilevit_v3_{w}", 512) for w in ("050", "075", "100")},
 }
 
 
@@ -88,7 +90,9 @@ NO_VOC = Unpublished("no PASCAL VOC DeepLabV3 checkpoint of this width is publis
 # base_segmentation.py, read_image_pil): RGB; mIoU as ml-cvnets' model zoo;
 # its v2 blocks dilated (the cvnets importer builds them so). v3: the
 # MobileViTv3 release's VOC files (README mIoU; non-commercial licence), on
-# ml-cvnets v0.1: BGR. The zoo's and the release's parameter counts (6.2 M,
+# ml-cvnets v0.1: BGR; the v2-based ones (0.5, 1.0) on ml-cvnets v0.2: RGB,
+# their blocks dilated as cvnets' v2 (MobileViTBlockv3 takes the layer's
+# dilation), which their importer builds. The zoo's and the release's parameter counts (6.2 M,
 # 17.7 M, 22.6 M; 2.0 M, 3.3 M, 7.2 M) are the registered variants' (ASPP 512
 # and 256, output stride 16), as their configs have them.
 PRETRAINED = {
@@ -107,6 +111,10 @@ PRETRAINED = {
     "deeplabv3_mobilevit_v3_xxs": mobilevitv3_release("mobilevitv3_XXS_voc_e50_7404", 74.04, "BGR", VOC_MIOU),
     "deeplabv3_mobilevit_v3_xs": mobilevitv3_release("mobilevitv3_XS_voc_e50_7877", 78.77, "BGR", VOC_MIOU),
     "deeplabv3_mobilevit_v3_s": mobilevitv3_release("mobilevitv3_S_voc_e50_7959", 79.59, "BGR", VOC_MIOU),
+    "deeplabv3_mobilevit_v3_050": mobilevitv3_release("mobilevitv3_voc_0_5_0", 76.48, "RGB", VOC_MIOU),
+    "deeplabv3_mobilevit_v3_075": Unpublished("the MobileViTv3 release has no PASCAL VOC checkpoint of width 0.75 "
+                                              "(only ADE20k, 150 classes: mobilevitv3_ade20k_0_7_5)"),
+    "deeplabv3_mobilevit_v3_100": mobilevitv3_release("mobilevitv3_voc_1_0_0", 80.04, "RGB", VOC_MIOU),
 }
 
 
@@ -156,6 +164,8 @@ _V1 = dict(family="deeplabv3_mobilevit_v1", reference=REFERENCE, checkpoint_form
 _V2 = dict(family="deeplabv3_mobilevit_v2", reference=REFERENCE, checkpoint_formats=("huggingface", "cvnets"),
            **_COMMON)
 _V3 = dict(family="deeplabv3_mobilevit_v3", reference=REFERENCE_V3, checkpoint_formats=("cvnets",), **_COMMON)
+# A family of their own: their checkpoints import with other rules and options than the v1-based ones'.
+_V3_ON_V2 = dict(_V3, family="deeplabv3_mobilevit_v3_v2based")
 
 
 @register_model(**_V1)
@@ -221,3 +231,18 @@ def deeplabv3_mobilevit_v3_xs(num_classes: int = VOC_CLASSES, input_size: int = 
 @register_model(**_V3)
 def deeplabv3_mobilevit_v3_s(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
     return build_deeplabv3("deeplabv3_mobilevit_v3_s", num_classes, input_size, **options)
+
+
+@register_model(**_V3_ON_V2)
+def deeplabv3_mobilevit_v3_050(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v3_050", num_classes, input_size, **options)
+
+
+@register_model(**_V3_ON_V2)
+def deeplabv3_mobilevit_v3_075(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v3_075", num_classes, input_size, **options)
+
+
+@register_model(**_V3_ON_V2)
+def deeplabv3_mobilevit_v3_100(num_classes: int = VOC_CLASSES, input_size: int = 512, **options):
+    return build_deeplabv3("deeplabv3_mobilevit_v3_100", num_classes, input_size, **options)

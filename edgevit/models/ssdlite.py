@@ -21,7 +21,11 @@ Outputs, in this order (the detection contract, docs/design.md):
 - ``scores`` [B, A, num_classes]: raw class logits, class 0 the background.
 
 The extra levels and the heads use ReLU (cvnets' ``model.activation``), the
-backbone Swish (``model.classification.activation``).
+backbone Swish (``model.classification.activation``). Their convolutions
+start Xavier-uniform, as cvnets resets them (the backbone's He-normal over
+the fan-out gave the 1x1 output convolutions, 24 or 6 x classes outputs
+over up to 512 inputs, logits and regressions of standard deviation 6-7 on
+a fresh model: a first loss of ~135 a matched anchor).
 """
 from __future__ import annotations
 
@@ -34,7 +38,6 @@ from keras import layers
 
 from edgevit.errors import EdgevitError
 from edgevit.layers import conv_norm_act
-from edgevit.layers.conv import CONV_INIT
 from edgevit.models.common import image_input
 from edgevit.models.deeplabv3 import V2_WIDTHS, backbone_features
 from edgevit.models.mobilevit import CVNETS_LICENCE, mobilevitv3_release
@@ -51,6 +54,8 @@ ASPECT_RATIOS = ((2, 3), (2, 3), (2, 3), (2, 3), (2, 3), (2,))
 PROJ_CHANNELS = (512, 256, 256, 128, 128, 64)
 MIN_SCALE, MAX_SCALE = 0.1, 1.05
 HEAD_ACTIVATION = "relu"
+# cvnets' reset of the extra levels' and the heads' convolutions (nn.init.xavier_uniform_, zero bias)
+HEAD_INIT = {"class_name": "GlorotUniform", "config": {}}
 
 # ml-cvnets resizes the whole image to 320x320 (no crop), pixels in [0, 1],
 # no mean/std: v0.1 (MobileViT v1, the v1-based v3) with OpenCV bilinear,
@@ -160,27 +165,29 @@ def anchor_boxes(model: keras.Model) -> np.ndarray:
 def extra_level(x, channels: int, name: str):
     """A stride-2 separable 3x3 convolution: depthwise + BatchNorm, then
     pointwise + BatchNorm + ReLU."""
-    x = conv_norm_act(x, None, 3, 2, depthwise=True, activation=None, name=f"{name}.dw_conv")
-    return conv_norm_act(x, channels, 1, activation=HEAD_ACTIVATION, name=f"{name}.pw_conv")
+    x = conv_norm_act(x, None, 3, 2, depthwise=True, activation=None, initializer=HEAD_INIT, name=f"{name}.dw_conv")
+    return conv_norm_act(x, channels, 1, activation=HEAD_ACTIVATION, initializer=HEAD_INIT, name=f"{name}.pw_conv")
 
 
 def pooled_level(x, channels: int, name: str):
     """Global average pool, then a 1x1 convolution (no bias, no norm) + ReLU."""
     x = layers.GlobalAveragePooling2D(keepdims=True, name=f"{name}.pool")(x)
     return conv_norm_act(x, channels, 1, norm=False, use_bias=False, activation=HEAD_ACTIVATION,
-                         name=f"{name}.proj")
+                         initializer=HEAD_INIT, name=f"{name}.proj")
 
 
 def ssd_head(x, level: Level, num_classes: int, name: str):
     """(boxes [B, H*W*anchors, 4], logits [B, H*W*anchors, num_classes])."""
     if level.stride is not None:
         if level.proj_channels != x.shape[-1]:
-            x = conv_norm_act(x, level.proj_channels, 1, activation=HEAD_ACTIVATION, name=f"{name}.proj_layer")
-        x = conv_norm_act(x, None, 3, depthwise=True, activation=None, name=f"{name}.loc_cls_layer.dw_conv")
+            x = conv_norm_act(x, level.proj_channels, 1, activation=HEAD_ACTIVATION, initializer=HEAD_INIT,
+                              name=f"{name}.proj_layer")
+        x = conv_norm_act(x, None, 3, depthwise=True, activation=None, initializer=HEAD_INIT,
+                          name=f"{name}.loc_cls_layer.dw_conv")
     positions = int(x.shape[1]) * int(x.shape[2]) * level.anchors
     outputs = []
     for part, channels in (("box", 4), ("class", num_classes)):
-        y = layers.Conv2D(level.anchors * channels, 1, kernel_initializer=CONV_INIT, name=f"{name}.{part}_conv")(x)
+        y = layers.Conv2D(level.anchors * channels, 1, kernel_initializer=HEAD_INIT, name=f"{name}.{part}_conv")(x)
         outputs.append(layers.Reshape((positions, channels), name=f"{name}.{part}_reshape")(y))
     return tuple(outputs)
 

@@ -15,14 +15,59 @@ agree value for value:
 - XNNPACK's and the builtin kernel's ADD (:func:`sum_requantized`) and
   XNNPACK's MEAN (:func:`mean_requantized`);
 - the int32 bias the converter writes (:func:`bias_levels`), and the model
-  input as an app quantizes it (:func:`input_quantized`).
+  input as an app quantizes it (:func:`input_quantized`);
+- the int8 SOFTMAX of LiteRT's x86 builds (:func:`x86_softmax_requantized`)
+  and of its aarch64 builds (:func:`arm64_softmax_requantized`).
+
+One op has two kernels that round differently: LiteRT's int8 SOFTMAX runs
+on a float exp table and a float 1/sum in x86 builds, on a 16-bit integer
+exp table and a fixed-point 1/sum in every aarch64 build (phones, Apple
+Silicon), and about one output in 10^4 differs by a step. The QAT model
+follows one of them, :func:`target_kernels`: the machine's own unless
+:func:`targeting_kernels` says which. (Compared op by op on a trained
+segmenter's file, every other op computed the same bits on both.)
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import platform
 
 import numpy as np
 from keras import ops
 
+from edgevit.errors import EdgevitError
 from edgevit.quantize.int8_ranges import part, weight_scales
+
+# the kernel sets whose int8 SOFTMAX the QAT model can follow
+TARGET_KERNELS = ("x86", "arm64")
+_TARGET = contextvars.ContextVar("edgevit_int8_kernels", default=None)
+
+
+def machine_kernels() -> str:
+    """The kernel set LiteRT runs on this machine: "arm64" on an aarch64
+    CPU (its builds define TFLITE_SOFTMAX_USE_UINT16_LUT), else "x86"."""
+    return "arm64" if platform.machine().lower() in ("aarch64", "arm64") else "x86"
+
+
+def target_kernels() -> str:
+    """The kernel set whose int8 SOFTMAX the QAT model computes now (see
+    the module docstring): read when a model is called or traced."""
+    return _TARGET.get() or machine_kernels()
+
+
+@contextlib.contextmanager
+def targeting_kernels(kernels: str | None):
+    """While inside, QAT models compute the int8 SOFTMAX of ``kernels``
+    ("x86" or "arm64"; None: the machine's). A model traced inside (a
+    ``tf.function``, ``model.predict``) keeps it in its graph."""
+    if kernels is not None and kernels not in TARGET_KERNELS:
+        raise EdgevitError(f"Unknown int8 kernels {kernels!r}: one of {', '.join(TARGET_KERNELS)}.")
+    token = _TARGET.set(kernels)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
 
 
 def accumulator_requantized(x, input_params, kernel_scales, grid):
@@ -235,3 +280,73 @@ def on_levels(x, scale):
     ``scale``, up to float32 error), with the gradient of the division."""
     scaled = x / scale
     return scaled + ops.stop_gradient(ops.round(scaled) - scaled)
+
+
+def softmax_requantized(logits, logit_params, grid):
+    """What LiteRT's int8 SOFTMAX (beta 1) of the :func:`target_kernels`
+    writes over the last axis of ``logits``, int8 values on the grid
+    ``logit_params`` ([scale, zero point]), into the tensor with ``grid``
+    (scale 1/256, zero point -128)."""
+    kernel = arm64_softmax_requantized if target_kernels() == "arm64" else x86_softmax_requantized
+    return kernel(logits, logit_params, grid)
+
+
+def _as_float32(value):
+    """``value`` (float64) rounded to float32, as float64 again: after each
+    op, float32 arithmetic in float64 (exact: a float64 sum, product or
+    quotient of float32 values rounds to what the float32 op gives)."""
+    return ops.cast(ops.cast(value, "float32"), "float64")
+
+
+def _softmax_exp_table(logits, logit_params):
+    """The float32 exp of scale x (level - the row's largest level), the
+    float32 product: the entry of both kernels' exp tables for each logit."""
+    scale = _as_float32(part(logit_params, 0))
+    levels = ops.round(ops.cast(logits, "float64") / scale)
+    exponents = _as_float32(scale * (levels - ops.max(levels, axis=-1, keepdims=True)))
+    return _as_float32(ops.exp(exponents))
+
+
+def x86_softmax_requantized(logits, logit_params, grid):
+    """What the int8 SOFTMAX of LiteRT's x86 builds (``optimized_ops::
+    Softmax`` on a float table) writes: a float32 exp table, its entries
+    summed one after another in float32 (a running sum), the float32
+    1 / (sum x output scale), each entry times that, rounded half away from
+    zero. (A fake-quant of Keras' float softmax missed it on about one
+    output in a million of a MobileViT file's, and on 1 of 10,240 outputs
+    of rows chosen for near-ties.)"""
+    out_scale, out_zero_point = (ops.cast(v, "float64") for v in grid)
+    table = _softmax_exp_table(logits, logit_params)
+    total = ops.cumsum(ops.cast(table, "float32"), axis=-1)[..., -1:]      # float32, in order
+    inverse = _as_float32(1.0 / _as_float32(ops.cast(total, "float64") * out_scale))
+    steps = _as_float32(table * inverse)
+    quantized = ops.sign(steps) * ops.floor(ops.abs(steps) + 0.5)
+    levels_out = ops.clip(quantized + out_zero_point, -128.0, 127.0)
+    return ops.cast((levels_out - out_zero_point) * out_scale, logits.dtype)
+
+
+def arm64_softmax_requantized(logits, logit_params, grid):
+    """What the int8 SOFTMAX of LiteRT's aarch64 builds (``SoftmaxInt8LUT``,
+    beta 1) writes over the last axis of ``logits``, int8 values on the
+    grid ``logit_params`` ([scale, zero point]), into the tensor with
+    ``grid`` (scale 1/256, zero point -128).
+
+    Its table holds exp(scale x (level - 255)) for the 256 levels below the
+    row's largest, times 65535 in float32, rounded to a 16-bit integer; a
+    row's output is each entry times the fixed-point form (31 bits and a
+    shift) of 1 / (float32 sum x output scale), rounded by a rounding
+    doubling high multiply, then a rounding shift. The float32 steps run in
+    float64 (see :func:`_as_float32`); the integer steps in float64 are
+    exact (< 2^48)."""
+    f32 = _as_float32
+    out_scale, out_zero_point = (ops.cast(v, "float64") for v in grid)
+    table = ops.minimum(ops.floor(f32(_softmax_exp_table(logits, logit_params) * 65535.0) + 0.5), 65535.0)
+    total = f32(ops.sum(table, axis=-1, keepdims=True))                   # an int32 summed, as float32
+    inverse = f32(1.0 / f32(total * out_scale))
+    shift = floor_log2(inverse) + 1.0                                     # inverse = fraction x 2^shift
+    fixed = inverse * ops.power(2.0, 31.0 - shift)                        # a whole number: 24 bits
+    high = ops.floor((table * fixed + 2.0 ** 30) / 2.0 ** 31)
+    right = ops.power(2.0, -shift)
+    quantized = ops.floor((high + right / 2.0) / right)
+    levels_out = ops.clip(quantized + out_zero_point, -128.0, 127.0)
+    return ops.cast((levels_out - out_zero_point) * out_scale, logits.dtype)

@@ -15,4 +15,7 @@ public class View {
     public boolean isEnabled() { throw new RuntimeException("Stub!"); }
     public void setAlpha(float alpha) { throw new RuntimeException("Stub!"); }
     public float getAlpha() { throw new RuntimeException("Stub!"); }
+    public final int getWidth() { throw new RuntimeException("Stub!"); }
+    public final int getHeight() { throw new RuntimeException("Stub!"); }
+    public boolean post(Runnable action) { throw new RuntimeException("Stub!"); }
 }

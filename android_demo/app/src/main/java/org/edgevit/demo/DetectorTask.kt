@@ -5,6 +5,7 @@ import android.graphics.Bitmap
 import android.graphics.Canvas
 import android.graphics.Paint
 import android.view.View
+import org.edgevit.demo.core.BufferHandOver
 import org.edgevit.demo.core.ClassColors
 import org.edgevit.demo.core.Detections
 import org.edgevit.demo.core.DetectorForm
@@ -55,10 +56,13 @@ class DetectorTask(
     private var frameWidth = 0
     private var frameHeight = 0
 
-    // The worker draws on the one the UI thread does not show ([shown], set when it shows one).
-    private val bitmaps = arrayOfNulls<Bitmap>(2)
-    private val canvases = arrayOfNulls<Canvas>(2)
-    @Volatile private var shown = 0
+    // The worker draws on one, the UI thread shows another (see BufferHandOver).
+    private var layers: BufferHandOver<Layer>? = null
+
+    private class Layer(width: Int, height: Int) {
+        val bitmap: Bitmap = Bitmap.createBitmap(width, height, Bitmap.Config.ARGB_8888)
+        val canvas = Canvas(bitmap)
+    }
 
     override fun attach(views: ResultViews) {
         views.overlay.setImageBitmap(null)
@@ -70,10 +74,10 @@ class DetectorTask(
     override fun interpret(outputs: List<ByteBuffer>, frame: Pixels): VisionTask.Shown {
         sizeFor(frame.width, frame.height)
         val found = raw?.process(outputs[0], outputs[1]) ?: NmsOutputs.read(outputs[0], outputs[1], outputs[2], outputs[3], kept)
-        val index = 1 - shown
-        val bitmap = bitmaps[index]!!
-        val canvas = canvases[index]!!
-        bitmap.eraseColor(ClassColors.TRANSPARENT)
+        val layers = layers!!
+        val layer = layers.drawable()
+        val canvas = layer.canvas
+        layer.bitmap.eraseColor(ClassColors.TRANSPARENT)
         val lines = StringBuilder()
         var listed = 0
         for (i in 0 until found.count) {
@@ -97,23 +101,21 @@ class DetectorTask(
             }
         }
         val text = lines.toString()
+        val handed = layers.handOver()
         return VisionTask.Shown { views ->
-            views.overlay.setImageBitmap(bitmap)
-            shown = index
-            views.results.text = text
+            if (layers.take(handed)) {
+                views.overlay.setImageBitmap(handed.bitmap)
+                views.results.text = text
+            }
         }
     }
 
     private fun sizeFor(width: Int, height: Int) {
-        if (bitmaps[0] != null && width == frameWidth && height == frameHeight) return
+        if (layers != null && width == frameWidth && height == frameHeight) return
         crop = preprocessor.cropInImage(width, height)
         frameWidth = width
         frameHeight = height
-        for (i in bitmaps.indices) {
-            val bitmap = Bitmap.createBitmap(width, height, Bitmap.Config.ARGB_8888)
-            bitmaps[i] = bitmap
-            canvases[i] = Canvas(bitmap)
-        }
+        layers = BufferHandOver(Layer(width, height), Layer(width, height), Layer(width, height))
         // Lines and text in proportion to the frame, which the overlay is scaled with.
         boxPaint.strokeWidth = maxOf(2f, minOf(width, height) / 160f)
         textPaint.textSize = maxOf(12f, minOf(width, height) / 24f)

@@ -4,6 +4,7 @@ import android.Manifest
 import android.content.pm.PackageManager
 import android.graphics.Bitmap
 import android.graphics.BitmapFactory
+import android.graphics.Matrix
 import android.media.ExifInterface
 import android.net.Uri
 import android.os.Bundle
@@ -24,14 +25,17 @@ import androidx.camera.core.CameraSelector
 import androidx.camera.core.ImageAnalysis
 import androidx.camera.core.ImageProxy
 import androidx.camera.core.Preview
+import androidx.camera.core.UseCaseGroup
 import androidx.camera.lifecycle.ProcessCameraProvider
 import androidx.camera.view.PreviewView
 import androidx.core.content.ContextCompat
 import org.edgevit.demo.core.Accelerator
 import org.edgevit.demo.core.AcceleratorChoice
+import org.edgevit.demo.core.FrameRegion
 import org.edgevit.demo.core.GpuVerdicts
 import org.edgevit.demo.core.MovingAverage
 import org.edgevit.demo.core.Pixels
+import org.edgevit.demo.core.Placement
 import org.edgevit.demo.core.Rotation
 import java.util.concurrent.ExecutorService
 import java.util.concurrent.Executors
@@ -72,12 +76,15 @@ class MainActivity : ComponentActivity() {
     // Written on the UI thread, read by the analyzer.
     @Volatile private var showingGalleryImage = false
 
+    // UI thread: where the frame-sized overlay lands in its view (see Placement).
+    private val overlayMatrix = Matrix()
+
     private val threadChoices = AcceleratorChoice.threadChoices(Runtime.getRuntime().availableProcessors())
     private var accelerator = Accelerator.CPU
     private var threads = minOf(4, threadChoices.last())
 
     private val requestCamera = registerForActivityResult(ActivityResultContracts.RequestPermission()) { granted ->
-        if (granted) startCamera() else statusText.setText(R.string.camera_denied)
+        if (granted) previewView.post { startCamera() } else statusText.setText(R.string.camera_denied)
     }
 
     private val pickImage = registerForActivityResult(ActivityResultContracts.PickVisualMedia()) { uri ->
@@ -108,7 +115,7 @@ class MainActivity : ComponentActivity() {
         setUpControls()
         loadModel()
         if (checkSelfPermission(Manifest.permission.CAMERA) == PackageManager.PERMISSION_GRANTED) {
-            startCamera()
+            previewView.post { startCamera() }
         } else {
             requestCamera.launch(Manifest.permission.CAMERA)
         }
@@ -147,8 +154,6 @@ class MainActivity : ComponentActivity() {
             if (showingGalleryImage) {
                 showingGalleryImage = false
                 pickedImage.visibility = View.GONE
-                // Over the camera preview, which fills the view with the frame's centre.
-                overlay.scaleType = ImageView.ScaleType.CENTER_CROP
                 overlay.setImageBitmap(null)
                 galleryButton.setText(R.string.pick_image)
             } else {
@@ -211,6 +216,12 @@ class MainActivity : ComponentActivity() {
         visibility = if (line != null) View.VISIBLE else View.GONE
     }
 
+    /**
+     * Preview and analysis in one group with the preview's viewport: CameraX then gives each frame the crop
+     * rect of what the preview shows (the same field of view, whatever the two streams' aspect ratios), which
+     * is where the overlay goes ([Placement.fillCenter]). The viewport needs the laid-out view: called posted
+     * to it, which runs after its first layout.
+     */
     private fun startCamera() {
         val future = ProcessCameraProvider.getInstance(this)
         future.addListener({
@@ -223,8 +234,11 @@ class MainActivity : ComponentActivity() {
                     .setOutputImageFormat(ImageAnalysis.OUTPUT_IMAGE_FORMAT_RGBA_8888)
                     .build()
                 analysis.setAnalyzer(worker) { image -> analyze(image) }
+                val group = UseCaseGroup.Builder().addUseCase(preview).addUseCase(analysis)
+                // No viewport (the view detached meanwhile): each frame's crop rect is the whole frame.
+                previewView.viewPort?.let { group.setViewPort(it) }
                 provider.unbindAll()
-                provider.bindToLifecycle(this, CameraSelector.DEFAULT_BACK_CAMERA, preview, analysis)
+                provider.bindToLifecycle(this, CameraSelector.DEFAULT_BACK_CAMERA, group.build())
             } catch (e: Exception) {
                 Log.e(TAG, "camera failed", e)
                 statusText.text = getString(R.string.camera_failed, AcceleratorChoice.describe(e))
@@ -246,7 +260,12 @@ class MainActivity : ComponentActivity() {
             }
             bitmap.getPixels(frameBuffer, 0, bitmap.width, 0, 0, bitmap.width, bitmap.height)
             val frame = Pixels(frameBuffer, bitmap.width, bitmap.height)
-            runAndShow(current, currentTask, Rotation.rotate(frame, image.imageInfo.rotationDegrees, rotatedBuffer))
+            val degrees = image.imageInfo.rotationDegrees
+            // toBitmap() keeps the whole buffer; the crop rect says what of it the preview shows.
+            val crop = image.cropRect
+            val visible = FrameRegion.upright(crop.left, crop.top, crop.right, crop.bottom, bitmap.width,
+                bitmap.height, degrees)
+            runAndShow(current, currentTask, Rotation.rotate(frame, degrees, rotatedBuffer), visible)
         } finally {
             image.close()
         }
@@ -255,8 +274,6 @@ class MainActivity : ComponentActivity() {
     private fun runOnGalleryImage(uri: Uri) {
         showingGalleryImage = true
         galleryButton.setText(R.string.back_to_camera)
-        // Over the picked image, which is fitted whole into the view.
-        overlay.scaleType = ImageView.ScaleType.FIT_CENTER
         overlay.setImageBitmap(null)
         worker.execute {
             val upright = try {
@@ -273,11 +290,12 @@ class MainActivity : ComponentActivity() {
             }
             val current = runner ?: return@execute
             val currentTask = task ?: return@execute
-            runAndShow(current, currentTask, upright)
+            runAndShow(current, currentTask, upright, visible = null)
         }
     }
 
-    private fun runAndShow(current: ModelRunner, currentTask: VisionTask, image: Pixels) {
+    /** Run [image] and show the result; [visible]: what a camera frame's preview shows, null for a gallery image. */
+    private fun runAndShow(current: ModelRunner, currentTask: VisionTask, image: Pixels, visible: FrameRegion?) {
         val timing = current.run(image.argb, image.width, image.height)
         val start = SystemClock.elapsedRealtimeNanos()
         val shown = currentTask.interpret(current.outputs(), image)
@@ -294,10 +312,29 @@ class MainActivity : ComponentActivity() {
         val latency = if (inferenceMs.count == 0) null else {
             getString(R.string.latency, inferenceMs.average, preprocessMs.average, outputMs.average, inferenceMs.count)
         }
+        val width = image.width
+        val height = image.height
         runOnUiThread {
             shown.show(resultViews)
+            placeOverlay(width, height, visible)
             if (latency != null) latencyText.text = latency
         }
+    }
+
+    /**
+     * The overlay (a [width] x [height] frame's pixels) over what the view shows of the frame: the camera
+     * frame's [visible] part filling it as the preview does, or a gallery image fitted whole as [pickedImage] is.
+     */
+    private fun placeOverlay(width: Int, height: Int, visible: FrameRegion?) {
+        if (overlay.width == 0 || overlay.height == 0) return
+        val placement = if (visible != null) {
+            Placement.fillCenter(visible, overlay.width, overlay.height)
+        } else {
+            Placement.fitCenter(width, height, overlay.width, overlay.height)
+        }
+        overlayMatrix.setScale(placement.scale, placement.scale)
+        overlayMatrix.postTranslate(placement.dx, placement.dy)
+        overlay.imageMatrix = overlayMatrix // ImageView copies it
     }
 
     /** A gallery image's pixels, downsampled while the shorter side stays >= 1024, EXIF-rotated upright. */

@@ -186,17 +186,56 @@ object ClassColors {
     }
 }
 
-data class LegendEntry(val index: Int, val label: String, val color: Int, val share: Float)
+/** A class in the legend: its share of the mask, and that share as shown, in whole percent. */
+data class LegendEntry(val index: Int, val label: String, val color: Int, val share: Float, val percent: Int)
 
-/** The classes present in a mask with their share of it, largest first (ties: the lower class). */
-class Legend(private val labels: List<String>, private val colors: IntArray) {
+/**
+ * The classes present in a mask with their share of it, largest first (ties: the lower class), at most
+ * [lines] of them. [update] counts a mask without allocating and says whether what the legend shows
+ * changed (a class listed, the order, or a share in whole percent), so its text is built only then.
+ */
+class Legend(private val labels: List<String>, private val colors: IntArray, private val lines: Int) {
     private val counts = IntArray(labels.size)
+    private val listed = IntArray(lines)
+    private val percents = IntArray(lines)
+    private var listedCount = 0
+    private var pixels = 0
 
-    fun of(mask: ByteArray, pixels: Int): List<LegendEntry> {
+    /** Count the classes of [mask]'s first [pixels] bytes; true when the listing differs from the last one. */
+    fun update(mask: ByteArray, pixels: Int): Boolean {
+        require(pixels > 0 && pixels <= mask.size) { "$pixels pixels of a ${mask.size}-byte mask" }
         counts.fill(0)
         for (i in 0 until pixels) counts[mask[i].toInt() and 0xFF]++
-        val present = counts.indices.filter { counts[it] > 0 }
-            .sortedWith(compareByDescending<Int> { counts[it] }.thenBy { it })
-        return present.map { LegendEntry(it, labels[it], colors[it], counts[it].toFloat() / pixels) }
+        this.pixels = pixels
+        var changed = false
+        var count = 0
+        while (count < lines) {
+            // The largest class not listed yet: after the one above it in count, or equal and higher in index.
+            var best = -1
+            for (c in counts.indices) {
+                if (counts[c] == 0 || (best >= 0 && counts[c] <= counts[best])) continue
+                if (count > 0 && !ranksBelow(c, listed[count - 1])) continue
+                best = c
+            }
+            if (best < 0) break
+            val percent = ((100L * counts[best] + pixels / 2) / pixels).toInt()
+            if (count >= listedCount || listed[count] != best || percents[count] != percent) changed = true
+            listed[count] = best
+            percents[count] = percent
+            count++
+        }
+        if (count != listedCount) changed = true
+        listedCount = count
+        return changed
     }
+
+    /** What the last [update] listed, largest first. */
+    fun entries(): List<LegendEntry> = List(listedCount) { i ->
+        val c = listed[i]
+        LegendEntry(c, labels[c], colors[c], counts[c].toFloat() / pixels, percents[i])
+    }
+
+    /** [c] comes after [above] in the listing: fewer pixels, or as many and a higher index. */
+    private fun ranksBelow(c: Int, above: Int): Boolean =
+        counts[c] < counts[above] || (counts[c] == counts[above] && c > above)
 }

@@ -42,7 +42,8 @@ class BundledAssetsTest {
             val mask = ByteArray(crop.width * crop.height)
             MaskUpsampler(shape[1], shape[2], shape[3], crop.height, crop.width)
                 .classify(FloatArray(metadata.output.elementCount), mask)
-            assertEquals(listOf(0), Legend(labels, ClassColors.forLabels(labels)).of(mask, mask.size).map { it.index })
+            val legend = Legend(labels, ClassColors.forLabels(labels), labels.size).apply { update(mask, mask.size) }
+            assertEquals(listOf(0), legend.entries().map { it.index })
         }
         val detection = metadata.detection
         if (detection?.form == DetectorForm.RAW) {

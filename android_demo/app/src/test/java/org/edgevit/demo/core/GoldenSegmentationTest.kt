@@ -45,7 +45,8 @@ class GoldenSegmentationTest {
     fun theLegendAndTheColoursMatchPython() {
         val colors = ClassColors.forLabels(metadata.labels)
         assertArrayEquals((expected["colors"] as List<*>).map { (it as Double).toInt() }.toIntArray(), colors)
-        val legend = Legend(metadata.labels, colors).of(mask(), height * width)
+        val legend = Legend(metadata.labels, colors, metadata.labels.size)
+            .apply { update(mask(), height * width) }.entries()
         val wanted = expected["legend"] as List<*>
         assertEquals(wanted.map { ((it as Map<*, *>)["index"] as Double).toInt() }, legend.map { it.index })
         for ((entry, e) in legend.zip(wanted)) {

@@ -2,6 +2,8 @@ package org.edgevit.demo.core
 
 import org.junit.Assert.assertArrayEquals
 import org.junit.Assert.assertEquals
+import org.junit.Assert.assertFalse
+import org.junit.Assert.assertTrue
 import org.junit.Test
 import kotlin.random.Random
 
@@ -64,8 +66,30 @@ class SegmentationTest {
         val mask = ByteArray(1)
         MaskUpsampler(1, 1, 200, 1, 1).classify(logits, mask)
         assertEquals(199, mask[0].toInt() and 0xFF)
-        val legend = Legend(List(200) { "c$it" }, IntArray(200)).of(mask, 1)
-        assertEquals(listOf(LegendEntry(199, "c199", 0, 1f)), legend)
+        val legend = Legend(List(200) { "c$it" }, IntArray(200), 5)
+        assertTrue(legend.update(mask, 1))
+        assertEquals(listOf(LegendEntry(199, "c199", 0, 1f, 100)), legend.entries())
+    }
+
+    @Test
+    fun theLegendChangesOnlyWhenWhatItListsChanges() {
+        val legend = Legend(listOf("background", "cat", "dog", "person"), IntArray(4), 2)
+        fun mask(vararg counts: Int) = ByteArray(counts.sum()).also { m ->
+            var at = 0
+            for ((c, n) in counts.withIndex()) repeat(n) { m[at++] = c.toByte() }
+        }
+        assertTrue(legend.update(mask(500, 300, 0, 200), 1000))
+        assertEquals(listOf(0 to 50, 1 to 30), legend.entries().map { it.index to it.percent })
+        assertFalse(legend.update(mask(500, 300, 0, 200), 1000)) // the same frame again
+        assertFalse(legend.update(mask(502, 298, 0, 200), 1000)) // shares move under half a percent
+        assertTrue(legend.update(mask(520, 280, 0, 200), 1000)) // 52% and 28%
+        assertTrue(legend.update(mask(500, 200, 0, 300), 1000)) // person overtakes cat
+        assertEquals(listOf(0 to 50, 3 to 30), legend.entries().map { it.index to it.percent })
+        assertFalse(legend.update(mask(500, 200, 0, 300), 1000))
+        assertTrue(legend.update(mask(1000), 1000)) // one class left: a line fewer
+        assertEquals(listOf(LegendEntry(0, "background", 0, 1f, 100)), legend.entries())
+        assertTrue(legend.update(mask(0, 300, 300, 400), 1000)) // a tie: the lower class first
+        assertEquals(listOf(3 to 40, 1 to 30), legend.entries().map { it.index to it.percent })
     }
 
     @Test

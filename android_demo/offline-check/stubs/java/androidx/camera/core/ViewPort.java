@@ -1,0 +1,4 @@
+package androidx.camera.core;
+
+public final class ViewPort {
+}
