@@ -213,11 +213,7 @@ def _segmentation_report(path: Path, folder, to_output: np.ndarray, pre, name: s
     if not report["pixels"]:
         raise EdgevitError(f"None of the {found} val images of {folder.root} could be scored"
                            + (f": {skipped.summary()}." if skipped else " (their masks ignore every pixel)."))
-    report.update({"model": name, "file": str(path), "data": str(folder.root), "split": "val",
-                   "layout": folder.layout, "task": SEGMENTATION, "input_size": pre.input_size, "found": found,
-                   "images": found - len(skipped), "unreadable_skipped": len(skipped),
-                   "skipped_reasons": skipped.counts()})
-    return report
+    return _val_report(report, path, folder, name, SEGMENTATION, stream, images=found - len(skipped))
 
 
 def _detection_report(path: Path, folder, to_output: np.ndarray, pre, name: str, labels: list[str], threads: int,
@@ -254,10 +250,19 @@ def _detection_report(path: Path, folder, to_output: np.ndarray, pre, name: str,
     if not report["images"]:
         raise EdgevitError(f"None of the {found} val images of {folder.root} could be read"
                            + (f": {skipped.summary()}." if skipped else "."))
+    return _val_report(report, path, folder, name, DETECTION, stream, postprocessing=postprocessing,
+                       left_out=folder.skipped)
+
+
+def _val_report(report: dict, path: Path, folder, name: str, task: str, stream, **more) -> dict:
+    """``report`` (a tally's) with what a segmenter's and a detector's
+    reports both say: the model, the file, the folder and its val images
+    (``stream``: how many, and the unreadable ones), and ``more``."""
+    skipped = stream.tally
     report.update({"model": name, "file": str(path), "data": str(folder.root), "split": "val",
-                   "layout": folder.layout, "task": DETECTION, "input_size": size, "found": found,
-                   "postprocessing": postprocessing, "unreadable_skipped": len(skipped),
-                   "skipped_reasons": skipped.counts(), "left_out": folder.skipped})
+                   "layout": folder.layout, "task": task, "input_size": stream.pre.input_size,
+                   "found": len(stream), "unreadable_skipped": len(skipped), "skipped_reasons": skipped.counts(),
+                   **more})
     return report
 
 
@@ -305,40 +310,21 @@ def _detector_forward(stack: contextlib.ExitStack, path: Path, scored, images: i
         return (lambda batch: class_probabilities([np.asarray(t) for t in run(batch)], classes)), anchor_boxes(scored)
     from edgevit.litert.detection_postprocess import raw_view
     from edgevit.litert.inputs import file_input_values
+    from edgevit.litert.run_model import outputs_by_signature
     from edgevit.registry import create_model
 
     content, meta = scored
     size = int(meta["preprocessing"]["input_size"])
     anchors = anchor_boxes(create_model(meta["model"], num_classes=classes, input_size=size))
-    run, values = detector_file_outputs(raw_view(content), threads), file_input_values(content, meta)
-    return (lambda batch: class_probabilities(run(values(batch)), classes)), anchors
+    run, values = outputs_by_signature(raw_view(content), threads), file_input_values(content, meta)
 
+    def forward(batch):
+        outputs = run(values(batch))
+        if len(outputs) != 2:
+            raise EdgevitError(f"The file has {len(outputs)} outputs; eval scores a detector's two (boxes, scores).")
+        return class_probabilities(outputs, classes)
 
-def detector_file_outputs(content: bytes, threads: int):
-    """``run(inputs)`` -> [boxes, scores] of a detector's .tflite file, dequantised, a batch at a time."""
-    from edgevit.litert.interpreter import load_interpreter
-    from edgevit.litert.run_model import dequantize, quantize
-
-    interpreter = load_interpreter(content, num_threads=threads)
-    interpreter.allocate_tensors()
-    image, outputs = interpreter.get_input_details()[0], interpreter.get_output_details()
-    if interpreter.get_signature_list():
-        # the file's tensors may come in another order than the model's outputs; its signature names them
-        # as the model did ("boxes", "scores") or in their order ("output_0", "output_1"): sorted, either is in order
-        named = interpreter.get_signature_runner().get_output_details()
-        outputs = [named[key] for key in sorted(named)]
-    if len(outputs) != 2:
-        raise EdgevitError(f"The file has {len(outputs)} outputs; eval scores a detector's two (boxes, scores).")
-
-    def run(inputs):
-        results = []
-        for sample in inputs:
-            interpreter.set_tensor(image["index"], quantize(sample[None], image))
-            interpreter.invoke()
-            results.append([dequantize(interpreter.get_tensor(out["index"]), out)[0] for out in outputs])
-        return [np.stack(part) for part in zip(*results)]
-
-    return run
+    return forward, anchors
 
 
 def class_probabilities(outputs: list[np.ndarray], classes: int):

@@ -98,7 +98,7 @@ def test_a_detector_file_gives_the_probabilities_of_its_keras_model(tmp_path, fo
     import keras
     import tensorflow as tf
 
-    from edgevit.evaluate import detector_file_outputs
+    from edgevit.litert.run_model import outputs_by_signature
 
     keras.utils.set_random_seed(0)
     image = keras.Input((8, 8, 3), batch_size=1)
@@ -110,7 +110,7 @@ def test_a_detector_file_gives_the_probabilities_of_its_keras_model(tmp_path, fo
     content = tf.lite.TFLiteConverter.from_keras_model(keras.Model(image, [boxes, scores])).convert()
     x = np.random.default_rng(1).normal(size=(3, 8, 8, 3)).astype(np.float32)
     expected_boxes, expected_logits = (np.asarray(t) for t in model(x))
-    regressions, probabilities = class_probabilities(detector_file_outputs(content, 1)(x), 3)
+    regressions, probabilities = class_probabilities(outputs_by_signature(content)(x), 3)
     np.testing.assert_allclose(regressions, expected_boxes, atol=1e-5)
     expected = np.exp(expected_logits) / np.exp(expected_logits).sum(-1, keepdims=True)
     np.testing.assert_allclose(probabilities[..., 1:], expected[..., 1:], atol=1e-5)

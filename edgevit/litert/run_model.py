@@ -55,25 +55,49 @@ def run_in_process(model_content: bytes, inputs: np.ndarray, num_threads: int = 
 def _runner(model_content: bytes, num_threads: int, kernels: str):
     """A function from a batch of inputs to the file's outputs, on one
     interpreter: a file with several outputs (a detector's) gives each
-    sample's outputs flattened and joined in order (:func:`split_outputs`
-    takes them apart), so that every comparison of runs sees all of them."""
-    interp = load_interpreter(model_content, num_threads=num_threads, kernels=kernels)
-    interp.allocate_tensors()
-    inp, outs = interp.get_input_details()[0], interp.get_output_details()
-
-    def output(out) -> np.ndarray:
-        values = dequantize(interp.get_tensor(out["index"]), out)[0]
-        return values if len(outs) == 1 else values.ravel()
+    sample's outputs flattened and joined in the graph's order
+    (:func:`split_outputs` takes them apart), so that every comparison of
+    runs sees all of them."""
+    interp = _allocated(model_content, num_threads, kernels)
+    outs = interp.get_output_details()
 
     def run(inputs) -> np.ndarray:
-        results = []
-        for sample in inputs:
-            interp.set_tensor(inp["index"], quantize(sample[None], inp))
-            interp.invoke()
-            results.append(np.concatenate([output(out) for out in outs]) if len(outs) > 1 else output(outs[0]))
-        return np.stack(results)
+        if len(outs) == 1:
+            return np.stack([values for values, in _each_sample(interp, outs, inputs)])
+        return np.stack([np.concatenate([v.ravel() for v in values]) for values in _each_sample(interp, outs, inputs)])
 
     return run
+
+
+def outputs_by_signature(model_content: bytes, num_threads: int = 1, kernels: str = "xnnpack"):
+    """A function from a batch of inputs to the file's outputs, one array
+    [N, *shape] each, ordered by their names in the file's signature. A
+    converter may write a file's output tensors in another order than the
+    model's outputs; the signature names them as the model did ("boxes",
+    "scores") or by position ("output_0", "output_1"): sorted, either is in
+    the model's order. A file without a signature: the graph's order."""
+    interp = _allocated(model_content, num_threads, kernels)
+    outs = interp.get_output_details()
+    if interp.get_signature_list():
+        named = interp.get_signature_runner().get_output_details()
+        outs = [named[key] for key in sorted(named)]
+    return lambda inputs: [np.stack(values) for values in zip(*_each_sample(interp, outs, inputs))]
+
+
+def _allocated(model_content: bytes, num_threads: int, kernels: str):
+    interp = load_interpreter(model_content, num_threads=num_threads, kernels=kernels)
+    interp.allocate_tensors()
+    return interp
+
+
+def _each_sample(interp, outs: list[dict], inputs):
+    """For each sample of ``inputs``, the tensors of ``outs`` (output
+    details of ``interp``), dequantized."""
+    inp = interp.get_input_details()[0]
+    for sample in inputs:
+        interp.set_tensor(inp["index"], quantize(sample[None], inp))
+        interp.invoke()
+        yield [dequantize(interp.get_tensor(out["index"]), out)[0] for out in outs]
 
 
 def split_outputs(model_content: bytes, joined: np.ndarray) -> list[np.ndarray]:
