@@ -80,14 +80,6 @@ def input_takes(precision: str, io_dtype: str, normalization) -> str:
     return TAKES_RGB_UNIT if per_channel and io_dtype == "float32" and precision != "int8" else TAKES_NORMALISED
 
 
-def is_detector(model) -> bool:
-    """A model with a detector's two outputs, boxes [B, A, 4] and class
-    logits [B, A, C] (edgevit.models.ssdlite), told by their shapes: a QAT
-    model's outputs are named after its last quantizers, not "boxes" and
-    "scores"."""
-    return len(model.outputs) == 2 and int(model.outputs[0].shape[-1]) == 4 and len(model.outputs[1].shape) == 3
-
-
 def needs_calibration(precision: str) -> bool:
     return precision in INTEGER_PRECISIONS or precision == "int8_mixed"
 
@@ -118,6 +110,8 @@ def file_outputs(model, outputs, probabilities: bool, quantized_softmax: bool):
     model's int8 file writes it. Traced by the export, and called eagerly on
     a QAT model's outputs to say what its int8 file must compute."""
     import keras
+
+    from edgevit.models.ssdlite import is_detector
 
     def softmax(logits):
         scores = keras.ops.softmax(logits, axis=-1)
