@@ -24,9 +24,23 @@ from edgevit.litert.metadata import CLASSIFICATION, DETECTION, SEGMENTATION
 from edgevit.train.metrics import AccuracyTally, SegmentationTally, traced_forward, upsampled_classes
 
 
-def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None) -> dict:
+def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None,
+             int8_kernels: str | None = None) -> dict:
     """Evaluate a ``.keras`` or ``.tflite`` model on every image of
-    ``data_dir``, streamed: it holds a batch of images at a time."""
+    ``data_dir``, streamed: it holds a batch of images at a time. A QAT
+    model computes the int8 SOFTMAX of LiteRT's ``int8_kernels`` ("x86",
+    "arm64"; None: this machine's), what its int8 file computes there (see
+    :mod:`edgevit.quantize.kernel_arithmetic`)."""
+    from edgevit.quantize.kernel_arithmetic import targeting_kernels
+
+    if int8_kernels is not None and Path(model_path).suffix == ".tflite":
+        raise EdgevitError(f"{model_path} computes what the LiteRT running it computes: --int8-kernels chooses "
+                           "the kernels a QAT .keras model follows.")
+    with targeting_kernels(int8_kernels):
+        return _evaluate(model_path, data_dir, threads, progress)
+
+
+def _evaluate(model_path: str, data_dir: str, threads: int, progress: Progress | None) -> dict:
     from edgevit.data.boxes import find_detection_dataset, is_detection_folder
     from edgevit.data.folders import find_evaluation_images
     from edgevit.data.listing import left_out_summary

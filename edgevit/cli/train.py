@@ -149,9 +149,14 @@ def _export_trained(run, export_files, progress) -> dict:
                    "a segmenter, a segmentation folder (classes.txt, val/images and val/masks, or a VOC devkit); for "
                    "a detector, a detection folder (annotations/instances_val.json with val/, or a VOC devkit).")
 @click.option("--threads", type=click.IntRange(1, 64), default=2, show_default=True, help="LiteRT threads.")
+# edgevit.quantize.kernel_arithmetic.TARGET_KERNELS, spelled out: importing it here would load Keras for --help
+@click.option("--int8-kernels", type=click.Choice(["x86", "arm64"]), default=None,
+              help="A QAT .keras model computes the int8 SOFTMAX of LiteRT's x86 or Arm64 kernels (phones, Apple "
+                   "Silicon), whose roundings differ: what its int8 file computes there (default: this machine's "
+                   "kernels).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @user_errors
-def eval_command(model_file, data_dir, threads, as_json):
+def eval_command(model_file, data_dir, threads, int8_kernels, as_json):
     """Top-1/top-5 accuracy and a confusion summary of a .keras or .tflite
     classifier on every image of an image folder (class folders matched to
     the model's classes by name); mIoU, per-class IoU and pixel accuracy of
@@ -161,7 +166,8 @@ def eval_command(model_file, data_dir, threads, as_json):
     from edgevit.evaluate import evaluate
     from edgevit.progress import Progress
 
-    report = evaluate(model_file, data_dir, threads=threads, progress=Progress(enabled=not as_json))
+    report = evaluate(model_file, data_dir, threads=threads, progress=Progress(enabled=not as_json),
+                      int8_kernels=int8_kernels)
     if as_json:
         print_json(report)
         return

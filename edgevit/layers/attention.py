@@ -6,21 +6,12 @@ single rank-4 transpose) and use no einsum, which TFLite cannot convert.
 from __future__ import annotations
 
 import math
-import warnings
 
 import keras
 from keras import layers, ops
 
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.quantize_points import QuantizePoints
-
-
-def softmax(x):
-    """Softmax over the last axis. On a one-patch map (tiny inputs) that axis
-    has length 1, where Keras warns although 1.0 is the right answer."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return ops.softmax(x, axis=-1)
 
 
 def masked_scores_range(lo: float, hi: float, keys: int) -> tuple[float, float]:
@@ -69,7 +60,7 @@ class MultiHeadSelfAttention(QuantizePoints, keras.layers.Layer):
         # become BATCH_MATMUL's adj_y flag, which the classic GPU delegate ignores
         keys_t = ops.transpose(k, (0, 2, 3, 1))
         attn = mark("scores", self.matmul("scores", mark("query_scaled", q * self.scale), keys_t))
-        attn = self.dropout(mark("softmax", softmax(attn)), training=training)
+        attn = self.dropout(self.softmax_point("softmax", attn), training=training)
         out = ops.transpose(mark("context", self.matmul("context", attn, v)), (0, 2, 1, 3))  # [B, N, heads, head_dim]
         return self.proj(ops.reshape(out, (-1, tokens, self.dim)))
 
@@ -121,7 +112,7 @@ class SeparableSelfAttention(QuantizePoints, keras.layers.Layer):
         # folds a one-patch map's transposes into a rank-3 operand of the MUL
         # below, which the GPU cannot multiply with a rank-4 one in int8
         scores = ops.transpose(query, (0, 2, 3, 1))  # [B, P, 1, N]
-        scores = ops.transpose(mark("softmax", softmax(scores)), (0, 3, 1, 2))
+        scores = ops.transpose(self.softmax_point("softmax", scores), (0, 3, 1, 2))
         scores = self.dropout(scores, training=training)
         weighted = mark("weighted_keys", ops.multiply(key, scores))
         if tokens == 1:  # one patch (a small map): the converter folds the mean and the product by 1 away

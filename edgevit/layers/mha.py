@@ -11,7 +11,6 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from edgevit.layers.attention import softmax
 from edgevit.layers.quantize_points import QuantizePoints
 
 
@@ -43,7 +42,7 @@ def attention_scores(q, keys_t, scale: float, layer):
     calling ``layer``'s quantize points and matmul."""
     mark = layer.quantize_point
     scores = mark("scores", layer.matmul("scores", mark("query_scaled", q * scale), keys_t))
-    return mark("softmax", softmax(scores))
+    return layer.softmax_point("softmax", scores)
 
 
 @keras.saving.register_keras_serializable(package="edgevit")

@@ -25,9 +25,8 @@ from keras import layers, ops
 from edgevit.layers import (PositionEmbedding, PrefixTokens, drop_path_rates, patch_embed,
                             transformer_encoder)
 from edgevit.layers.conv import DENSE_INIT
-from edgevit.layers.mha import (attention_scores, merge_heads, softmax, split_heads,
-                                split_heads_transposed)
-from edgevit.layers.quantize_points import QuantizePoints
+from edgevit.layers.mha import attention_scores, merge_heads, split_heads, split_heads_transposed
+from edgevit.layers.quantize_points import QuantizePoints, softmax
 from edgevit.models.common import IMAGENET_MEAN, IMAGENET_STD, class_token_head, image_input
 from edgevit.registry import Preprocessing, builder_options, register_model, timm_weights
 

@@ -45,7 +45,6 @@ import numpy as np
 from keras import layers, ops
 
 from edgevit.layers import LayerNorm, drop_path_rates, mlp, patch_embed, to_map, to_tokens
-from edgevit.layers.attention import softmax
 from edgevit.layers.conv import DENSE_INIT
 from edgevit.layers.patches import SpaceToChannels
 from edgevit.layers.quantize_points import QuantizePoints
@@ -188,7 +187,7 @@ class WindowAttention(QuantizePoints, keras.layers.Layer):
         qkv = mark("qkv", self.project(self.partition(x)))
         q, k, v = ops.split(ops.reshape(qkv, (-1, self.tokens, 3 * self.num_heads, self.head_dim)), 3, axis=2)
         scores = self.scores(q, k)
-        attn = mark("softmax", softmax(self.masked(scores)))
+        attn = self.softmax_point("softmax", self.masked(scores))
         context = mark("context", self.matmul("context", attn, self.heads_first(v, (0, 2, 1, 3))))
         context = ops.reshape(context, (-1, self.num_heads, self.tokens, self.head_dim))
         out = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, self.tokens, self.dim))

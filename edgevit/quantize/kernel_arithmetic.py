@@ -15,14 +15,58 @@ agree value for value:
 - XNNPACK's and the builtin kernel's ADD (:func:`sum_requantized`) and
   XNNPACK's MEAN (:func:`mean_requantized`);
 - the int32 bias the converter writes (:func:`bias_levels`), and the model
-  input as an app quantizes it (:func:`input_quantized`).
+  input as an app quantizes it (:func:`input_quantized`);
+- the int8 SOFTMAX of LiteRT's aarch64 builds (:func:`arm64_softmax_requantized`).
+
+One op has two kernels that round differently: LiteRT's int8 SOFTMAX runs
+on a float exp table and a float 1/sum in x86 builds, on a 16-bit integer
+exp table and a fixed-point 1/sum in every aarch64 build (phones, Apple
+Silicon), and about one output in 10^4 differs by a step. The QAT model
+follows one of them, :func:`target_kernels`: the machine's own unless
+:func:`targeting_kernels` says which. (Compared op by op on a trained
+segmenter's file, every other op computed the same bits on both.)
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import platform
 
 import numpy as np
 from keras import ops
 
+from edgevit.errors import EdgevitError
 from edgevit.quantize.int8_ranges import part, weight_scales
+
+# the kernel sets whose int8 SOFTMAX the QAT model can follow
+TARGET_KERNELS = ("x86", "arm64")
+_TARGET = contextvars.ContextVar("edgevit_int8_kernels", default=None)
+
+
+def machine_kernels() -> str:
+    """The kernel set LiteRT runs on this machine: "arm64" on an aarch64
+    CPU (its builds define TFLITE_SOFTMAX_USE_UINT16_LUT), else "x86"."""
+    return "arm64" if platform.machine().lower() in ("aarch64", "arm64") else "x86"
+
+
+def target_kernels() -> str:
+    """The kernel set whose int8 SOFTMAX the QAT model computes now (see
+    the module docstring): read when a model is called or traced."""
+    return _TARGET.get() or machine_kernels()
+
+
+@contextlib.contextmanager
+def targeting_kernels(kernels: str | None):
+    """While inside, QAT models compute the int8 SOFTMAX of ``kernels``
+    ("x86" or "arm64"; None: the machine's). A model traced inside (a
+    ``tf.function``, ``model.predict``) keeps it in its graph."""
+    if kernels is not None and kernels not in TARGET_KERNELS:
+        raise EdgevitError(f"Unknown int8 kernels {kernels!r}: one of {', '.join(TARGET_KERNELS)}.")
+    token = _TARGET.set(kernels)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
 
 
 def accumulator_requantized(x, input_params, kernel_scales, grid):
@@ -235,3 +279,37 @@ def on_levels(x, scale):
     ``scale``, up to float32 error), with the gradient of the division."""
     scaled = x / scale
     return scaled + ops.stop_gradient(ops.round(scaled) - scaled)
+
+
+def arm64_softmax_requantized(logits, logit_params, grid):
+    """What the int8 SOFTMAX of LiteRT's aarch64 builds (``SoftmaxInt8LUT``,
+    beta 1) writes over the last axis of ``logits``, int8 values on the
+    grid ``logit_params`` ([scale, zero point]), into the tensor with
+    ``grid`` (scale 1/256, zero point -128).
+
+    Its table holds exp(scale x (level - 255)) for the 256 levels below the
+    row's largest, times 65535 in float32, rounded to a 16-bit integer; a
+    row's output is each entry times the fixed-point form (31 bits and a
+    shift) of 1 / (float32 sum x output scale), rounded by a rounding
+    doubling high multiply, then a rounding shift. The float32 steps run in
+    float64 and are rounded to float32 after each op (exact: a float64
+    product or quotient of float32 values rounds to float32 as float32
+    arithmetic does); the integer steps in float64 are exact (< 2^48)."""
+    def f32(value):
+        return ops.cast(ops.cast(value, "float32"), "float64")
+
+    out_scale, out_zero_point = (ops.cast(v, "float64") for v in grid)
+    scale = f32(part(logit_params, 0))
+    levels = ops.round(ops.cast(logits, "float64") / scale)
+    below_max = levels - ops.max(levels, axis=-1, keepdims=True)          # table index - 255
+    exponent = f32(scale * below_max)
+    table = ops.minimum(ops.floor(f32(f32(ops.exp(exponent)) * 65535.0) + 0.5), 65535.0)
+    total = f32(ops.sum(table, axis=-1, keepdims=True))                   # an int32 summed, as float32
+    inverse = f32(1.0 / f32(total * out_scale))
+    shift = floor_log2(inverse) + 1.0                                     # inverse = fraction x 2^shift
+    fixed = inverse * ops.power(2.0, 31.0 - shift)                        # a whole number: 24 bits
+    high = ops.floor((table * fixed + 2.0 ** 30) / 2.0 ** 31)
+    right = ops.power(2.0, -shift)
+    quantized = ops.floor((high + right / 2.0) / right)
+    levels_out = ops.clip(quantized + out_zero_point, -128.0, 127.0)
+    return ops.cast((levels_out - out_zero_point) * out_scale, logits.dtype)

@@ -30,7 +30,7 @@ from edgevit.models.swin import CosineWindowAttention, WindowAttention
 from edgevit.models.t2t_vit import TokenAttention, TokenPerformer
 from edgevit.quantize.conv_dense_layers import QuantDense, fold_batchnorm
 from edgevit.quantize.export_trace import float_while_exporting, traced_constant
-from edgevit.quantize.int8_ranges import FIXED_OUTPUT_RANGES, UNIT_RANGE, weight_scales
+from edgevit.quantize.int8_ranges import FIXED_OUTPUT_RANGES, UNIT_RANGE, quantization_params, weight_scales
 from edgevit.quantize.quantized_points import QuantizedPoints, copy_weights, unquantized, with_gradient_of
 from edgevit.quantize.quantizers import PACKAGE, fake_quant, kernel_bound, round_kernel_to_grid
 
@@ -138,6 +138,7 @@ class QuantMultiHeadSelfAttention(QuantizedPoints, MultiHeadSelfAttention):
     dense_class = QuantDense
     TAGS = ("qkv", "query_scaled", "scores", "softmax", "context")
     FIXED = {"softmax": UNIT_RANGE}
+    SOFTMAXES = {"softmax": "scores"}
     MATMULS = {"scores": ("query_scaled", "qkv"), "context": ("softmax", "qkv")}
     DENSE_INPUTS = {"qkv": 0, "proj": "context"}
     DENSE_OUTPUTS = {"qkv": "qkv"}
@@ -150,6 +151,7 @@ class QuantSeparableSelfAttention(QuantizedPoints, SeparableSelfAttention):
     dense_class = QuantDense
     TAGS = ("qkv", "softmax", "weighted_keys", "context_mean", "context", "values", "gated")
     FIXED = {"softmax": UNIT_RANGE}
+    SOFTMAXES = {"softmax": "qkv"}
     DENSE_INPUTS = {"qkv": 0, "proj": "gated"}
     DENSE_OUTPUTS = {"qkv": "qkv", "values": "qkv"}
     PRODUCTS = {"weighted_keys": ("qkv", "softmax"), "gated": ("values", "context")}
@@ -169,6 +171,7 @@ class QuantSeparableSelfAttention(QuantizedPoints, SeparableSelfAttention):
 class QuantHeadAttention(QuantizedPoints, HeadAttention):
     TAGS = ("query_scaled", "scores", "softmax")
     FIXED = {"softmax": UNIT_RANGE}
+    SOFTMAXES = {"softmax": "scores"}
     MATMULS = {"scores": ("query_scaled", 1)}
     OUTPUT_MATMUL = ("softmax", 2)
     FLOAT_WHEN_MIXED = {"scores": "BATCH_MATMUL", "softmax": "SOFTMAX"}
@@ -180,6 +183,7 @@ class QuantGatedPositionalSelfAttention(QuantizedPoints, GatedPositionalSelfAtte
     TAGS = ("qk", "query_scaled", "scores", "softmax", "v", "content_context", "position_context",
             "content_gated", "position_gated", "mixed")
     FIXED = {"softmax": UNIT_RANGE}
+    SOFTMAXES = {"softmax": "scores"}
     MATMULS = {"scores": ("query_scaled", "qk"), "content_context": ("softmax", "v")}
     DENSE_INPUTS = {"qk": 0, "v": 0, "proj": "mixed"}
     DENSE_OUTPUTS = {"qk": "qk", "v": "v"}
@@ -201,6 +205,7 @@ class QuantReAttention(QuantizedPoints, ReAttention):
     dense_class = QuantDense
     TAGS = ("qkv", "query_scaled", "scores", "softmax", "mixed", "mixed_scaled", "context")
     FIXED = {"softmax": UNIT_RANGE}
+    SOFTMAXES = {"softmax": "scores"}
     DENSE_INPUTS = {"qkv": 0, "proj": "context", "reatten_matrix": "softmax"}
     DENSE_OUTPUTS = {"qkv": "qkv"}
     OUTPUT_DENSE = "proj"
@@ -242,6 +247,7 @@ class QuantWindowAttention(QuantizedPoints, WindowAttention):
     dense_class = QuantDense
     TAGS = ("qkv", "query_scaled", "scores", "biased", "softmax", "context")
     FIXED = {"softmax": UNIT_RANGE}
+    SOFTMAXES = {"softmax": "biased"}
     CONSTANTS = ("bias", "keep", "drop")
     MATMULS = {"scores": ("query_scaled", "qkv"), "context": ("softmax", "qkv")}
     DENSE_INPUTS = {"qkv": 0, "proj": "context"}
@@ -267,6 +273,11 @@ class QuantWindowAttention(QuantizedPoints, WindowAttention):
         if tag == "masked":
             lo, hi = masked_scores_range(lo, hi, self.tokens)
         return fake_quant(x, lo, hi)
+
+    def softmax_logit_params(self, tag):
+        if "masked" not in self.operands:
+            return super().softmax_logit_params(tag)
+        return quantization_params(*masked_scores_range(*self.quantizer("biased").quantization_range(), self.tokens))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -336,6 +347,7 @@ class QuantTokenAttention(QuantizedPoints, TokenAttention):
     dense_class = QuantDense
     TAGS = ("qkv", "query_scaled", "scores", "softmax", "context", "proj")
     FIXED = {"softmax": UNIT_RANGE}
+    SOFTMAXES = {"softmax": "scores"}
     MATMULS = {"scores": ("query_scaled", "qkv"), "context": ("softmax", "qkv")}
     DENSE_INPUTS = {"qkv": 0, "proj": "context"}
     DENSE_OUTPUTS = {"qkv": "qkv", "proj": "proj"}

@@ -87,7 +87,8 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
                 matmul = rewrite.output_matmul(node.operation, input_params)
                 for old, new in zip(node.outputs, outputs):
                     accumulator = rewrite.accumulators.get(id(args[0]) if id(node.operation) in fused else id(new)) \
-                        or _sum_operands(node, args, kwargs, input_params)
+                        or _sum_operands(node, args, kwargs, input_params) \
+                        or _softmax_operands(node, args, input_params)
                     tensors[id(old)] = ranges.quantize(old, new, input_params[0], matmul, accumulator)
         outputs = keras.tree.pack_sequence_as(model._outputs_struct, [tensors[id(t)] for t in model.outputs])
         qat = keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=model.name)
@@ -310,6 +311,19 @@ def _sum_operands(node, args, kwargs, input_params) -> dict | None:
             any(params is None for params in input_params):
         return None
     return {"addends": operands, "addend_params": list(input_params)}
+
+
+def _softmax_operands(node, args, input_params) -> dict | None:
+    """The quantizer arguments for the output of a Softmax layer over the
+    last axis of an int8 tensor (see
+    edgevit.quantize.kernel_arithmetic.arm64_softmax_requantized)."""
+    import keras
+
+    layer = node.operation
+    if not isinstance(layer, keras.layers.Softmax) or layer.axis not in (-1, len(args[0].shape) - 1) or \
+            input_params[0] is None:
+        return None
+    return {"logits": args[0], "logit_params": input_params[0]}
 
 
 def _constant_operand(tensor, tensors: dict, quantized: dict):

@@ -42,9 +42,10 @@ class QuantizedPoints:
     ``MATMULS`` names, for each op output that is a BATCH_MATMUL of two
     activations, where its operands' scales come from (a tag, or the index
     of a layer input), so that its quantizer rounds as that kernel does;
-    ``OUTPUT_MATMUL`` the same for a layer output. The layer's own outputs
-    are not among the tags: the QAT rewrite gives every layer output its
-    range.
+    ``OUTPUT_MATMUL`` the same for a layer output; ``SOFTMAXES``, for each
+    SOFTMAX output, the tag whose grid its input lies on. The layer's own
+    outputs are not among the tags: the QAT rewrite gives every layer
+    output its range.
 
     A layer called at several places of a model (one LayerNorm over a class
     token group and a patch group) produces separate int8 tensors at each
@@ -89,6 +90,10 @@ class QuantizedPoints:
     MEANS: dict[str, tuple[str | int, tuple[int, ...]]] = {}
     # the same for the ADD or SUB that writes the layer's output
     OUTPUT_SUM: tuple[str | int, str | int, float] | None = None
+    # op output tag -> the tag (or input index) whose int8 grid the input of
+    # the SOFTMAX that writes it lies on: on Arm64 kernels, the quantizer
+    # rounds it from those levels (see arm64_softmax_requantized)
+    SOFTMAXES: dict[str, str | int] = {}
 
     def __init__(self, *args, momentum: float = DEFAULT_MOMENTUM, sites: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
@@ -97,6 +102,8 @@ class QuantizedPoints:
         # this call's inputs and quantized op outputs by tag (the operands of
         # SUMS and MEANS), and its constants' [scale, zero point]
         self.operands: dict[str | int, object] = {}
+        # this call's SOFTMAX inputs by the tag of their output
+        self.softmax_logits: dict[str, object] = {}
         self.constant_params: dict[str, object] = {}
         # XNNPACK runs an int8 BATCH_MATMUL only when its second operand has zero point 0
         symmetric = {rhs for _, rhs in (*self.MATMULS.values(), *filter(None, [self.OUTPUT_MATMUL]))}
@@ -153,6 +160,7 @@ class QuantizedPoints:
         (:meth:`output_accumulator`)."""
         self.site, self.input_params, self.training_call = site, input_params, bool(training)
         self.operands = dict(enumerate(keras.tree.flatten(inputs)))
+        self.softmax_logits = {}
         self.constant = bool(input_params) and all(p is None for p in input_params)
         outputs = self.float_call(inputs, training)
         return (outputs, self.output_accumulator()) if with_accumulator else outputs
@@ -249,6 +257,14 @@ class QuantizedPoints:
             return float_call(inputs, training=training)
         return float_call(inputs)
 
+    def softmax_point(self, tag: str, logits):
+        self.softmax_logits[tag] = logits
+        return super().softmax_point(tag, logits)
+
+    def softmax_logit_params(self, tag: str):
+        """[scale, zero point] of the input of the SOFTMAX that writes ``tag``."""
+        return self.params_of(self.SOFTMAXES[tag])
+
     def quantize_point(self, tag: str, x):
         if tag in self.CONSTANTS:
             self.constant_params[tag] = constant_params(x)
@@ -297,6 +313,9 @@ class QuantizedPoints:
             return self.mean_of(*self.MEANS[tag])
         if tag in self.PRODUCTS:
             return self.product_of(*self.PRODUCTS[tag])
+        if tag in self.SOFTMAXES and tag in self.softmax_logits:
+            params = self.softmax_logit_params(tag)
+            return None if params is None else {"logits": self.softmax_logits[tag], "logit_params": params}
         arguments = self.dense_output(tag) if tag in self.DENSE_OUTPUTS else None
         return arguments if arguments is not None and arguments["input_params"] is not None else None
 

@@ -41,9 +41,9 @@ from edgevit.quantize.export_trace import (is_exporting, kernel_arithmetic_appli
                                            traced_weight_constant, without_fake_quant)
 from edgevit.quantize.int8_ranges import (PARAMS_SIZE, array_module, constant_range, quantization_params,
                                           value_now, value_range)
-from edgevit.quantize.kernel_arithmetic import (accumulator_requantized, batch_matmul_requantized,
-                                                input_quantized, mean_requantized, product_requantized,
-                                                sum_requantized)
+from edgevit.quantize.kernel_arithmetic import (accumulator_requantized, arm64_softmax_requantized,
+                                                batch_matmul_requantized, input_quantized, mean_requantized,
+                                                product_requantized, sum_requantized, target_kernels)
 
 # Saved .keras files name every QAT layer class "edgevit.qat>ClassName", and
 # loading finds the class by that name alone: keep it.
@@ -123,7 +123,7 @@ class ActivationQuantizer(keras.layers.Layer):
 
     def call(self, x, training=None, slot: int = 0, lhs=None, rhs=None, with_params: bool = False,
              input_params=None, kernel_scales=None, factor_params=None, square_params=None, addends=None,
-             addend_params=None, summands=None, summand_params=None, axes=None):
+             addend_params=None, summands=None, summand_params=None, axes=None, logits=None, logit_params=None):
         """``lhs``, ``rhs``: the operands' [scale, zero point] when ``x`` is
         the output of a BATCH_MATMUL, whose kernel may round differently (see
         :func:`batch_matmul_requantized`). ``input_params``,
@@ -137,7 +137,11 @@ class ActivationQuantizer(keras.layers.Layer):
         their [scale, zero point] (see :func:`sum_requantized`).
         ``summands``, ``summand_params``, ``axes``: the operand of the int8
         MEAN over ``axes`` that writes ``x`` and its [scale, zero point] (see
-        :func:`mean_requantized`). ``with_params``: also return
+        :func:`mean_requantized`). ``logits``, ``logit_params``: the
+        input of the int8 SOFTMAX that writes ``x`` and its [scale, zero
+        point]: targeting Arm64 kernels, ``x`` is rounded as their SOFTMAX
+        does (see :func:`arm64_softmax_requantized`); x86's rounds the float
+        softmax as the fake-quant does. ``with_params``: also return
         [scale, zero point], for the layers that read ``x`` (their int32
         bias, their BATCH_MATMUL)."""
         if self.fixed_range is None and (training or self.observing):
@@ -152,7 +156,7 @@ class ActivationQuantizer(keras.layers.Layer):
                 x, lhs=lhs, rhs=rhs, input_params=input_params, kernel_scales=kernel_scales,
                 factor_params=factor_params, square_params=square_params, addends=addends,
                 addend_params=addend_params, summands=summands, summand_params=summand_params,
-                axes=axes) if exact_arithmetic else None
+                axes=axes, logits=logits, logit_params=logit_params) if exact_arithmetic else None
             if exact is not None:
                 quantized = quantized + ops.stop_gradient(exact - quantized)
         if not with_params:
@@ -161,7 +165,7 @@ class ActivationQuantizer(keras.layers.Layer):
         return quantized, self.params() if exact_arithmetic else ops.zeros((PARAMS_SIZE,))
 
     def _as_kernel_writes(self, x, lhs, rhs, input_params, kernel_scales, factor_params, square_params, addends,
-                          addend_params, summands, summand_params, axes):
+                          addend_params, summands, summand_params, axes, logits, logit_params):
         """What LiteRT's kernel that writes ``x`` writes (see :meth:`call`), or None without one."""
         grid = self.grid()
         if lhs is not None:
@@ -176,6 +180,8 @@ class ActivationQuantizer(keras.layers.Layer):
             return sum_requantized(addends, addend_params, grid)
         if summands is not None:
             return mean_requantized(summands, summand_params, axes, grid)
+        if logits is not None:
+            return arm64_softmax_requantized(logits, logit_params, grid) if target_kernels() == "arm64" else None
         if self.model_input:
             return input_quantized(x, grid)
         return None
