@@ -112,16 +112,21 @@ def file_outputs(model, outputs, probabilities: bool, quantized_softmax: bool):
     import keras
 
     from edgevit.models.ssdlite import is_detector
+    from edgevit.quantize.qat import output_params
+    from edgevit.quantize.quantizers import ActivationQuantizer
 
-    def softmax(logits):
+    def softmax(logits, index):
         scores = keras.ops.softmax(logits, axis=-1)
-        return keras.quantizers.fake_quant_with_min_max_vars(scores, *SOFTMAX_INT8_RANGE) if quantized_softmax \
-            else scores
+        if not quantized_softmax:
+            return scores
+        # as the int8 SOFTMAX of the target kernels writes it (edgevit.quantize.kernel_arithmetic)
+        return ActivationQuantizer(fixed_range=SOFTMAX_INT8_RANGE, name="softmax.quant")(
+            scores, logits=logits, logit_params=output_params(model, index))
 
     if is_detector(model):
         boxes, logits = outputs
-        return {"boxes": boxes, "scores": softmax(logits)[..., 1:]}
-    return softmax(outputs) if probabilities else outputs
+        return {"boxes": boxes, "scores": softmax(logits, 1)[..., 1:]}
+    return softmax(outputs, 0) if probabilities else outputs
 
 
 def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = True, probabilities: bool = False,
