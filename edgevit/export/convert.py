@@ -107,8 +107,10 @@ def file_outputs(model, outputs, probabilities: bool, quantized_softmax: bool):
     class's score without the background (edgevit.export.detection says why),
     a dict as the converter orders a function's outputs by name. With
     ``quantized_softmax`` the softmax lands on the int8 softmax grid, as a QAT
-    model's int8 file writes it. Traced by the export, and called eagerly on
-    a QAT model's outputs to say what its int8 file must compute."""
+    model's int8 file writes it. Traced by the export (a fake-quant the
+    converter reads), and called eagerly on a QAT model's outputs to say what
+    its int8 file must compute on the target kernels (their SOFTMAX rounds
+    its own way: edgevit.quantize.kernel_arithmetic)."""
     import keras
 
     from edgevit.models.ssdlite import is_detector
