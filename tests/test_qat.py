@@ -389,26 +389,6 @@ def test_concatenated_tensors_share_one_scale_and_need_no_requantization():
 
 
 
-def test_a_model_output_a_concatenation_writes_keeps_its_name():
-    """A CONCATENATION's output is its inputs on their shared grid: the QAT
-    model rounds it no further, so an output it writes keeps the float
-    model's name (a detector's "boxes" and "scores" tell it apart)."""
-    from edgevit.models.ssdlite import is_detector
-
-    keras.utils.set_random_seed(3)
-    inputs = keras.Input((4, 4, 3), name="image")
-    levels = [inputs, keras.layers.AveragePooling2D(2, name="half")(inputs)]
-    parts = [[keras.layers.Reshape((-1, width), name=f"{name}{i}.reshape")(
-        keras.layers.Conv2D(width, 1, name=f"{name}{i}")(level)) for i, level in enumerate(levels)]
-        for name, width in (("box", 4), ("class", 3))]
-    model = keras.Model(inputs, [keras.layers.Concatenate(axis=1, name=name)(p)
-                                 for name, p in zip(("boxes", "scores"), parts)], name="two_level_detector")
-    images = np.random.default_rng(0).uniform(0, 1, (8, 4, 4, 3)).astype(np.float32)
-    qat = quantize_model(model, images)
-    assert qat.output_names == ["boxes", "scores"] and is_detector(qat)
-    # the image, the pooled level, and a quantizer for each output's two parts (none for the output)
-    assert sorted(layer.slots for layer in qat.layers if isinstance(layer, ActivationQuantizer)) == [1, 1, 2, 2]
-
 @pytest.fixture(scope="module")
 def attention_qat(tmp_path_factory):
     """A QAT model of a LayerNorm over two token groups, concatenated, then

@@ -51,8 +51,6 @@ ASPECT_RATIOS = ((2, 3), (2, 3), (2, 3), (2, 3), (2, 3), (2,))
 PROJ_CHANNELS = (512, 256, 256, 128, 128, 64)
 MIN_SCALE, MAX_SCALE = 0.1, 1.05
 HEAD_ACTIVATION = "relu"
-# A detector's outputs, by name (the contract above); its QAT copy keeps them (edgevit.quantize.qat).
-OUTPUT_NAMES = ("boxes", "scores")
 
 # ml-cvnets resizes the whole image to 320x320 (no crop), pixels in [0, 1],
 # no mean/std: v0.1 (MobileViT v1, the v1-based v3) with OpenCV bilinear,
@@ -199,15 +197,16 @@ def build_ssdlite(name: str, num_classes: int = COCO_CLASSES, input_size: int = 
         maps.append(make(maps[-1], level.proj_channels, stage))
     boxes, scores = zip(*(ssd_head(x, level, num_classes, f"ssd_heads.{i}")
                           for i, (x, level) in enumerate(zip(maps, LEVELS))))
-    outputs = [layers.Concatenate(axis=1, name=output)(list(parts))
-               for output, parts in zip(OUTPUT_NAMES, (boxes, scores))]
+    outputs = [layers.Concatenate(axis=1, name="boxes")(list(boxes)),
+               layers.Concatenate(axis=1, name="scores")(list(scores))]
     return keras.Model(inputs, outputs, name=name)
 
 
 def is_detector(model) -> bool:
-    """Whether ``model`` is an SSD detector: its outputs named as
-    :func:`build_ssdlite` names them."""
-    return tuple(getattr(model, "output_names", ())) == OUTPUT_NAMES
+    """Whether ``model`` is an SSD detector: two outputs, boxes [B, A, 4] and
+    class logits [B, A, C], told by their shapes (a QAT copy's outputs are
+    named after the quantizers that round them, not "boxes" and "scores")."""
+    return len(model.outputs) == 2 and int(model.outputs[0].shape[-1]) == 4 and len(model.outputs[1].shape) == 3
 
 
 _COMMON = dict(default_input_size=INPUT_SIZE, task="detection", num_classes=COCO_CLASSES,

@@ -187,8 +187,7 @@ class _RangePlan:
     keep their input's scale ("input" rules) and a convolution output whose
     BatchNorm is folded in (the BatchNorm output has it). The tensors that
     LiteRT keeps at one scale (the inputs and output of a CONCATENATION,
-    traced back through scale-keeping ops) share one quantizer, a slot for
-    each input (the output, their concatenation, is on its grid already):
+    traced back through scale-keeping ops) share one quantizer, a slot each:
     with ranges of their own, the converter would requantize some of them
     with a kernel of its choice, and the int8 file would no longer compute
     what the QAT model computes.
@@ -230,9 +229,7 @@ class _RangePlan:
                 self.constant.update(id(t) for t, c in zip(node.outputs, constant_outputs) if c)
                 if rule.ranges == "shared":
                     shared.append(node)
-                # a CONCATENATION of tensors on its grid writes that grid: its output needs no rounding of its
-                # own, and a model output it writes keeps its name ("boxes", "scores")
-                if rule.ranges in ("input", "shared") or id(layer) in bn_of_conv:
+                if rule.ranges == "input" or id(layer) in bn_of_conv:
                     continue
                 fixed = _output_fixed_range(layer, rule)
                 # a Dense or Conv2D with an activation: its own output range is "NAME.quant"
