@@ -80,14 +80,6 @@ def input_takes(precision: str, io_dtype: str, normalization) -> str:
     return TAKES_RGB_UNIT if per_channel and io_dtype == "float32" and precision != "int8" else TAKES_NORMALISED
 
 
-def is_detector(model) -> bool:
-    """A model with a detector's two outputs, boxes [B, A, 4] and class
-    logits [B, A, C] (edgevit.models.ssdlite), told by their shapes: a QAT
-    model's outputs are named after its last quantizers, not "boxes" and
-    "scores"."""
-    return len(model.outputs) == 2 and int(model.outputs[0].shape[-1]) == 4 and len(model.outputs[1].shape) == 3
-
-
 def needs_calibration(precision: str) -> bool:
     return precision in INTEGER_PRECISIONS or precision == "int8_mixed"
 
@@ -115,19 +107,28 @@ def file_outputs(model, outputs, probabilities: bool, quantized_softmax: bool):
     class's score without the background (edgevit.export.detection says why),
     a dict as the converter orders a function's outputs by name. With
     ``quantized_softmax`` the softmax lands on the int8 softmax grid, as a QAT
-    model's int8 file writes it. Traced by the export, and called eagerly on
-    a QAT model's outputs to say what its int8 file must compute."""
+    model's int8 file writes it. Traced by the export (a fake-quant the
+    converter reads), and called eagerly on a QAT model's outputs to say what
+    its int8 file must compute on the target kernels (their SOFTMAX rounds
+    its own way: edgevit.quantize.kernel_arithmetic)."""
     import keras
 
-    def softmax(logits):
+    from edgevit.models.ssdlite import is_detector
+    from edgevit.quantize.qat import output_params
+    from edgevit.quantize.quantizers import ActivationQuantizer
+
+    def softmax(logits, index):
         scores = keras.ops.softmax(logits, axis=-1)
-        return keras.quantizers.fake_quant_with_min_max_vars(scores, *SOFTMAX_INT8_RANGE) if quantized_softmax \
-            else scores
+        if not quantized_softmax:
+            return scores
+        # as the int8 SOFTMAX of the target kernels writes it (edgevit.quantize.kernel_arithmetic)
+        return ActivationQuantizer(fixed_range=SOFTMAX_INT8_RANGE, name="softmax.quant")(
+            scores, logits=logits, logit_params=output_params(model, index))
 
     if is_detector(model):
         boxes, logits = outputs
-        return {"boxes": boxes, "scores": softmax(logits)[..., 1:]}
-    return softmax(outputs) if probabilities else outputs
+        return {"boxes": boxes, "scores": softmax(logits, 1)[..., 1:]}
+    return softmax(outputs, 0) if probabilities else outputs
 
 
 def batch1_function(model, float_ops: tuple[str, ...] = (), fake_quant: bool = True, probabilities: bool = False,

@@ -209,6 +209,13 @@ def build_ssdlite(name: str, num_classes: int = COCO_CLASSES, input_size: int = 
     return keras.Model(inputs, outputs, name=name)
 
 
+def is_detector(model) -> bool:
+    """Whether ``model`` is an SSD detector: two outputs, boxes [B, A, 4] and
+    class logits [B, A, C], told by their shapes (a QAT copy's outputs are
+    named after the quantizers that round them, not "boxes" and "scores")."""
+    return len(model.outputs) == 2 and int(model.outputs[0].shape[-1]) == 4 and len(model.outputs[1].shape) == 3
+
+
 _COMMON = dict(default_input_size=INPUT_SIZE, task="detection", num_classes=COCO_CLASSES,
                options=builder_options(build_ssdlite), checkpoint_formats=("cvnets",), pretrained=PRETRAINED)
 _V1 = dict(family="ssdlite_mobilevit_v1", preprocessing=PREPROCESS_V01, reference=REFERENCE, **_COMMON)

@@ -371,6 +371,25 @@ def _output_fixed_range(layer, rule):
     return rule.fixed_range if activation is None else FIXED_OUTPUT_RANGES.get(activation)
 
 
+def output_params(qat_model, index: int):
+    """[scale, zero point, scale residual] of output ``index`` of
+    ``qat_model``: its quantizer's, found back through the ops that keep
+    their input's scale (a concatenation's inputs share one)."""
+    from edgevit.quantize.quantizers import ActivationQuantizer
+
+    tensor = qat_model.outputs[index]
+    while True:
+        layer, node_index, _ = tensor._keras_history
+        if isinstance(layer, ActivationQuantizer):
+            return layer.params()
+        node = layer._inbound_nodes[node_index]
+        if rule_of_quantized(layer) is not None or not node.input_tensors \
+                or rule_for(layer).ranges not in ("input", "shared"):
+            raise EdgevitError(f"Output {index} of {qat_model.name} is written by {layer.name!r}, "
+                               "which gives it no int8 range of its own.")
+        tensor = node.input_tensors[0]
+
+
 def calibrate(qat_model, images: np.ndarray | Iterable, batch_size: int = 16, max_batches: int | None = None,
               on_batch: Callable[[], None] = lambda: None) -> int:
     """Initialise activation ranges: run ``images`` (an array or an iterable

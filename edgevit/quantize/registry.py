@@ -123,7 +123,11 @@ def register(layer_class: type, rule: QuantizeRule) -> None:
 
 def rule_for(layer) -> QuantizeRule:
     """The entry of ``layer``'s class (a layer, or a Keras op applied to a
-    symbolic tensor); an error naming the class if it has none."""
+    symbolic tensor); an error naming the class if it has none. A global
+    average over a single position keeps its input's scale: the converter
+    drops that MEAN (a detector's pooled level at 256 px and less)."""
+    if _averages_one_position(layer):
+        return KEEPS_INPUT_SCALE
     cls = type(layer)
     rule = _REGISTRY.get(cls)
     if rule is None:
@@ -136,3 +140,13 @@ def rule_for(layer) -> QuantizeRule:
 def rule_of_quantized(layer) -> QuantizeRule | None:
     """The entry whose quantization-aware class ``layer`` is, if any."""
     return next((rule for rule in _REGISTRY.values() if rule.quantized_class is type(layer)), None)
+
+
+def _averages_one_position(layer) -> bool:
+    """Whether ``layer`` is a global average pooling whose every call reads a
+    map of one position (the mean is its input)."""
+    if type(layer) not in (keras.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling2D):
+        return False
+    shapes = [node.input_tensors[0].shape for node in layer._inbound_nodes]
+    spatial = (lambda shape: shape[1:-1]) if layer.data_format == "channels_last" else (lambda shape: shape[2:])
+    return bool(shapes) and all(all(d == 1 for d in spatial(shape)) for shape in shapes)

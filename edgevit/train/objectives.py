@@ -191,18 +191,13 @@ class Detection:
                 "val_anchor_accuracy": round(right / matched, 4) if matched else None}
 
 
-def is_detector(model) -> bool:
-    """Whether ``model`` is an SSD detector: two outputs, boxes and class scores for each anchor."""
-    return len(model.outputs) == 2 and int(model.outputs[0].shape[-1]) == 4 and len(model.outputs[1].shape) == 3
-
-
 def objective_for(model, label_smoothing: float = 0.1) -> Classification | Segmentation | Detection:
     """The objective of ``model``'s task: a model whose output is a map of
     class scores ([N, H, W, classes]) segments, one with boxes and scores
     detects."""
-    if is_detector(model):
-        from edgevit.models.ssdlite import anchor_boxes
+    from edgevit.models.ssdlite import anchor_boxes, is_detector
 
+    if is_detector(model):
         return Detection(int(model.outputs[1].shape[-1]), anchor_boxes(model))
     classes = int(model.outputs[0].shape[-1])
     if len(model.outputs[0].shape) == 4:

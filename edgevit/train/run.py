@@ -338,7 +338,7 @@ class TrainingRun(ABC):
     def _check_task(self, model, spec) -> None:
         """A detector trains on a detection folder, a segmenter on a
         segmentation folder, a classifier on class folders."""
-        from edgevit.train.objectives import is_detector
+        from edgevit.models.ssdlite import is_detector
 
         kind = "detector" if is_detector(model) else "segmenter" if len(model.outputs[0].shape) == 4 else "classifier"
         folder = "detector" if self.detects else "segmenter" if self.segments else "classifier"
