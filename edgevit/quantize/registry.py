@@ -124,8 +124,10 @@ def register(layer_class: type, rule: QuantizeRule) -> None:
 def rule_for(layer) -> QuantizeRule:
     """The entry of ``layer``'s class (a layer, or a Keras op applied to a
     symbolic tensor); an error naming the class if it has none. A global
-    average over a single position keeps its input's scale: the converter
-    drops that MEAN (a detector's pooled level at 256 px and less)."""
+    average over a single position that keeps its dims keeps its input's
+    scale: the converter drops that MEAN (a detector's pooled level at
+    256 px and less). Without keepdims (a classifier's head) the file keeps
+    a MEAN, which needs its own output range."""
     if _averages_one_position(layer):
         return KEEPS_INPUT_SCALE
     cls = type(layer)
@@ -143,9 +145,10 @@ def rule_of_quantized(layer) -> QuantizeRule | None:
 
 
 def _averages_one_position(layer) -> bool:
-    """Whether ``layer`` is a global average pooling whose every call reads a
-    map of one position (the mean is its input)."""
-    if type(layer) not in (keras.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling2D):
+    """Whether ``layer`` is a global average pooling keeping its dims whose
+    every call reads a map of one position (the mean is its input)."""
+    if type(layer) not in (keras.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling2D) or \
+            not layer.keepdims:
         return False
     shapes = [node.input_tensors[0].shape for node in layer._inbound_nodes]
     spatial = (lambda shape: shape[1:-1]) if layer.data_format == "channels_last" else (lambda shape: shape[2:])
