@@ -32,7 +32,8 @@ converter deletes such dead branches: a file with two MobileNetV2 blocks
 fewer would be timed; a segmenter's logits are scaled to a trained one's
 spread), edgevit imports exactly those weights, and the table reports the
 two fp32 files' output cosine (``cosine_vs_edgevit_fp32``, per pixel for a
-segmenter, over the boxes for a detector) and each
+segmenter; for a detector the lower of its boxes' and its class scores' cosines, the
+route's logits turned into edgevit's softmax scores without the background) and each
 file's cosine to its own float model (``cosine_mean``: the Keras model for
 edgevit's, the PyTorch module for the route's).
 
@@ -290,13 +291,19 @@ def _output_cosine(twin: dict, own: Path, size: int) -> float:
         interp.set_tensor(detail["index"], np.ascontiguousarray(
             x if tuple(detail["shape"]) == x.shape else x.transpose(0, 3, 1, 2)))
         interp.invoke()
-        # a detector's (boxes, class logits), joined per anchor as its twin gives them
+        # a detector's boxes and class values, joined per anchor as its twin gives them
         tensors = [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
         outputs.append(np.concatenate(sorted(tensors, key=lambda t: t.shape[-1]), axis=-1))
     theirs, ours = outputs
-    # boxes only (cvnets' (tx, ty, tw, th)): the two files' class logits came out one class apart (not yet traced)
     if twin["source"] == "cvnets":
-        theirs, ours = theirs[..., CVNETS_BOX_TO_YX], ours[..., :4]
+        # cvnets' file gives (tx, ty, tw, th) and the 81 raw class logits, edgevit's (ty, tx, th, tw) and the
+        # softmax's scores with the background (class 0) left out: 4 + 81 against 4 + 80 values per anchor.
+        # Boxes and scores apart (the boxes' scale would hide the scores'), the lower cosine
+        logits = theirs[..., 4:]
+        scores = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        scores = scores / scores.sum(axis=-1, keepdims=True)
+        return min(agreement(ours[..., :4], theirs[..., CVNETS_BOX_TO_YX])["cosine_mean"],
+                   agreement(ours[..., 4:], scores[..., 1:])["cosine_mean"])
     if theirs.shape != ours.shape:  # a segmenter's NCHW logits
         theirs = np.moveaxis(theirs, 1, -1)
     return agreement(ours, theirs)["cosine_mean"]
