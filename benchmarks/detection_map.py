@@ -41,8 +41,23 @@ def edgevit(*args) -> dict:
     command = [sys.executable, "-m", "edgevit", *map(str, args), "--json"]
     proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"{' '.join(command)} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout)
+
+
+class CommandLog:
+    """Runs edgevit commands for a benchmark, keeping each command line and
+    its seconds for the results JSON."""
+
+    def __init__(self):
+        self.commands, self.seconds = [], {}
+
+    def step(self, name: str, *command) -> dict:
+        self.commands.append("edgevit " + " ".join(map(str, command)))
+        start = time.perf_counter()
+        result = edgevit(*command)
+        self.seconds[name] = round(time.perf_counter() - start, 1)
+        return result
 
 
 def scored(report: dict) -> dict:
@@ -68,15 +83,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     data = make_detection_folder(out / "shapes", per_split=args.per_split, size=IMAGE_SIZE)
     float_model, qat_model, int8_file = out / "det.keras", out / "det_qat.keras", out / "det_qat_int8.tflite"
-    commands, seconds = [], {}
-
-    def step(name, *command):
-        commands.append("edgevit " + " ".join(map(str, command)))
-        start = time.perf_counter()
-        result = edgevit(*command)
-        seconds[name] = round(time.perf_counter() - start, 1)
-        return result
-
+    log = CommandLog()
+    step = log.step
     step("finetune", "finetune", args.model, "--data", data, "--input-size", args.size, "--epochs", args.epochs,
          "--steps-per-epoch", args.steps_per_epoch, "--batch-size", args.batch_size, "--lr", args.lr,
          "-o", float_model, "--overwrite")
@@ -91,7 +99,7 @@ def main(argv=None) -> int:
               "batch_size": args.batch_size, "lr": args.lr,
               "map": results, "file_minus_float_map_points": round(
                   100 * (results["qat_int8_file"]["map"] - results["float"]["map"]), 2),
-              "convert_validation": convert["agreement"], "seconds": seconds, "commands": commands}
+              "convert_validation": convert["agreement"], "seconds": log.seconds, "commands": log.commands}
     (out / "detection-map.json").write_text(json.dumps(record, indent=2))
     print(json.dumps(record, indent=2))
     return 0

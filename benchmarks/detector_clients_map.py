@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,6 +39,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.detection_map import CommandLog  # noqa: E402
 
 CLASSES = ("square", "disc")
 # each class's colour, jittered per object: the detector learns shapes on real, busy backgrounds
@@ -99,15 +100,6 @@ def _composite(photo, rng, Image, ImageFilter):
         canvas.paste(shade, (x0, y0), mask.filter(ImageFilter.GaussianBlur(1)))
         boxes.append((category, [x0, y0, side, side]))
     return np.asarray(canvas), boxes
-
-
-def edgevit(*args) -> dict:
-    """One command's --json result (stdout), its stderr shown on failure."""
-    command = [sys.executable, "-m", "edgevit", *map(str, args), "--json"]
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout)
 
 
 def client_detections(client: str, model: Path, data: Path, tmp: Path, input_size: int | None = None) -> list:
@@ -181,14 +173,8 @@ def main(argv=None) -> int:
     data = out / "photo-shapes"
     if not (data / "annotations" / "instances_val.json").exists():
         photo_folder(args.photos, data)
-    commands, seconds = [], {}
-
-    def step(name, *command):
-        commands.append("edgevit " + " ".join(map(str, command)))
-        start = time.perf_counter()
-        result = edgevit(*command)
-        seconds[name] = round(time.perf_counter() - start, 1)
-        return result
+    log = CommandLog()
+    step = log.step
 
     model = args.keras or out / "det.keras"
     if not args.keras:
@@ -210,7 +196,7 @@ def main(argv=None) -> int:
         for client in clients:
             start = time.perf_counter()
             results[form][client] = client_map(client_detections(client, path, data, out), data)
-            seconds[f"{client}_{form}"] = round(time.perf_counter() - start, 1)
+            log.seconds[f"{client}_{form}"] = round(time.perf_counter() - start, 1)
             results[form][f"{client}_minus_eval_map"] = round(
                 results[form][client]["map"] - results[form]["edgevit_eval"]["map"], 4)
         # the same client on eval's pixels: what is left is the post-processing alone
@@ -221,7 +207,7 @@ def main(argv=None) -> int:
               "batch_size": args.batch_size, "lr": args.lr, "val_images": len(coco["images"]),
               "val_boxes": len(coco["annotations"]),
               "client_options": {"score_threshold": SCORE_THRESHOLD, "max_results": MAX_RESULTS},
-              "map": results, "seconds": seconds, "commands": commands}
+              "map": results, "seconds": log.seconds, "commands": log.commands}
     (out / "detector-clients-map.json").write_text(json.dumps(record, indent=2))
     print(json.dumps(record, indent=2))
     return 0

@@ -238,9 +238,16 @@ def release_zip(model, folder: str, tmp_path) -> bytes:
         checkpoint = buffer.getvalue()
     except ImportError:
         checkpoint = safetensors_bytes(tensors, tmp_path)
+    return release_archive(folder, checkpoint, config="model: mobilevit_v3\n")
+
+
+def release_archive(folder: str, checkpoint: bytes, config: str | None = None) -> bytes:
+    """A MobileViTv3 release zip: FOLDER/checkpoint_ema_best.pt (and its
+    config.yaml when given)."""
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as zf:
-        zf.writestr(f"{folder}/config.yaml", "model: mobilevit_v3\n")
+        if config is not None:
+            zf.writestr(f"{folder}/config.yaml", config)
         zf.writestr(f"{folder}/checkpoint_ema_best.pt", checkpoint)
     return archive.getvalue()
 
@@ -508,10 +515,7 @@ def test_segmentation_release_of_mobilevitv3_in_cvnets_naming(servers, tmp_path)
     assert (entry.tag, entry.channel_order, entry.metric, entry.top1) == (
         "mobilevitv3_XXS_voc_e50_7404", "BGR", "VOC mIoU", 74.04)
     assert entry.licence.startswith("non-commercial")
-    archive = io.BytesIO()
-    with zipfile.ZipFile(archive, "w") as zf:
-        zf.writestr(f"{entry.tag}/checkpoint_ema_best.pt", torch_bytes(tensors))
-    servers.plain_file(entry.location, archive.getvalue())
+    servers.plain_file(entry.location, release_archive(entry.tag, torch_bytes(tensors)))
     model = edgevit.create_model(name, input_size=SIZE, weights="imagenet")
     np.testing.assert_allclose(logits(model, PHOTOS), logits(source, PHOTOS), atol=1e-5)
 
@@ -544,10 +548,7 @@ def test_v2_based_segmentation_release_of_mobilevitv3_is_built_dilated_and_takes
     assert (entry.tag, entry.channel_order, entry.metric, entry.top1, entry.naming) == (
         "mobilevitv3_voc_0_5_0", "RGB", "VOC mIoU", 76.48, "cvnets")
     assert entry.licence.startswith("non-commercial")
-    archive = io.BytesIO()
-    with zipfile.ZipFile(archive, "w") as zf:
-        zf.writestr(f"{entry.tag}/checkpoint_ema_best.pt", torch_bytes(tensors))
-    servers.plain_file(entry.location, archive.getvalue())
+    servers.plain_file(entry.location, release_archive(entry.tag, torch_bytes(tensors)))
     model = edgevit.create_model(name, input_size=SIZE, weights="imagenet")
     assert model.get_layer("layer_5.1.local_rep.conv_3x3.conv").dilation_rate == (2, 2)
     np.testing.assert_allclose(logits(model, PHOTOS), logits(source, PHOTOS), atol=1e-5)
