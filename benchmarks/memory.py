@@ -83,7 +83,8 @@ class RunFailed(Exception):
 def measure(what: str, cmd: list[str], env: dict | None = None) -> dict:
     """Run ``cmd``; peak tree memory per stage (from its progress lines on
     stderr), in total, and its wall seconds; stdout as text."""
-    stages: list[list] = [["start", time.perf_counter(), 0, 0]]  # [name, start time, peak bytes, main's]
+    # [name, start time, peak bytes, main's peak, main's at the tree's peak]
+    stages: list[list] = [["start", time.perf_counter(), 0, 0, 0]]
     done = threading.Event()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
@@ -91,7 +92,9 @@ def measure(what: str, cmd: list[str], env: dict | None = None) -> dict:
         while not done.is_set():
             total, own = tree_rss(proc.pid)
             current = stages[-1]
-            current[2], current[3] = max(current[2], total), max(current[3], own)
+            if total > current[2]:  # the main process's part of the peak (its own peak may come without children)
+                current[2], current[4] = total, own
+            current[3] = max(current[3], own)
             time.sleep(SAMPLE_SECONDS)
 
     stderr_lines = []
@@ -101,7 +104,7 @@ def measure(what: str, cmd: list[str], env: dict | None = None) -> dict:
             stderr_lines.append(line)
             stage = stage_of(line)
             if stage is not None:
-                stages.append([stage, time.perf_counter(), 0, 0])
+                stages.append([stage, time.perf_counter(), 0, 0, 0])
 
     threads = [threading.Thread(target=sample, daemon=True), threading.Thread(target=read_stderr, daemon=True)]
     for t in threads:
@@ -116,11 +119,13 @@ def measure(what: str, cmd: list[str], env: dict | None = None) -> dict:
     if proc.returncode != 0:
         raise RunFailed(f"{what} failed (exit {proc.returncode}): " + "".join(stderr_lines[-5:]).strip())
     per_stage = {}
-    for (name, begin, peak, own), following in zip(stages, stages[1:] + [[None, end]]):
+    for (name, begin, peak, own, own_at_peak), following in zip(stages, stages[1:] + [[None, end]]):
         if not peak:
             continue  # over before the first sample (a BatchNorm estimation of a model without BatchNorm)
-        entry = per_stage.setdefault(name, {"peak_gb": 0.0, "main_process_peak_gb": 0.0, "seconds": 0.0})
-        entry["peak_gb"] = round(max(entry["peak_gb"], peak / GB), 3)
+        entry = per_stage.setdefault(name, {"peak_gb": 0.0, "main_process_peak_gb": 0.0,
+                                            "main_process_at_peak_gb": 0.0, "seconds": 0.0})
+        if peak / GB > entry["peak_gb"]:
+            entry["peak_gb"], entry["main_process_at_peak_gb"] = round(peak / GB, 3), round(own_at_peak / GB, 3)
         entry["main_process_peak_gb"] = round(max(entry["main_process_peak_gb"], own / GB), 3)
         entry["seconds"] = round(entry["seconds"] + following[1] - begin, 1)
     return {"peak_gb": max(s["peak_gb"] for s in per_stage.values()), "seconds": round(end - start, 1),
@@ -203,9 +208,11 @@ def print_table(row: dict) -> None:
           f"({row['command_time_ratio']:.2f}x)")
     print(f"  agreement with Keras: cosine {ours['cosine_mean']:.4f}"
           + ("; diagnosed layer by layer" if ours["diagnosed"] else "; no diagnosis (cosine >= 0.98)"))
-    print(f"  {'stage':<14} {'peak GB':>8} {'main GB':>8} {'seconds':>8}   (main: the edgevit process alone)")
+    print(f"  {'stage':<14} {'peak GB':>8} {'main GB':>8} {'at peak':>8} {'seconds':>8}   (main: the edgevit process "
+          "alone, its peak and its part of the stage's peak)")
     for name, stage in ours["stages"].items():
-        print(f"  {name:<14} {stage['peak_gb']:>8.2f} {stage['main_process_peak_gb']:>8.2f} {stage['seconds']:>8.1f}")
+        print(f"  {name:<14} {stage['peak_gb']:>8.2f} {stage['main_process_peak_gb']:>8.2f} "
+              f"{stage['main_process_at_peak_gb']:>8.2f} {stage['seconds']:>8.1f}")
 
 
 def family_ends(end: str) -> list[str]:

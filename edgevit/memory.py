@@ -15,6 +15,8 @@ converter failing an allocation) ends in the same kind of line.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import re
 import resource
 from contextlib import contextmanager
@@ -276,3 +278,13 @@ def memory_of(stage: str, model, images: int = 1, batches: dict | None = None):
             raise
         raise OutOfMemory(f"Out of memory in the {stage} stage: "
                           f"{_advice(stage, model, images, batches, None, STAGE_NEEDS)}.") from None
+
+
+def release_memory() -> None:
+    """Give what this process freed back to the system: C++ allocations (the
+    converter's, TensorFlow's while it traces, numpy's larger arrays) stay
+    with the C library's allocator otherwise, and count against this process
+    while the next children run (mobilevit_v3_xs: 1.06 -> 0.85 GB resident
+    after an int8 conversion, 1.09 -> 1.00 GB after validation)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: its allocator keeps what it keeps
+        ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -49,7 +49,7 @@ from edgevit.litert.inputs import file_input_values
 from edgevit.litert.logits_view import logits_file
 from edgevit.litert.metadata import DETECTION, SEGMENTATION, build_metadata, embed
 from edgevit.litert.run_model import run_in_child, split_outputs
-from edgevit.memory import memory_of
+from edgevit.memory import memory_of, release_memory
 from edgevit.native_output import native_output_captured
 from edgevit.pretrained import RANDOM_INIT, random_init_hint
 from edgevit.progress import Progress
@@ -235,18 +235,6 @@ def convert_model(model, spec: ModelSpec, opts: ExportOptions, job: Prepared,
         content = convert(model, opts.precision, **common)
     release_memory()
     return content, time.perf_counter() - start
-
-
-def release_memory() -> None:
-    """Give what a stage freed back to the system: C++ allocations (the
-    converter's, TensorFlow's while it traces) stay with the C library's
-    allocator otherwise, and count against this process while the next
-    children run (mobilevit_v3_xs: 1.06 -> 0.85 GB resident after an int8
-    conversion, 1.09 -> 1.00 GB after validation)."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: its allocator keeps what it keeps
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Prepared, checked: Audit) -> Package:

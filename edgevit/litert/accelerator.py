@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgevit.memory import release_memory
 from edgevit.writing import save_array, temporary_folder
 
 SWIFTSHADER_ICD = Path("/usr/lib/chromium/vk_swiftshader_icd.json")
@@ -40,6 +41,8 @@ INTEGER_AGREEMENT_FLOOR = 0.995
 # `edgevit convert` alike): held-out sample photos, preprocessed as the
 # file's metadata says, so that both judge a file on the same evidence.
 DEFAULT_IMAGES = 16
+# Seconds the child may take (ssdlite_mobilevit_v1_xs at 320 px on SwiftShader: 220 s for 16 images, 2 busy cores).
+TIMEOUT_SECONDS = 900
 
 
 def integer_floor(kernels_cosine: float | None) -> float:
@@ -148,20 +151,27 @@ def missing_vulkan() -> str | None:
 
 
 def run_on_gpu(model_path: str | Path, inputs: np.ndarray, precision: str, images: str = "",
-               timeout: float = 900) -> GpuRun:
+               timeout: float = TIMEOUT_SECONDS) -> GpuRun:
     """Run ``model_path`` on ``inputs`` (the values its input takes) with
     XNNPACK and with the GPU accelerator, in a child process, and compare the
     outputs: the logits of a file that outputs probabilities
     (``edgevit.litert.logits_view``)."""
-    from edgevit.litert.logits_view import logits_file
-
     missing = missing_vulkan()
     if missing:
         return GpuRun(False, f"no Vulkan device ({missing}); {HOW_TO_GET_A_DEVICE}")
+    with temporary_folder("edgevit-gpu-") as tmp:
+        save_array(tmp / "inputs.npy", inputs.astype(np.float32))
+        return _run_inputs_file(model_path, tmp, len(inputs), precision, images, timeout)
+
+
+def _run_inputs_file(model_path: str | Path, tmp: Path, count: int, precision: str, images: str,
+                     timeout: float) -> GpuRun:
+    """:func:`run_on_gpu` on the ``count`` inputs saved in ``tmp``/inputs.npy."""
+    from edgevit.litert.logits_view import logits_file
+
     name = Path(model_path).name
-    with temporary_folder("edgevit-gpu-") as tmp, logits_file(model_path) as model_path:
+    with logits_file(model_path) as model_path:
         in_path, out_path = tmp / "inputs.npy", tmp / "outputs.npz"
-        save_array(in_path, inputs.astype(np.float32))
         integer = precision not in AGREEMENT_FLOOR
         cmd = [sys.executable, "-m", "edgevit.litert.accelerator", str(model_path), str(in_path), str(out_path),
                "1" if integer else "0"]
@@ -177,8 +187,8 @@ def run_on_gpu(model_path: str | Path, inputs: np.ndarray, precision: str, image
 
         placement = _PLACEMENT.search(log)
         adapter = _ADAPTER.search(log)
-        cpu, gpu = (per_image(outputs[k], len(inputs)) for k in ("cpu", "gpu"))
-        kernels_cosine = agreement(cpu, per_image(outputs["reference"], len(inputs)))["cosine_mean"] \
+        cpu, gpu = (per_image(outputs[k], count) for k in ("cpu", "gpu"))
+        kernels_cosine = agreement(cpu, per_image(outputs["reference"], count))["cosine_mean"] \
             if integer else None
         floor = integer_floor(kernels_cosine) if integer else AGREEMENT_FLOOR[precision]
         ops_on_cpu, cpu_ops = int(placement.group(2)) if placement else None, unsupported_ops(log)
@@ -198,13 +208,27 @@ def run_file_on_gpu(path: Path, count: int = DEFAULT_IMAGES) -> GpuRun:
     missing = missing_vulkan()
     if missing:
         return GpuRun(False, f"no Vulkan device ({missing}); {HOW_TO_GET_A_DEVICE}")
-    from edgevit.litert.inputs import inputs_for_file
     from edgevit.litert.metadata_check import trusted_metadata
 
     content = path.read_bytes()
+    precision = (trusted_metadata(content) or {}).get("precision") or precision_of(content)
+    with temporary_folder("edgevit-gpu-") as tmp:
+        described = _save_inputs(content, count, tmp / "inputs.npy")
+        # the inputs live on in the file only, and what making them took goes back to the system: this
+        # process's memory adds to the child's while it runs (ssdlite_mobilevit_v1_xs at 320 px: the export's
+        # peak, docs/benchmarks.md)
+        release_memory()
+        return _run_inputs_file(path, tmp, count, precision, described, TIMEOUT_SECONDS)
+
+
+def _save_inputs(content: bytes, count: int, path: Path) -> str:
+    """Write ``content``'s inputs for ``count`` held-out sample photos to
+    ``path``; what they are."""
+    from edgevit.litert.inputs import inputs_for_file
+
     inputs, described = inputs_for_file(content, count)
-    return run_on_gpu(path, inputs, (trusted_metadata(content) or {}).get("precision") or precision_of(content),
-                      images=described)
+    save_array(path, inputs.astype(np.float32))
+    return described
 
 
 def precision_of(content: bytes) -> str:
@@ -305,18 +329,20 @@ def _child_main(argv: list[str]) -> int:
     model_path, in_path, out_path, with_reference = argv
     inputs = np.load(in_path)
     outputs = {}
-    if with_reference == "1":
-        from edgevit.litert.run_model import run_in_process
-
-        outputs["reference"] = run_in_process(Path(model_path).read_bytes(), inputs, kernels="reference")
     try:
-        cpu, _ = _run(model_path, inputs, HardwareAccelerator.CPU)
-        # with the CPU allowed too, ops the GPU refuses run there instead of failing the compilation
+        # the GPU first, while this process holds nothing else: its compiled shaders and buffers are most of
+        # the child's memory (0.5 GB for a 320 px detector on SwiftShader), and what ran before it would add
+        # to them. With the CPU allowed too, ops the GPU refuses run there instead of failing the compilation.
         gpu, fully = _run(model_path, inputs, HardwareAccelerator.GPU | HardwareAccelerator.CPU)
+        cpu, _ = _run(model_path, inputs, HardwareAccelerator.CPU)
     except RuntimeError as err:
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         print(_CHILD_ERROR + (lines[-1] if lines else type(err).__name__), file=sys.stderr)
         return 3
+    if with_reference == "1":
+        from edgevit.litert.run_model import run_in_process
+
+        outputs["reference"] = run_in_process(Path(model_path).read_bytes(), inputs, kernels="reference")
     np.savez(out_path, cpu=cpu, gpu=gpu, fully_accelerated=fully, **outputs)
     return 0
 
