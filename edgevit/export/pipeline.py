@@ -443,8 +443,8 @@ def export(model, spec: ModelSpec, opts: ExportOptions, progress: Progress | Non
         staging.write_bytes(job.files.model, packaged.content)
         staged_model = staging.path_of(job.files.model)
         # the runs in child processes first, while this process holds less: the Keras model's forward passes of
-        # validation keep memory here that the children would add to (ssdlite_mobilevit_v1_xs at 320 px, this
-        # process during the GPU run: 1.38 GB after validation, 1.29 GB before it; docs/benchmarks.md)
+        # validation keep memory here that the children would add to (ssdlite_mobilevit_v1_xs at 320 px, the
+        # GPU run's peak: 1.82 GB after validation, 1.73 GB before it; docs/benchmarks.md)
         gpu = gpu_run(staged_model, opts.gpu_images, progress) if opts.gpu_images else None
         arm = arm_run(staged_model, opts.arm_images, progress) if opts.arm_images else None
         with memory_of("validation", model):
