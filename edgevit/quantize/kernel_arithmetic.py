@@ -136,8 +136,40 @@ def batch_matmul_requantized(x, lhs, rhs, grid):
     thus rounds up where a fake-quant rounds down (about 0.4% of an
     attention layer's scores). The arithmetic runs in float64: accumulator
     times 2^shift exceeds float32's integers."""
-    return ops.cond(ops.equal(part(rhs, 1), 0.0), lambda: accumulator_requantized(x, lhs, part(rhs, 0), grid),
+    return ops.cond(ops.equal(part(rhs, 1), 0.0), lambda: _xnnpack_batch_matmul(x, lhs, part(rhs, 0), grid),
                     lambda: _builtin_batch_matmul(x, part(lhs, 0) * part(rhs, 0), grid))
+
+
+def _xnnpack_batch_matmul(x, lhs, rhs_scale, grid):
+    """XNNPACK's int8 BATCH_MATMUL of the :func:`target_kernels`: its
+    operands have one scale each (no per-channel weights), so XNNPACK runs
+    its per-tensor GEMM, which requantizes with float32 arithmetic on x86
+    (as a dense layer, :func:`accumulator_requantized`) and with the
+    "rndnu" fixed-point rule on aarch64 (:func:`rndnu_accumulator_requantized`)."""
+    if target_kernels() == "arm64":
+        return rndnu_accumulator_requantized(x, lhs, rhs_scale, grid)
+    return accumulator_requantized(x, lhs, rhs_scale, grid)
+
+
+def rndnu_accumulator_requantized(x, input_params, kernel_scale, grid):
+    """What XNNPACK's aarch64 per-tensor int8 GEMM ("rndnu" requantization:
+    ``xnn_qs8_gemm_minmax_rndnu_*``) writes for ``x``, the float product of
+    operands on the grids ``input_params`` and ``kernel_scale``, into a
+    tensor with the output ``grid``. The float32 scale
+    ``input_scale * kernel_scale / output_scale`` is a 24-bit integer
+    multiplier and a shift; SQDMULH keeps the exact product's bits down to
+    2^-shift of an output step (truncating) and SRSHL rounds the rest half
+    up: the exact ``accumulator * scale`` rounded half up. x86's float32
+    product rounds to float32 first and then half to even, so a product
+    within float32's rounding of a midpoint (about one output in 10^4 of
+    an attention matmul) lands a step apart. Computed in float64, exact
+    for accumulators below 2^29."""
+    scale, zero_point = grid
+    step = part(input_params, 0) * kernel_scale
+    accumulator = ops.round(ops.cast(x, "float64") / ops.cast(step, "float64"))
+    levels = ops.floor(accumulator * ops.cast(step / scale, "float64") + 0.5)
+    return ops.cast((ops.clip(levels + ops.cast(zero_point, "float64"), -128.0, 127.0)
+                     - ops.cast(zero_point, "float64")) * ops.cast(scale, "float64"), x.dtype)
 
 
 def _builtin_batch_matmul(x, product_scale, grid):
