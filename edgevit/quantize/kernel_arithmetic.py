@@ -137,7 +137,7 @@ def batch_matmul_requantized(x, lhs, rhs, grid):
     attention layer's scores). The arithmetic runs in float64: accumulator
     times 2^shift exceeds float32's integers."""
     return ops.cond(ops.equal(part(rhs, 1), 0.0), lambda: _xnnpack_batch_matmul(x, lhs, part(rhs, 0), grid),
-                    lambda: _builtin_batch_matmul(x, part(lhs, 0) * part(rhs, 0), grid))
+                    lambda: _builtin_batch_matmul(x, lhs, rhs, grid))
 
 
 def _xnnpack_batch_matmul(x, lhs, rhs_scale, grid):
@@ -172,10 +172,13 @@ def rndnu_accumulator_requantized(x, input_params, kernel_scale, grid):
                      - ops.cast(zero_point, "float64")) * ops.cast(scale, "float64"), x.dtype)
 
 
-def _builtin_batch_matmul(x, product_scale, grid):
-    """LiteRT's builtin int8 BATCH_MATMUL requantization of the float
-    product ``x`` of operands whose scales multiply to ``product_scale``
-    (see :func:`batch_matmul_requantized`)."""
+def _builtin_batch_matmul(x, lhs, rhs, grid):
+    """LiteRT's builtin int8 BATCH_MATMUL of the :func:`target_kernels`
+    (operands with quantization ``lhs`` and ``rhs``; see
+    :func:`batch_matmul_requantized`)."""
+    if target_kernels() == "arm64":
+        return _ruy_batch_matmul(x, lhs, rhs, grid)
+    product_scale = part(lhs, 0) * part(rhs, 0)
     scale, zero_point = grid
     multiplier = ops.cast(product_scale / scale, "float64")
     steps = ops.power(2.0, -floor_log2(multiplier) - 1.0)  # 2^shift
@@ -185,6 +188,32 @@ def _builtin_batch_matmul(x, product_scale, grid):
     zero_point = ops.cast(zero_point, "float64")
     return ops.cast((ops.clip(rounded + zero_point, -128.0, 127.0) - zero_point) * ops.cast(scale, "float64"),
                     x.dtype)
+
+
+def _ruy_batch_matmul(x, lhs, rhs, grid):
+    """The builtin int8 BATCH_MATMUL of LiteRT's aarch64 builds, whose
+    matmuls run in ruy: the int32 accumulator times TFLite's fixed-point
+    multiplier of ``lhs_scale * rhs_scale / output_scale`` (31 bits and a
+    shift, from the float64 ratio), rounded once, half up (ruy's NEON
+    kernels: SQDMULH truncates, SRSHL rounds). x86's builtin kernel rounds
+    twice (see :func:`batch_matmul_requantized`). In int64: the accumulator
+    times the multiplier exceeds float64's integers."""
+    def f64(value):
+        return ops.cast(value, "float64")
+
+    scale, zero_point = grid
+    product_scale = part(lhs, 0) * part(rhs, 0)
+    multiplier = f64(part(lhs, 0)) * f64(part(rhs, 0)) / f64(scale)
+    exponent = floor_log2(multiplier) + 1.0
+    fixed = ops.floor(multiplier / ops.power(2.0, exponent) * 2.0 ** 31 + 0.5)   # in [2^30, 2^31]
+    exponent = ops.where(fixed >= 2.0 ** 31, exponent + 1.0, exponent)
+    fixed = ops.where(fixed >= 2.0 ** 31, fixed / 2.0, fixed)
+    accumulator = ops.round(f64(x) / f64(product_scale))
+    shift = ops.cast(31.0 - exponent, "int64")
+    product = ops.cast(accumulator, "int64") * ops.cast(fixed, "int64")
+    levels = f64(ops.right_shift(product + ops.left_shift(ops.ones_like(shift), shift - 1), shift))
+    zero_point = f64(zero_point)
+    return ops.cast((ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * f64(scale), x.dtype)
 
 
 def input_quantized(x, grid):
