@@ -7,10 +7,12 @@ here returns what the kernel writes, so that the QAT model and the int8 file
 agree value for value:
 
 - XNNPACK's fp32 requantization of the int32 accumulator of a convolution,
-  a FULLY_CONNECTED and a BATCH_MATMUL with a symmetric second operand
+  a FULLY_CONNECTED and (x86) a BATCH_MATMUL with a symmetric second operand
   (:func:`accumulator_requantized`), and of a MUL
   (:func:`product_requantized`);
-- the builtin BATCH_MATMUL's two-step fixed-point rescale
+- that BATCH_MATMUL's "rndnu" requantization on aarch64
+  (:func:`rndnu_accumulator_requantized`), and the builtin BATCH_MATMUL's
+  fixed-point rescale, two-step on x86, one-step on aarch64
   (:func:`batch_matmul_requantized`);
 - XNNPACK's and the builtin kernel's ADD (:func:`sum_requantized`) and
   XNNPACK's MEAN (:func:`mean_requantized`);
@@ -19,13 +21,16 @@ agree value for value:
 - the int8 SOFTMAX of LiteRT's x86 builds (:func:`x86_softmax_requantized`)
   and of its aarch64 builds (:func:`arm64_softmax_requantized`).
 
-One op has two kernels that round differently: LiteRT's int8 SOFTMAX runs
-on a float exp table and a float 1/sum in x86 builds, on a 16-bit integer
-exp table and a fixed-point 1/sum in every aarch64 build (phones, Apple
-Silicon), and about one output in 10^4 differs by a step. The QAT model
-follows one of them, :func:`target_kernels`: the machine's own unless
-:func:`targeting_kernels` says which. (Compared op by op on a trained
-segmenter's file, every other op computed the same bits on both.)
+Two ops have kernels that round differently on x86 and on aarch64 (phones,
+Apple Silicon), each about one output in 10^4 a step apart: LiteRT's int8
+SOFTMAX runs on a float exp table and a float 1/sum in x86 builds, on a
+16-bit integer exp table and a fixed-point 1/sum in every aarch64 build;
+its int8 BATCH_MATMUL requantizes the accumulator by a float32 product
+(XNNPACK) or in two fixed-point roundings (builtin) on x86, by the exact
+product rounded once, half up, on aarch64 (XNNPACK's rndnu GEMM, ruy). The
+QAT model follows one kernel set, :func:`target_kernels`: the machine's own
+unless :func:`targeting_kernels` says which. (Compared op by op on
+MobileViT files, every other op computed the same bits on both.)
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ from keras import ops
 from edgevit.errors import EdgevitError
 from edgevit.quantize.int8_ranges import part, weight_scales
 
-# the kernel sets whose int8 SOFTMAX the QAT model can follow
+# the kernel sets whose int8 SOFTMAX and BATCH_MATMUL the QAT model can follow
 TARGET_KERNELS = ("x86", "arm64")
 _TARGET = contextvars.ContextVar("edgevit_int8_kernels", default=None)
 
@@ -51,16 +56,17 @@ def machine_kernels() -> str:
 
 
 def target_kernels() -> str:
-    """The kernel set whose int8 SOFTMAX the QAT model computes now (see
-    the module docstring): read when a model is called or traced."""
+    """The kernel set whose int8 SOFTMAX and BATCH_MATMUL the QAT model
+    computes now (see the module docstring): read when a model is called or
+    traced."""
     return _TARGET.get() or machine_kernels()
 
 
 @contextlib.contextmanager
 def targeting_kernels(kernels: str | None):
-    """While inside, QAT models compute the int8 SOFTMAX of ``kernels``
-    ("x86" or "arm64"; None: the machine's). A model traced inside (a
-    ``tf.function``, ``model.predict``) keeps it in its graph."""
+    """While inside, QAT models compute the int8 SOFTMAX and BATCH_MATMUL
+    of ``kernels`` ("x86" or "arm64"; None: the machine's). A model traced
+    inside (a ``tf.function``, ``model.predict``) keeps it in its graph."""
     if kernels is not None and kernels not in TARGET_KERNELS:
         raise EdgevitError(f"Unknown int8 kernels {kernels!r}: one of {', '.join(TARGET_KERNELS)}.")
     token = _TARGET.set(kernels)
