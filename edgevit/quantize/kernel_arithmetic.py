@@ -141,7 +141,10 @@ def batch_matmul_requantized(x, lhs, rhs, grid):
     from zero. A value up to 2^-(shift+1) steps below a rounding midpoint
     thus rounds up where a fake-quant rounds down (about 0.4% of an
     attention layer's scores). The arithmetic runs in float64: accumulator
-    times 2^shift exceeds float32's integers."""
+    times 2^shift exceeds float32's integers. Those are the x86 kernels;
+    the aarch64 ones round the exact product once, half up, in both cases
+    (:func:`rndnu_accumulator_requantized`, :func:`_ruy_batch_matmul`),
+    computed when the QAT model targets "arm64" kernels."""
     return ops.cond(ops.equal(part(rhs, 1), 0.0), lambda: _xnnpack_batch_matmul(x, lhs, part(rhs, 0), grid),
                     lambda: _builtin_batch_matmul(x, lhs, rhs, grid))
 
