@@ -61,7 +61,11 @@ def within_acceptance(expected, actual, where):
     assert result["top1_agreement"] == 1.0 and result["cosine_mean"] >= 0.999, (where, result)
 
 
-@pytest.fixture(scope="module", params=[("mobilevit_v2_050", 96), ("mobilevit_v3_050", 96), ("mobilevit_v1_xxs", 128)],
+# v1 at 128 px costs the default suite ~125 s on the 2-core host (its 96 px run, within the acceptance bounds
+# only, cost ~105 s): under -m slow; the default suite's v1-based attention is mobilevit_v3_xxs's, trained by the
+# command, below
+@pytest.fixture(scope="module", params=[("mobilevit_v2_050", 96), ("mobilevit_v3_050", 96),
+                                        pytest.param(("mobilevit_v1_xxs", 128), marks=pytest.mark.slow)],
                 ids=lambda case: case[0])
 def mobilevit_qat(request, tmp_path_factory):
     """A QAT MobileViT with trained-scale weights, calibrated on 16 sample
