@@ -48,9 +48,9 @@ def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progres
     """Evaluate a ``.keras`` or ``.tflite`` model on every image of
     ``data_dir``, streamed: it holds a batch of images at a time. ``nms``:
     how a detector's boxes are suppressed (:func:`detection_postprocessing`).
-    A QAT model computes the int8 SOFTMAX of LiteRT's ``int8_kernels``
-    ("x86", "arm64"; None: this machine's), what its int8 file computes
-    there (see :mod:`edgevit.quantize.kernel_arithmetic`)."""
+    A QAT model computes the int8 SOFTMAX and BATCH_MATMUL of LiteRT's
+    ``int8_kernels`` ("x86", "arm64"; None: this machine's), what its int8
+    file computes there (see :mod:`edgevit.quantize.kernel_arithmetic`)."""
     if int8_kernels is not None and Path(model_path).suffix == ".tflite":
         raise EdgevitError(f"{model_path} computes what the LiteRT running it computes: --int8-kernels chooses "
                            "the kernels a QAT .keras model follows.")

@@ -158,9 +158,9 @@ def _export_trained(run, export_files, progress) -> dict:
                    "Android demo on a raw file).")
 # edgevit.quantize.kernel_arithmetic.TARGET_KERNELS, spelled out: importing it here would load Keras for --help
 @click.option("--int8-kernels", type=click.Choice(["x86", "arm64"]), default=None,
-              help="A QAT .keras model computes the int8 SOFTMAX of LiteRT's x86 or Arm64 kernels (phones, Apple "
-                   "Silicon), whose roundings differ: what its int8 file computes there (default: this machine's "
-                   "kernels).")
+              help="A QAT .keras model computes the int8 SOFTMAX and BATCH_MATMUL of LiteRT's x86 or Arm64 kernels "
+                   "(phones, Apple Silicon), whose roundings differ: what its int8 file computes there (default: "
+                   "this machine's kernels).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @user_errors
 def eval_command(model_file, data_dir, threads, nms, int8_kernels, as_json):

@@ -7,10 +7,12 @@ here returns what the kernel writes, so that the QAT model and the int8 file
 agree value for value:
 
 - XNNPACK's fp32 requantization of the int32 accumulator of a convolution,
-  a FULLY_CONNECTED and a BATCH_MATMUL with a symmetric second operand
+  a FULLY_CONNECTED and (x86) a BATCH_MATMUL with a symmetric second operand
   (:func:`accumulator_requantized`), and of a MUL
   (:func:`product_requantized`);
-- the builtin BATCH_MATMUL's two-step fixed-point rescale
+- that BATCH_MATMUL's "rndnu" requantization on aarch64
+  (:func:`rndnu_accumulator_requantized`), and the builtin BATCH_MATMUL's
+  fixed-point rescale, two-step on x86, one-step on aarch64
   (:func:`batch_matmul_requantized`);
 - XNNPACK's and the builtin kernel's ADD (:func:`sum_requantized`) and
   XNNPACK's MEAN (:func:`mean_requantized`);
@@ -19,13 +21,16 @@ agree value for value:
 - the int8 SOFTMAX of LiteRT's x86 builds (:func:`x86_softmax_requantized`)
   and of its aarch64 builds (:func:`arm64_softmax_requantized`).
 
-One op has two kernels that round differently: LiteRT's int8 SOFTMAX runs
-on a float exp table and a float 1/sum in x86 builds, on a 16-bit integer
-exp table and a fixed-point 1/sum in every aarch64 build (phones, Apple
-Silicon), and about one output in 10^4 differs by a step. The QAT model
-follows one of them, :func:`target_kernels`: the machine's own unless
-:func:`targeting_kernels` says which. (Compared op by op on a trained
-segmenter's file, every other op computed the same bits on both.)
+Two ops have kernels that round differently on x86 and on aarch64 (phones,
+Apple Silicon), each about one output in 10^4 a step apart: LiteRT's int8
+SOFTMAX runs on a float exp table and a float 1/sum in x86 builds, on a
+16-bit integer exp table and a fixed-point 1/sum in every aarch64 build;
+its int8 BATCH_MATMUL requantizes the accumulator by a float32 product
+(XNNPACK) or in two fixed-point roundings (builtin) on x86, by the exact
+product rounded once, half up, on aarch64 (XNNPACK's rndnu GEMM, ruy). The
+QAT model follows one kernel set, :func:`target_kernels`: the machine's own
+unless :func:`targeting_kernels` says which. (Compared op by op on
+MobileViT files, every other op computed the same bits on both.)
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ from keras import ops
 from edgevit.errors import EdgevitError
 from edgevit.quantize.int8_ranges import part, weight_scales
 
-# the kernel sets whose int8 SOFTMAX the QAT model can follow
+# the kernel sets whose int8 SOFTMAX and BATCH_MATMUL the QAT model can follow
 TARGET_KERNELS = ("x86", "arm64")
 _TARGET = contextvars.ContextVar("edgevit_int8_kernels", default=None)
 
@@ -51,16 +56,17 @@ def machine_kernels() -> str:
 
 
 def target_kernels() -> str:
-    """The kernel set whose int8 SOFTMAX the QAT model computes now (see
-    the module docstring): read when a model is called or traced."""
+    """The kernel set whose int8 SOFTMAX and BATCH_MATMUL the QAT model
+    computes now (see the module docstring): read when a model is called or
+    traced."""
     return _TARGET.get() or machine_kernels()
 
 
 @contextlib.contextmanager
 def targeting_kernels(kernels: str | None):
-    """While inside, QAT models compute the int8 SOFTMAX of ``kernels``
-    ("x86" or "arm64"; None: the machine's). A model traced inside (a
-    ``tf.function``, ``model.predict``) keeps it in its graph."""
+    """While inside, QAT models compute the int8 SOFTMAX and BATCH_MATMUL
+    of ``kernels`` ("x86" or "arm64"; None: the machine's). A model traced
+    inside (a ``tf.function``, ``model.predict``) keeps it in its graph."""
     if kernels is not None and kernels not in TARGET_KERNELS:
         raise EdgevitError(f"Unknown int8 kernels {kernels!r}: one of {', '.join(TARGET_KERNELS)}.")
     token = _TARGET.set(kernels)
@@ -135,15 +141,53 @@ def batch_matmul_requantized(x, lhs, rhs, grid):
     from zero. A value up to 2^-(shift+1) steps below a rounding midpoint
     thus rounds up where a fake-quant rounds down (about 0.4% of an
     attention layer's scores). The arithmetic runs in float64: accumulator
-    times 2^shift exceeds float32's integers."""
-    return ops.cond(ops.equal(part(rhs, 1), 0.0), lambda: accumulator_requantized(x, lhs, part(rhs, 0), grid),
-                    lambda: _builtin_batch_matmul(x, part(lhs, 0) * part(rhs, 0), grid))
+    times 2^shift exceeds float32's integers. Those are the x86 kernels;
+    the aarch64 ones round the exact product once, half up, in both cases
+    (:func:`rndnu_accumulator_requantized`, :func:`_ruy_batch_matmul`),
+    computed when the QAT model targets "arm64" kernels."""
+    return ops.cond(ops.equal(part(rhs, 1), 0.0), lambda: _xnnpack_batch_matmul(x, lhs, part(rhs, 0), grid),
+                    lambda: _builtin_batch_matmul(x, lhs, rhs, grid))
 
 
-def _builtin_batch_matmul(x, product_scale, grid):
-    """LiteRT's builtin int8 BATCH_MATMUL requantization of the float
-    product ``x`` of operands whose scales multiply to ``product_scale``
-    (see :func:`batch_matmul_requantized`)."""
+def _xnnpack_batch_matmul(x, lhs, rhs_scale, grid):
+    """XNNPACK's int8 BATCH_MATMUL of the :func:`target_kernels`: its
+    operands have one scale each (no per-channel weights), so XNNPACK runs
+    its per-tensor GEMM, which requantizes with float32 arithmetic on x86
+    (as a dense layer, :func:`accumulator_requantized`) and with the
+    "rndnu" fixed-point rule on aarch64 (:func:`rndnu_accumulator_requantized`)."""
+    if target_kernels() == "arm64":
+        return rndnu_accumulator_requantized(x, lhs, rhs_scale, grid)
+    return accumulator_requantized(x, lhs, rhs_scale, grid)
+
+
+def rndnu_accumulator_requantized(x, input_params, kernel_scale, grid):
+    """What XNNPACK's aarch64 per-tensor int8 GEMM ("rndnu" requantization:
+    ``xnn_qs8_gemm_minmax_rndnu_*``) writes for ``x``, the float product of
+    operands on the grids ``input_params`` and ``kernel_scale``, into a
+    tensor with the output ``grid``. The float32 scale
+    ``input_scale * kernel_scale / output_scale`` is a 24-bit integer
+    multiplier and a shift; SQDMULH keeps the exact product's bits down to
+    2^-shift of an output step (truncating) and SRSHL rounds the rest half
+    up: the exact ``accumulator * scale`` rounded half up. x86's float32
+    product rounds to float32 first and then half to even, so a product
+    within float32's rounding of a midpoint (about one output in 10^4 of
+    an attention matmul) lands a step apart. Computed in float64, exact
+    for accumulators below 2^29."""
+    scale, zero_point = grid
+    step = part(input_params, 0) * kernel_scale
+    accumulator = ops.round(ops.cast(x, "float64") / ops.cast(step, "float64"))
+    levels = ops.floor(accumulator * ops.cast(step / scale, "float64") + 0.5)
+    return ops.cast((ops.clip(levels + ops.cast(zero_point, "float64"), -128.0, 127.0)
+                     - ops.cast(zero_point, "float64")) * ops.cast(scale, "float64"), x.dtype)
+
+
+def _builtin_batch_matmul(x, lhs, rhs, grid):
+    """LiteRT's builtin int8 BATCH_MATMUL of the :func:`target_kernels`
+    (operands with quantization ``lhs`` and ``rhs``; see
+    :func:`batch_matmul_requantized`)."""
+    if target_kernels() == "arm64":
+        return _ruy_batch_matmul(x, lhs, rhs, grid)
+    product_scale = part(lhs, 0) * part(rhs, 0)
     scale, zero_point = grid
     multiplier = ops.cast(product_scale / scale, "float64")
     steps = ops.power(2.0, -floor_log2(multiplier) - 1.0)  # 2^shift
@@ -153,6 +197,32 @@ def _builtin_batch_matmul(x, product_scale, grid):
     zero_point = ops.cast(zero_point, "float64")
     return ops.cast((ops.clip(rounded + zero_point, -128.0, 127.0) - zero_point) * ops.cast(scale, "float64"),
                     x.dtype)
+
+
+def _ruy_batch_matmul(x, lhs, rhs, grid):
+    """The builtin int8 BATCH_MATMUL of LiteRT's aarch64 builds, whose
+    matmuls run in ruy: the int32 accumulator times TFLite's fixed-point
+    multiplier of ``lhs_scale * rhs_scale / output_scale`` (31 bits and a
+    shift, from the float64 ratio), rounded once, half up (ruy's NEON
+    kernels: SQDMULH truncates, SRSHL rounds). x86's builtin kernel rounds
+    twice (see :func:`batch_matmul_requantized`). In int64: the accumulator
+    times the multiplier exceeds float64's integers."""
+    def f64(value):
+        return ops.cast(value, "float64")
+
+    scale, zero_point = grid
+    product_scale = part(lhs, 0) * part(rhs, 0)
+    multiplier = f64(part(lhs, 0)) * f64(part(rhs, 0)) / f64(scale)
+    exponent = floor_log2(multiplier) + 1.0
+    fixed = ops.floor(multiplier / ops.power(2.0, exponent) * 2.0 ** 31 + 0.5)   # in [2^30, 2^31]
+    exponent = ops.where(fixed >= 2.0 ** 31, exponent + 1.0, exponent)
+    fixed = ops.where(fixed >= 2.0 ** 31, fixed / 2.0, fixed)
+    accumulator = ops.round(f64(x) / f64(product_scale))
+    shift = ops.cast(31.0 - exponent, "int64")
+    product = ops.cast(accumulator, "int64") * ops.cast(fixed, "int64")
+    levels = f64(ops.right_shift(product + ops.left_shift(ops.ones_like(shift), shift - 1), shift))
+    zero_point = f64(zero_point)
+    return ops.cast((ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * f64(scale), x.dtype)
 
 
 def input_quantized(x, grid):
