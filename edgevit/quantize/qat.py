@@ -37,8 +37,8 @@ from edgevit.quantize.registry import rule_for, rule_of_quantized
 CONV_TYPES = ("Conv2D", "DepthwiseConv2D")
 # The activations LiteRT's converter fuses into the CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED before them
 FUSED_ACTIVATIONS = ("relu", "relu6")
-# A model output that a quantizer rounds gets its name back from an Identity after it; the name's layer (its
-# quantization-aware form) takes this suffix
+# A model output that a quantizer rounds gets its name back from an Identity after the quantizer; the
+# quantization-aware form of the layer that wrote it takes the name with this suffix
 COMPUTED_SUFFIX = ".computed"
 
 
