@@ -41,6 +41,9 @@ NMS_CHOICES = (MEDIAPIPE_NMS, CVNETS_NMS)
 # default: COCO's mAP counts 100).
 MEDIAPIPE_IOU = 0.3
 MEDIAPIPE_DETECTIONS = 100
+# What a detector's scores output holds: class logits, a softmax over every
+# class, or one that leaves the background (class 0) out (edgevit's files)
+LOGITS, PROBABILITIES, WITHOUT_BACKGROUND = "logits", "probabilities", "probabilities without the background"
 
 
 def evaluate(model_path: str, data_dir: str, threads: int = 2, progress: Progress | None = None,
@@ -299,15 +302,16 @@ def detection_postprocessing(nms: str, meta: dict | None):
 def _detector_forward(stack: contextlib.ExitStack, path: Path, scored, images: int, threads: int, classes: int):
     """(forward, anchors): ``forward(inputs)`` -> (box regressions [N, A, 4],
     class probabilities [N, A, classes]) of the Keras model or the .tflite
-    file ``scored`` (a file's scores are logits, or probabilities with or
-    without the background; a file ending in the detection post-processing
-    op is read before it: :func:`detection_postprocessing` applies the
-    op's options); the anchors its regressions are relative to."""
+    file ``scored`` (its scores read as :func:`declared_scores` says; a
+    file ending in the detection post-processing op is read before it:
+    :func:`detection_postprocessing` applies the op's options); the anchors
+    its regressions are relative to."""
     from edgevit.models.ssdlite import anchor_boxes
 
     if path.suffix != ".tflite":
-        run = keras_forward(scored, images)
-        return (lambda batch: class_probabilities([np.asarray(t) for t in run(batch)], classes)), anchor_boxes(scored)
+        run, scores = keras_forward(scored, images), declared_scores(None)
+        return (lambda batch: class_probabilities([np.asarray(t) for t in run(batch)], classes, scores)), \
+            anchor_boxes(scored)
     from edgevit.litert.detection_postprocess import raw_view
     from edgevit.litert.inputs import file_input_values
     from edgevit.litert.run_model import outputs_by_signature
@@ -317,27 +321,55 @@ def _detector_forward(stack: contextlib.ExitStack, path: Path, scored, images: i
     size = int(meta["preprocessing"]["input_size"])
     anchors = anchor_boxes(create_model(meta["model"], num_classes=classes, input_size=size))
     run, values = outputs_by_signature(raw_view(content), threads), file_input_values(content, meta)
+    scores = declared_scores(meta)
 
     def forward(batch):
         outputs = run(values(batch))
         if len(outputs) != 2:
             raise EdgevitError(f"The file has {len(outputs)} outputs; eval scores a detector's two (boxes, scores).")
-        return class_probabilities(outputs, classes)
+        return class_probabilities(outputs, classes, scores)
 
     return forward, anchors
 
 
-def class_probabilities(outputs: list[np.ndarray], classes: int):
+def declared_scores(meta: dict | None) -> str | None:
+    """What a detector's scores are, as declared: a .keras model's (``meta``
+    None) its class logits (the contract of edgevit.models.ssdlite, the only
+    detectors edgevit builds and loads); a file's as its edgevit metadata's
+    detection block says (``edgevit convert`` writes the softmax without the
+    background). None where the block does not say: a document that
+    ``edgevit convert`` did not write (its scores are told by their values)."""
+    from edgevit.export.detection import SCORES
+
+    if meta is None:
+        return LOGITS
+    return WITHOUT_BACKGROUND if meta["detection"].get("scores") == SCORES else None
+
+
+def class_probabilities(outputs: list[np.ndarray], classes: int, scores: str | None):
     """(regressions, probabilities [N, A, classes]) from a detector's
-    outputs: logits through a softmax; probabilities that leave the
-    background out get a column of zeros for it (NMS skips class 0)."""
-    regressions, scores = outputs
-    if scores.shape[-1] == classes - 1:
-        return regressions, np.concatenate([np.zeros_like(scores[..., :1]), scores], -1)
-    if scores.min() >= 0 and np.allclose(scores.sum(-1), 1, atol=0.1):
-        return regressions, scores
-    shifted = np.exp(scores - scores.max(-1, keepdims=True))
+    outputs, whose scores are ``scores`` (LOGITS, PROBABILITIES or
+    WITHOUT_BACKGROUND; None: undeclared, told by their columns and values):
+    logits through a softmax; probabilities that leave the background out get
+    a column of zeros for it (NMS skips class 0)."""
+    regressions, values = outputs
+    scores = scores or _scores_by_values(values, classes)
+    if scores == WITHOUT_BACKGROUND:
+        return regressions, np.concatenate([np.zeros_like(values[..., :1]), values], -1)
+    if scores == PROBABILITIES:
+        return regressions, values
+    shifted = np.exp(values - values.max(-1, keepdims=True))
     return regressions, shifted / shifted.sum(-1, keepdims=True)
+
+
+def _scores_by_values(values: np.ndarray, classes: int) -> str:
+    """What undeclared scores look like: a column short, the background
+    left out; non-negative rows summing to 1, probabilities; else logits."""
+    if values.shape[-1] == classes - 1:
+        return WITHOUT_BACKGROUND
+    if values.min() >= 0 and np.allclose(values.sum(-1), 1, atol=0.1):
+        return PROBABILITIES
+    return LOGITS
 
 
 # Tracing a QAT model costs as much as this many of its eager batches (its

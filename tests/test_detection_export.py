@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from edgevit.evaluate import MEDIAPIPE_IOU
+from edgevit.evaluate import MEDIAPIPE_IOU, WITHOUT_BACKGROUND, declared_scores
 from edgevit.export import detection
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.litert.detection_postprocess import ON_THE_CPU, POSTPROCESS_OP, Suppression, raw_view, \
@@ -196,6 +196,12 @@ def test_mediapipe_detects_with_the_raw_form_what_the_postprocessing_op_and_eval
         assert _shown(detections, boxes[image, :kept], classes[image, :kept], scores[image, :kept])
         eval_boxes, eval_scores, eval_classes = evaluated[image]
         assert _shown(detections, eval_boxes, eval_classes, eval_scores)
+
+
+def test_both_forms_declare_the_scores_eval_reads(files):
+    """Each form's metadata says its scores leave the background out: eval reads them so, not by their values."""
+    for path, _ in files.values():
+        assert declared_scores(read_embedded(path.read_bytes())) == WITHOUT_BACKGROUND
 
 
 def test_eval_suppresses_the_nms_form_as_its_op_does(files):

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgevit.cli import main
-from edgevit.evaluate import class_probabilities
+from edgevit.evaluate import LOGITS, PROBABILITIES, WITHOUT_BACKGROUND, class_probabilities, declared_scores
 from tests.helpers import run_json
 from tests.test_detection_data import SHAPES, make_detection_folder
 
@@ -56,6 +56,7 @@ def test_the_qat_rewrite_quantizes_every_ssd_head_and_keeps_the_outputs():
     weights = per_channel_weights(qat)
     assert len(heads) == 12 and all(any(path.startswith(f"{head}/") for path in weights) for head in heads)
     assert [tuple(o.shape) for o in qat.outputs] == [(None, 142, 4), (None, 142, 3)]
+    assert qat.output_names == model.output_names == ["boxes", "scores"]
 
 
 def test_a_detector_on_class_folders_and_a_classifier_on_boxes_are_one_error(tmp_path):
@@ -79,14 +80,33 @@ def test_a_detector_on_class_folders_and_a_classifier_on_boxes_are_one_error(tmp
 
 
 def test_a_files_scores_become_probabilities_whichever_form_it_writes():
+    """Scores as declared (by the form), or undeclared (None) as their values look."""
     rng = np.random.default_rng(0)
     regressions, logits = rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 3))
     expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
-    for scores in (logits, expected):
-        np.testing.assert_allclose(class_probabilities([regressions, scores], 3)[1], expected, rtol=1e-6)
-    without_background = class_probabilities([regressions, expected[..., 1:]], 3)[1]
-    np.testing.assert_allclose(without_background[..., 1:], expected[..., 1:])
-    assert not without_background[..., 0].any()
+    for scores, declared in ((logits, LOGITS), (expected, PROBABILITIES)):
+        for form in (declared, None):
+            np.testing.assert_allclose(class_probabilities([regressions, scores], 3, form)[1], expected, rtol=1e-6)
+    for form in (WITHOUT_BACKGROUND, None):
+        without_background = class_probabilities([regressions, expected[..., 1:]], 3, form)[1]
+        np.testing.assert_allclose(without_background[..., 1:], expected[..., 1:])
+        assert not without_background[..., 0].any()
+
+
+def test_declared_scores_are_read_as_declared_where_their_values_would_mislead():
+    """Logits that look like probabilities (non-negative, each anchor's
+    summing to 1): a .keras detector's are logits, whatever their values; an
+    edgevit file's metadata says its scores leave the background out; a
+    document that does not say leaves them to their values."""
+    from edgevit.export.detection import SCORES
+
+    regressions, logits = np.zeros((1, 2, 4)), np.array([[[0.2, 0.3, 0.5], [1.0, 0.0, 0.0]]])
+    assert declared_scores(None) == LOGITS
+    assert declared_scores({"detection": {"scores": SCORES}}) == WITHOUT_BACKGROUND
+    assert declared_scores({"detection": {}}) is None
+    softmax = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(class_probabilities([regressions, logits], 3, declared_scores(None))[1], softmax)
+    np.testing.assert_array_equal(class_probabilities([regressions, logits], 3, None)[1], logits)
 
 
 @pytest.mark.parametrize("form", ["logits", "probabilities without the background"])
@@ -110,7 +130,7 @@ def test_a_detector_file_gives_the_probabilities_of_its_keras_model(tmp_path, fo
     content = tf.lite.TFLiteConverter.from_keras_model(keras.Model(image, [boxes, scores])).convert()
     x = np.random.default_rng(1).normal(size=(3, 8, 8, 3)).astype(np.float32)
     expected_boxes, expected_logits = (np.asarray(t) for t in model(x))
-    regressions, probabilities = class_probabilities(outputs_by_signature(content)(x), 3)
+    regressions, probabilities = class_probabilities(outputs_by_signature(content)(x), 3, None)  # no metadata
     np.testing.assert_allclose(regressions, expected_boxes, atol=1e-5)
     expected = np.exp(expected_logits) / np.exp(expected_logits).sum(-1, keepdims=True)
     np.testing.assert_allclose(probabilities[..., 1:], expected[..., 1:], atol=1e-5)

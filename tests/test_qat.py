@@ -369,7 +369,8 @@ def test_a_layer_used_by_two_token_groups_shares_its_weights_and_has_ranges_per_
     assert len(norms) == 1 and len(norms[0].weights) > 2
     ranges = quantization_ranges(qat)
     assert "norm/q_mean" in ranges and "norm/q1_mean" in ranges
-    assert "fc.kernel" not in per_channel_weights(qat) and "fc/kernel" in per_channel_weights(qat)
+    # the model's output "fc" is rounded after the Dense: its quantization-aware form is "fc.computed"
+    assert "fc.computed.kernel" not in per_channel_weights(qat) and "fc.computed/kernel" in per_channel_weights(qat)
 
 
 def test_concatenated_tensors_share_one_scale_and_need_no_requantization():
@@ -387,6 +388,39 @@ def test_concatenated_tensors_share_one_scale_and_need_no_requantization():
     assert "QUANTIZE" not in {op.name for op in graph.ops[1:]}
     concat = next(op for op in graph.ops if op.name == "CONCATENATION")
     assert len({(t.scale, t.zero_point) for t in [*concat.inputs, *concat.outputs]}) == 1
+
+
+def test_a_qat_model_keeps_its_output_names_through_saving_and_conversion(tmp_path):
+    """A detector's outputs are named "boxes" and "scores" (the concatenations
+    that write them); its QAT copy rounds them with the heads' shared
+    quantizers and keeps the names, saved and loaded, and its int8 file
+    names its outputs as the float model's file does."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((4, 4, 3), name="image")
+    levels = [inputs, keras.layers.AveragePooling2D(2, name="half")(inputs)]
+    parts = [[keras.layers.Reshape((-1, width), name=f"{name}{i}.reshape")(
+        keras.layers.Conv2D(width, 1, name=f"{name}{i}")(level)) for i, level in enumerate(levels)]
+        for name, width in (("box", 4), ("class", 3))]
+    model = keras.Model(inputs, [keras.layers.Concatenate(axis=1, name=name)(p)
+                                 for name, p in zip(("boxes", "scores"), parts)], name="two_level_detector")
+    images = np.random.default_rng(0).uniform(0, 1, (8, 4, 4, 3)).astype(np.float32)
+    qat = quantize_model(model, images)
+    assert qat.output_names == ["boxes", "scores"]
+    assert {"boxes.computed", "scores.computed"} <= {layer.name for layer in qat.layers}
+    qat.save(tmp_path / "detector.keras")
+    reloaded = keras.saving.load_model(tmp_path / "detector.keras", compile=False)
+    assert reloaded.output_names == ["boxes", "scores"]
+    for saved, loaded in zip(qat(images), reloaded(images)):
+        np.testing.assert_array_equal(loaded, saved)
+
+    def named_outputs(content):
+        interp = Interpreter(model_content=content)
+        return [d["name"] for d in interp.get_output_details()], interp.get_signature_list()
+
+    assert named_outputs(convert(reloaded, "int8", None, "float32")) == \
+        named_outputs(convert(model, "fp32", None, "float32"))
 
 
 

@@ -62,8 +62,6 @@ FLOAT_PRECISIONS = ("fp32", "fp16", "dynamic")
 # XNNPACK partition); int8_mixed keeps these in float and the rest in int8.
 CPU_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "RSQRT")
 SHORT_KERNEL = 32
-# An int8 softmax writes 256 steps over [0, 1): scale 1/256, zero point -128.
-SOFTMAX_INT8_RANGE = (0.0, 255.0 / 256.0)
 
 
 def input_takes(precision: str, io_dtype: str, normalization) -> str:
@@ -114,6 +112,7 @@ def file_outputs(model, outputs, probabilities: bool, quantized_softmax: bool):
     import keras
 
     from edgevit.models.ssdlite import is_detector
+    from edgevit.quantize.int8_ranges import FIXED_OUTPUT_RANGES
     from edgevit.quantize.qat import output_params
     from edgevit.quantize.quantizers import ActivationQuantizer
 
@@ -122,7 +121,7 @@ def file_outputs(model, outputs, probabilities: bool, quantized_softmax: bool):
         if not quantized_softmax:
             return scores
         # as the int8 SOFTMAX of the target kernels writes it (edgevit.quantize.kernel_arithmetic)
-        return ActivationQuantizer(fixed_range=SOFTMAX_INT8_RANGE, name="softmax.quant")(
+        return ActivationQuantizer(fixed_range=FIXED_OUTPUT_RANGES["softmax"], name="softmax.quant")(
             scores, logits=logits, logit_params=output_params(model, index))
 
     if is_detector(model):

@@ -31,6 +31,8 @@ from edgevit.saving import class_names_of
 SUPPRESSION = Suppression()
 # The background's column of a detector's class logits (the contract of edgevit.models.ssdlite).
 BACKGROUND = 0
+# What the file's scores are, as the metadata's detection block says
+SCORES = "softmax over the model's classes, the background (class 0) left out"
 
 
 def anchors_of(model) -> np.ndarray:
@@ -73,7 +75,7 @@ def detection_block(model, add_postprocessing_op: bool, graph_outputs: list[dict
         "anchors": int(len(anchors_of(model))),
         "box_order": "ty, tx, th, tw",
         "box_scales": list(box_scales()),
-        "scores": "softmax over the model's classes, the background (class 0) left out",
+        "scores": SCORES,
     }
     if add_postprocessing_op:
         block["postprocessing"] = {"op": POSTPROCESS_OP, "runs_on": "CPU (no delegate takes it)",

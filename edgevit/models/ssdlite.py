@@ -211,8 +211,9 @@ def build_ssdlite(name: str, num_classes: int = COCO_CLASSES, input_size: int = 
 
 def is_detector(model) -> bool:
     """Whether ``model`` is an SSD detector: two outputs, boxes [B, A, 4] and
-    class logits [B, A, C], told by their shapes (a QAT copy's outputs are
-    named after the quantizers that round them, not "boxes" and "scores")."""
+    class logits [B, A, C], told by their shapes: a QAT copy keeps the names
+    "boxes" and "scores" (edgevit.quantize.qat), but QAT ``.keras`` files
+    saved before it did name them after their last quantizers, and load."""
     return len(model.outputs) == 2 and int(model.outputs[0].shape[-1]) == 4 and len(model.outputs[1].shape) == 3
 
 

@@ -48,9 +48,8 @@ class QuantActivation(QuantizedPoints, keras.layers.Layer):
         super().__init__(**kwargs)
 
     @classmethod
-    def from_float(cls, layer, momentum: float, sites: int):
-        return cls(activation_name(layer.get_config()["activation"]), momentum=momentum, sites=sites,
-                   name=layer.name)
+    def from_float(cls, layer, momentum: float, sites: int, name: str):
+        return cls(activation_name(layer.get_config()["activation"]), momentum=momentum, sites=sites, name=name)
 
     def point_tags(self):
         return ("sigmoid",) if self.activation in ("silu", "swish") else ()
@@ -217,8 +216,8 @@ class QuantReAttention(QuantizedPoints, ReAttention):
                 "context": ("mixed_scaled" if self.apply_transform else "softmax", "qkv")}
 
     @classmethod
-    def from_float(cls, layer, momentum: float, sites: int):
-        new = cls.from_config({**layer.get_config(), "momentum": momentum, "sites": sites})
+    def from_float(cls, layer, momentum: float, sites: int, name: str):
+        new = cls.from_config({**layer.get_config(), "momentum": momentum, "sites": sites, "name": name})
         new.build_like(layer)
         source = [layer.qkv.kernel, layer.qkv.bias, layer.proj.kernel, layer.proj.bias]
         target = [new.qkv.kernel, new.qkv.bias, new.proj.kernel, new.proj.bias]

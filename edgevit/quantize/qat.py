@@ -20,7 +20,8 @@ A layer called at several places (one LayerNorm for a class-token group and
 a patch group) keeps one set of weights and gets ranges per call. A layer
 class the registry does not know is an error naming it. The QAT model keeps
 the original model's name, so it is still recognised as its registered
-variant, and saves/loads as ``.keras``.
+variant, and its outputs' names (a detector's "boxes" and "scores"), and
+saves/loads as ``.keras``.
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ from edgevit.quantize.registry import rule_for, rule_of_quantized
 CONV_TYPES = ("Conv2D", "DepthwiseConv2D")
 # The activations LiteRT's converter fuses into the CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED before them
 FUSED_ACTIVATIONS = ("relu", "relu6")
+# A model output that a quantizer rounds gets its name back from an Identity after the quantizer; the
+# quantization-aware form of the layer that wrote it takes the name with this suffix
+COMPUTED_SUFFIX = ".computed"
 
 
 def is_qat_model(model) -> bool:
@@ -66,7 +70,9 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
     fused = _fused_activations(model, bn_of_conv)
     ranges = _RangePlan(model, rules, bn_of_conv, momentum,
                         _preprocessing_range(model) if input_range is None else input_range, set(fused.values()))
-    rewrite = _Rewrite(model, rules, bn_of_conv, momentum)
+    output_writers = _rounded_output_writers(model, ranges)
+    rewrite = _Rewrite(model, rules, bn_of_conv, momentum,
+                       {key: name + COMPUTED_SUFFIX for key, name in output_writers.items()})
     constant_operands: dict[int, object] = {}
     try:
         tensors, inputs = {}, []
@@ -90,7 +96,9 @@ def quantize_model(model, calibration: np.ndarray | None = None, *, momentum: fl
                         or _sum_operands(node, args, kwargs, input_params) \
                         or _softmax_operands(node, args, input_params)
                     tensors[id(old)] = ranges.quantize(old, new, input_params[0], matmul, accumulator)
-        outputs = keras.tree.pack_sequence_as(model._outputs_struct, [tensors[id(t)] for t in model.outputs])
+        outputs = keras.tree.pack_sequence_as(model._outputs_struct, [
+            keras.layers.Identity(name=output_writers[id(_producer(t))])(tensors[id(t)])
+            if id(_producer(t)) in output_writers else tensors[id(t)] for t in model.outputs])
         qat = keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=model.name)
     except EdgevitError:
         raise
@@ -105,8 +113,9 @@ class _Rewrite:
     """Calls the quantization-aware form of each layer (one per float layer,
     shared by all its call sites); the outputs are quantized by _RangePlan."""
 
-    def __init__(self, model, rules, bn_of_conv, momentum: float):
+    def __init__(self, model, rules, bn_of_conv, momentum: float, renamed: dict[int, str]):
         self.rules, self.bn_of_conv, self.momentum = rules, bn_of_conv, momentum
+        self.renamed = renamed   # id(float layer) -> the name of its quantization-aware form, where not its own
         self.sites = Counter(id(node.operation) for nodes in model._nodes_by_depth.values() for node in nodes
                              if not node.is_input)
         self.calls: Counter = Counter()
@@ -140,10 +149,12 @@ class _Rewrite:
         site = self.calls[id(layer)]
         self.calls[id(layer)] += 1
         sites = self.sites[id(layer)]
+        name = self.renamed.get(id(layer), layer.name)
         if rule.ranges == "folded":
             return args[0]
         if rule.ranges == "points":
-            new = self.replacement(id(layer), lambda: rule.quantized_class.from_float(layer, self.momentum, sites))
+            new = self.replacement(id(layer), lambda: rule.quantized_class.from_float(layer, self.momentum, sites,
+                                                                                      name))
             if not new.accumulates_output(input_params):
                 return new(*args, site=site, input_params=input_params, **kwargs)
             # every call of a layer returns the same structure (Keras maps a shared layer's outputs by position)
@@ -154,14 +165,14 @@ class _Rewrite:
         kind = type(layer).__name__
         accumulator = None
         if kind in CONV_TYPES or kind == "Dense":
-            build = (lambda: _quantized_conv(layer, self.bn_of_conv.get(id(layer)))) if kind in CONV_TYPES else \
-                (lambda: _quantized_dense(layer))
+            build = (lambda: _quantized_conv(layer, self.bn_of_conv.get(id(layer)), name)) if kind in CONV_TYPES \
+                else (lambda: _quantized_dense(layer, name))
             new = self.replacement(id(layer), build)
             out, kernel_scales = new(*args, input_params=input_params[0], with_kernel_scales=True, **kwargs)
             if input_params[0] is not None:
                 accumulator = {"input_params": input_params[0], "kernel_scales": kernel_scales}
         else:
-            out = self.replacement(id(layer), lambda: _clone(layer))(*args, **kwargs)
+            out = self.replacement(id(layer), lambda: _clone(layer, name))(*args, **kwargs)
         activation = _activation(layer)
         if activation in (None, "linear"):
             if accumulator is not None:
@@ -479,6 +490,15 @@ def _producer(tensor):
     return history.operation if history is not None else None
 
 
+def _rounded_output_writers(model, ranges: _RangePlan) -> dict[int, str]:
+    """id(layer) -> name of each layer that writes an output of ``model``
+    which a quantizer rounds (the output then has the quantizer's name),
+    where no other output has that name (and the output is not an input)."""
+    names = Counter(model.output_names)
+    return {id(_producer(t)): _producer(t).name for t in model.outputs
+            if id(t) in ranges.needs_range and id(t) not in ranges.model_inputs and names[_producer(t).name] == 1}
+
+
 def _conv_batchnorm_pairs(model) -> list:
     """(conv, batchnorm) where the BatchNorm is the only consumer of the conv."""
     pairs = []
@@ -531,15 +551,15 @@ def _input_shape(layer):
     return layer._inbound_nodes[0].input_tensors[0].shape
 
 
-def _clone(layer):
-    return type(layer).from_config(layer.get_config())
+def _clone(layer, name: str):
+    return type(layer).from_config({**layer.get_config(), "name": name})
 
 
-def _quantized_conv(conv, bn):
+def _quantized_conv(conv, bn, name: str):
     from edgevit.quantize.conv_dense_layers import QuantConv2D, QuantDepthwiseConv2D, fold_batchnorm
 
     config = conv.get_config()
-    config["activation"] = None
+    config.update(activation=None, name=name)
     depthwise = type(conv).__name__ == "DepthwiseConv2D"
     kernel = np.asarray(conv.kernel)
     bias = np.asarray(conv.bias) if conv.use_bias else None
@@ -556,11 +576,11 @@ def _quantized_conv(conv, bn):
     return new
 
 
-def _quantized_dense(dense):
+def _quantized_dense(dense, name: str):
     from edgevit.quantize.conv_dense_layers import QuantDense
 
     config = dense.get_config()
-    config["activation"] = None
+    config.update(activation=None, name=name)
     new = QuantDense.from_config(config)
     new.build(_input_shape(dense))
     new.set_weights(dense.get_weights())

@@ -139,9 +139,9 @@ class QuantizedPoints:
         return f"q_{tag}" if site == 0 else f"q{site}_{tag}"
 
     @classmethod
-    def from_float(cls, layer, momentum: float, sites: int):
-        """The quantization-aware twin of float ``layer`` with its weights."""
-        new = cls.from_config({**layer.get_config(), "momentum": momentum, "sites": sites})
+    def from_float(cls, layer, momentum: float, sites: int, name: str):
+        """The quantization-aware twin of float ``layer`` with its weights, named ``name``."""
+        new = cls.from_config({**layer.get_config(), "momentum": momentum, "sites": sites, "name": name})
         new.build_like(layer)
         copy_weights(layer.weights, own_weights(new), layer.name)
         return new
