@@ -106,17 +106,17 @@ def client_detections(client: str, model: Path, data: Path, tmp: Path, input_siz
     """Per val image (in the annotations' order), the client's detections
     [index, name, score, ymin, xmin, ymax, xmax] normalised; the images fed
     at their own size, as a camera frame is, or with ``input_size`` already
-    resized to the model's input as `edgevit eval` resizes them (Pillow's
-    bilinear, which averages over the pixels a downscale drops)."""
+    resized to the model's input as `edgevit eval` resizes them
+    (edgevit.data.transforms.mediapipe_resize)."""
     from PIL import Image
 
+    from edgevit.data.transforms import mediapipe_resize
     from tests.standard_clients import detect
 
     listing = json.loads((data / "annotations" / "instances_val.json").read_text())["images"]
-    photos = [Image.open(data / "val" / entry["file_name"]).convert("RGB") for entry in listing]
+    photos = [np.asarray(Image.open(data / "val" / entry["file_name"]).convert("RGB")) for entry in listing]
     if input_size:
-        photos = [photo.resize((input_size, input_size), Image.BILINEAR) for photo in photos]
-    photos = [np.asarray(photo) for photo in photos]
+        photos = [mediapipe_resize(photo, input_size) for photo in photos]
     found = detect(client, model, photos, tmp, score_threshold=SCORE_THRESHOLD, max_results=MAX_RESULTS)
     if isinstance(found, str):
         raise SystemExit(f"{client} refused {model.name}: {found}")
