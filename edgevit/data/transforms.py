@@ -6,7 +6,8 @@ One factory, :func:`transform`, with a training flag:
   preprocessing's resize size for the input size, the centre square of the
   input size kept (:func:`center_crop`); the pixels the exported files
   describe in their metadata, and what calibration, validation and
-  ``edgevit eval`` read;
+  ``edgevit eval`` read; a detector's: the whole image resized to the
+  square as MediaPipe's ObjectDetector resizes it (below);
 - training: a random resized crop of the image's centre square, mirrored
   or not, from four uniform draws (:func:`crop_draws`, counter-based: the
   same for the same epoch and position in whichever thread or worker). The
@@ -19,8 +20,8 @@ One factory, :func:`transform`, with a training flag:
   a JPEG at least twice the size the crop needs (decoded by Pillow at 1/2,
   1/4 or 1/8 scale, far less work), takes Pillow's path. The two resample
   the same box a little differently; training crops are random already,
-  and evaluation, whose pixels the exported files describe, is Pillow's
-  alone.
+  and a classifier's or segmenter's evaluation, whose pixels the exported
+  files describe, is Pillow's alone.
 
 A detector is evaluated on the whole image resized to the square as
 MediaPipe's ObjectDetector resizes a frame (:func:`mediapipe_resize`,
