@@ -71,9 +71,8 @@ MIN_DETECTION_CROP_AREA = 0.3
 # Uniform draws a training crop takes: its area, its x and y position, and whether it is mirrored.
 DRAWS = 4
 # MediaPipe's ImageToTensor on the CPU resizes with OpenCV's warp (INTER_LINEAR): sample positions rounded to
-# 1/2**5 px (OpenCV's INTER_BITS), the four neighbours' weights in 15-bit fixed point (INTER_REMAP_COEF_BITS).
+# 1/2**5 px (OpenCV's INTER_BITS), the four neighbours' weights in fixed point.
 WARP_POSITION_BITS = 5
-WARP_WEIGHT_BITS = 15
 
 
 def center_crop(img: Image.Image, resize_size: int, crop_size: int, interpolation: str) -> Image.Image:
@@ -102,15 +101,14 @@ def mediapipe_resize(pixels: np.ndarray, size: int, box: tuple[float, float, flo
     steps = 1 << WARP_POSITION_BITS
     rows, row_weights = _warp_taps(top, bottom - top, height, size, steps)
     columns, column_weights = _warp_taps(left, right - left, width, size, steps)
-    source = pixels.astype(np.int32)
-    total = np.zeros((size, size, pixels.shape[2]), np.int32)
-    for tap_rows, tap_row_weights in zip(rows, row_weights):
-        placed_rows = source[tap_rows]
-        for tap_columns, tap_column_weights in zip(columns, column_weights):
-            # weights in 1/32 * 1/32 steps, scaled to the 15 bits OpenCV's fixed-point table holds
-            weight = np.outer(tap_row_weights, tap_column_weights) << (WARP_WEIGHT_BITS - 2 * WARP_POSITION_BITS)
-            total += placed_rows[:, tap_columns] * weight[..., None]
-    return ((total + (1 << (WARP_WEIGHT_BITS - 1))) >> WARP_WEIGHT_BITS).astype(np.uint8)
+    # OpenCV weights each neighbour by row weight x column weight (1/32 steps each) and rounds the sum once.
+    # Summed over the rows first (int16: at most 255 x 32), then the columns, the integer total is the same; its
+    # table's 15-bit weights (x 2**5) and rounding, (total * 2**5 + 2**14) >> 15, are (total + 2**9) >> 10.
+    along_rows = sum(pixels[taps] * weights.astype(np.int16)[:, None, None] for taps, weights in zip(rows, row_weights))
+    along_rows = along_rows.astype(np.int32)
+    total = sum(np.take(along_rows, taps, axis=1) * weights[:, None] for taps, weights in zip(columns, column_weights))
+    shift = 2 * WARP_POSITION_BITS
+    return ((total + (1 << (shift - 1))) >> shift).astype(np.uint8)
 
 
 def _warp_taps(start: float, extent: float, side: int, size: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
