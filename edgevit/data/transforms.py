@@ -23,10 +23,13 @@ One factory, :func:`transform`, with a training flag:
   and a classifier's or segmenter's evaluation, whose pixels the exported
   files describe, is Pillow's alone.
 
-A detector is evaluated on the whole image resized to the square as
-MediaPipe's ObjectDetector resizes a frame (:func:`mediapipe_resize`,
-:class:`WarpCrop`): the app's client feeds the model those pixels, not
-Pillow's antialiased ones, and its mAP is what ``edgevit eval`` predicts.
+A detector is evaluated (and validated while it trains) on the whole
+image resized to the square as MediaPipe's ObjectDetector resizes a frame
+(:func:`mediapipe_resize`, :class:`WarpCrop`): the app's client feeds the
+model those pixels, not Pillow's antialiased ones, and its mAP is what
+``edgevit eval`` predicts. Its training crops stay Pillow's: trained on
+MediaPipe's resize, short runs measured no gain beyond their run-to-run
+spread, and Pillow resizes 3-7x faster (docs/benchmarks.md).
 
 A :class:`Placement` says where the model's input comes from in the
 upright image; a target travels with its image through the same placement:
