@@ -25,7 +25,7 @@ One factory, :func:`transform`, with a training flag:
 
 A detector is evaluated (and validated while it trains) on the whole
 image resized to the square as MediaPipe's ObjectDetector resizes a frame
-(:func:`mediapipe_resize`, :class:`WarpCrop`): the app's client feeds the
+(:func:`mediapipe_resize`, :class:`WholeImage`): the app's client feeds the
 model those pixels, not Pillow's antialiased ones, and its mAP is what
 ``edgevit eval`` predicts. Its training crops stay Pillow's: trained on
 MediaPipe's resize, short runs measured no gain beyond their run-to-run
@@ -87,11 +87,9 @@ def center_crop(img: Image.Image, resize_size: int, crop_size: int, interpolatio
     return CenterCrop(resize_size, crop_size).apply(img, PIL_FILTERS[interpolation])
 
 
-def mediapipe_resize(pixels: np.ndarray, size: int, box: tuple[float, float, float, float] | None = None
-                     ) -> np.ndarray:
-    """uint8 ``pixels`` [H, W, C] (or their ``box``: left, top, right,
-    bottom, in pixels) resized to a ``size`` square as MediaPipe Tasks'
-    ObjectDetector resizes a frame on the CPU (ImageToTensor's OpenCV
+def mediapipe_resize(pixels: np.ndarray, size: int) -> np.ndarray:
+    """uint8 ``pixels`` [H, W, C] resized to a ``size`` square as MediaPipe
+    Tasks' ObjectDetector resizes a frame on the CPU (ImageToTensor's OpenCV
     converter: the frame's corners on the square's corners, a bilinear warp,
     no antialiasing, edges replicated). Output pixel (i, j) samples the frame
     at (i * H / size, j * W / size), not at pixel centres, each position
@@ -100,10 +98,9 @@ def mediapipe_resize(pixels: np.ndarray, size: int, box: tuple[float, float, flo
     falls exactly half-way between two 1/32 steps: MediaPipe's warp matrix,
     solved and inverted in floating point, breaks those ties either way."""
     height, width = pixels.shape[:2]
-    left, top, right, bottom = box if box is not None else (0, 0, width, height)
     steps = 1 << WARP_POSITION_BITS
-    rows, row_weights = _warp_taps(top, bottom - top, height, size, steps)
-    columns, column_weights = _warp_taps(left, right - left, width, size, steps)
+    rows, row_weights = _warp_taps(height, size, steps)
+    columns, column_weights = _warp_taps(width, size, steps)
     # OpenCV weights each neighbour by row weight x column weight (1/32 steps each) and rounds the sum once.
     # Summed over the rows first (int16: at most 255 x 32), then the columns, the integer total is the same; its
     # table's 15-bit weights (x 2**5) and rounding, (total * 2**5 + 2**14) >> 15, are (total + 2**9) >> 10.
@@ -114,11 +111,11 @@ def mediapipe_resize(pixels: np.ndarray, size: int, box: tuple[float, float, flo
     return ((total + (1 << (shift - 1))) >> shift).astype(np.uint8)
 
 
-def _warp_taps(start: float, extent: float, side: int, size: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+def _warp_taps(side: int, size: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
     """The two source indices [2, size] (edges replicated) of each output
-    position along a ``side``-px axis whose ``extent`` px from ``start`` are
-    resized to ``size``, and their weights in 1/``steps`` units (summing to ``steps``)."""
-    position = np.rint((start + np.arange(size, dtype=np.float64) * (extent / size)) * steps).astype(np.int64)
+    position along a ``side``-px axis resized to ``size``, and their weights
+    in 1/``steps`` units (summing to ``steps``)."""
+    position = np.rint(np.arange(size, dtype=np.float64) * (side / size) * steps).astype(np.int64)
     first, fraction = position // steps, (position % steps).astype(np.int32)
     indices = np.clip(np.stack([first, first + 1]), 0, side - 1)
     return indices, np.stack([steps - fraction, fraction])
@@ -212,17 +209,22 @@ class CenterCrop:
 
 
 @dataclass(frozen=True)
-class WarpCrop(BoxCrop):
-    """A :class:`BoxCrop` resized by :func:`mediapipe_resize`, whichever
-    filter the recipe names: the pixels MediaPipe's ObjectDetector feeds a
-    detector (the box the whole image, in evaluation)."""
+class WholeImage:
+    """The whole image resized to a ``size`` square by :func:`mediapipe_resize`
+    (whichever filter the recipe names): the pixels MediaPipe's
+    ObjectDetector feeds a detector, its evaluation."""
+    size: int
+
+    mirror = False
 
     def apply(self, img: Image.Image, resample) -> Image.Image:
-        placed = Image.fromarray(mediapipe_resize(np.asarray(img), self.size, self.box))
-        return placed.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if self.mirror else placed
+        return Image.fromarray(mediapipe_resize(np.asarray(img), self.size))
+
+    def affine(self, image_size: tuple[int, int]) -> tuple[float, float, float, float]:
+        return self.size / image_size[0], self.size / image_size[1], 0.0, 0.0
 
 
-Placement = BoxCrop | CenterCrop
+Placement = BoxCrop | CenterCrop | WholeImage
 
 
 def placed_boxes(placement: Placement, image_size: tuple[int, int], boxes: np.ndarray) -> np.ndarray:
@@ -258,7 +260,7 @@ class Transform:
         w, h = image_size
         if whole:
             if not self.is_training:
-                return WarpCrop((0, 0, w, h), self.size)
+                return WholeImage(self.size)
             scale = math.sqrt(MIN_DETECTION_CROP_AREA + (1.0 - MIN_DETECTION_CROP_AREA) * float(draws[0]))
             crop_w, crop_h = w * scale, h * scale
             left, top = (w - crop_w) * float(draws[1]), (h - crop_h) * float(draws[2])
