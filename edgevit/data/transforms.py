@@ -29,7 +29,7 @@ image resized to the square as MediaPipe's ObjectDetector resizes a frame
 model those pixels, not Pillow's antialiased ones, and its mAP is what
 ``edgevit eval`` predicts. Its training crops stay Pillow's: trained on
 MediaPipe's resize, short runs measured no gain beyond their run-to-run
-spread, and Pillow resizes 3-7x faster (docs/benchmarks.md).
+spread, and Pillow resizes as fast or faster (docs/benchmarks.md).
 
 A :class:`Placement` says where the model's input comes from in the
 upright image; a target travels with its image through the same placement:
