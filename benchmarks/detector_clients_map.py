@@ -25,7 +25,10 @@ Task Library's (the post-processing-op file) in the clients' own processes
 (tests/standard_clients.py), with what a user sets to measure mAP: score
 threshold 0.01 (cvnets' evaluation threshold) and at most 100 results an
 image (what COCO's mAP counts). The clients' boxes are scored by the same
-COCO evaluation `edgevit eval` uses. Writes DIR/detector-clients-map.json.
+COCO evaluation `edgevit eval` uses. Last, the op file's own detections
+on eval's pixels (LiteRT), exact and moved to the photo's whole pixels as
+MediaPipe reports its boxes: what MediaPipe's integer boxes cost. Writes
+DIR/detector-clients-map.json.
 """
 from __future__ import annotations
 
@@ -106,20 +109,56 @@ def client_detections(client: str, model: Path, data: Path, tmp: Path, input_siz
     """Per val image (in the annotations' order), the client's detections
     [index, name, score, ymin, xmin, ymax, xmax] normalised; the images fed
     at their own size, as a camera frame is, or with ``input_size`` already
-    resized to the model's input as `edgevit eval` resizes them (Pillow's
-    bilinear, which averages over the pixels a downscale drops)."""
+    resized to the model's input as `edgevit eval` resizes them
+    (edgevit.data.transforms.mediapipe_resize)."""
     from PIL import Image
 
+    from edgevit.data.transforms import mediapipe_resize
     from tests.standard_clients import detect
 
     listing = json.loads((data / "annotations" / "instances_val.json").read_text())["images"]
-    photos = [Image.open(data / "val" / entry["file_name"]).convert("RGB") for entry in listing]
+    photos = [np.asarray(Image.open(data / "val" / entry["file_name"]).convert("RGB")) for entry in listing]
     if input_size:
-        photos = [photo.resize((input_size, input_size), Image.BILINEAR) for photo in photos]
-    photos = [np.asarray(photo) for photo in photos]
+        photos = [mediapipe_resize(photo, input_size) for photo in photos]
     found = detect(client, model, photos, tmp, score_threshold=SCORE_THRESHOLD, max_results=MAX_RESULTS)
     if isinstance(found, str):
         raise SystemExit(f"{client} refused {model.name}: {found}")
+    return found
+
+
+def op_detections(model: Path, data: Path, input_size: int, whole_pixels: bool) -> list:
+    """Per val image, the post-processing op's own detections (LiteRT runs
+    the op file on eval's pixels) in the clients' layout, score >= the
+    clients' threshold; with ``whole_pixels`` each box moved to whole pixels
+    of the photo as MediaPipe reports it (DetectionTransformationCalculator:
+    the corner and the size each truncated to an integer)."""
+    from PIL import Image
+
+    from edgevit.data.transforms import mediapipe_resize
+    from edgevit.litert.interpreter import load_interpreter
+
+    interpreter = load_interpreter(model.read_bytes())
+    interpreter.allocate_tensors()
+    image_input = interpreter.get_input_details()[0]["index"]
+    outputs = [detail["index"] for detail in interpreter.get_output_details()]  # boxes, classes, scores, count
+    found = []
+    for entry in json.loads((data / "annotations" / "instances_val.json").read_text())["images"]:
+        photo = np.asarray(Image.open(data / "val" / entry["file_name"]).convert("RGB"))
+        interpreter.set_tensor(image_input, mediapipe_resize(photo, input_size)[None])
+        interpreter.invoke()
+        boxes, classes, scores, count = (interpreter.get_tensor(index)[0] for index in outputs)
+        width, height = entry["width"], entry["height"]
+        image = []
+        for (ymin, xmin, ymax, xmax), index, score in zip(np.clip(boxes, 0, 1), classes, scores[:int(count)]):
+            if score < SCORE_THRESHOLD:
+                continue
+            if whole_pixels:
+                left, top = int(xmin * width), int(ymin * height)
+                right, bottom = left + int((xmax - xmin) * width), top + int((ymax - ymin) * height)
+                ymin, xmin, ymax, xmax = top / height, left / width, bottom / height, right / width
+            image.append([int(index), CLASSES[int(index)], float(score), float(ymin), float(xmin), float(ymax),
+                          float(xmax)])
+        found.append(image)
     return found
 
 
@@ -202,6 +241,10 @@ def main(argv=None) -> int:
         # the same client on eval's pixels: what is left is the post-processing alone
         results[form]["mediapipe_on_eval_pixels"] = client_map(
             client_detections("mediapipe", path, data, out, input_size=args.size), data)
+    # the op's own detections on eval's pixels, exact and in the photo's whole pixels as MediaPipe reports them
+    for key, whole_pixels in (("op_on_eval_pixels", False), ("op_on_eval_pixels_whole_photo_pixels", True)):
+        results["postprocessing_op"][key] = client_map(
+            op_detections(files["postprocessing_op"], data, args.size, whole_pixels), data)
     coco = json.loads((data / "annotations" / "instances_val.json").read_text())
     record = {"model": args.model, "keras": str(model), "input_size": args.size, "epochs": args.epochs,
               "batch_size": args.batch_size, "lr": args.lr, "val_images": len(coco["images"]),

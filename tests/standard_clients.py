@@ -63,6 +63,14 @@ def detect(client: str, model: Path, pixels: np.ndarray | list[np.ndarray], tmp:
     return refusal if refusal is not None else json.loads(out.read_text())
 
 
+def embed(model: Path, pixels: list[np.ndarray], tmp: Path) -> np.ndarray | str:
+    """MediaPipe's ImageEmbedder's embeddings [N, D] of the images (a list of
+    their own sizes), unnormalised; or its refusal message."""
+    out = tmp / "mediapipe-out.npy"
+    refusal = _run("mediapipe", "embed", model, pixels, tmp, out)
+    return refusal if refusal is not None else np.load(out)
+
+
 def _run(client: str, task: str, model: Path, pixels: np.ndarray, tmp: Path, out: Path, *options) -> str | None:
     """Run the client's ``task`` script on ``pixels`` (uint8 images: one
     array, or a list of images of their own sizes) with its ``options``;

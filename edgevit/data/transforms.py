@@ -6,7 +6,8 @@ One factory, :func:`transform`, with a training flag:
   preprocessing's resize size for the input size, the centre square of the
   input size kept (:func:`center_crop`); the pixels the exported files
   describe in their metadata, and what calibration, validation and
-  ``edgevit eval`` read;
+  ``edgevit eval`` read; a detector's: the whole image resized to the
+  square as MediaPipe's ObjectDetector resizes it (below);
 - training: a random resized crop of the image's centre square, mirrored
   or not, from four uniform draws (:func:`crop_draws`, counter-based: the
   same for the same epoch and position in whichever thread or worker). The
@@ -19,8 +20,16 @@ One factory, :func:`transform`, with a training flag:
   a JPEG at least twice the size the crop needs (decoded by Pillow at 1/2,
   1/4 or 1/8 scale, far less work), takes Pillow's path. The two resample
   the same box a little differently; training crops are random already,
-  and evaluation, whose pixels the exported files describe, is Pillow's
-  alone.
+  and a classifier's or segmenter's evaluation, whose pixels the exported
+  files describe, is Pillow's alone.
+
+A detector is evaluated (and validated while it trains) on the whole
+image resized to the square as MediaPipe's ObjectDetector resizes a frame
+(:func:`mediapipe_resize`, :class:`WholeImage`): the app's client feeds the
+model those pixels, not Pillow's antialiased ones, and its mAP is what
+``edgevit eval`` predicts. Its training crops stay Pillow's: trained on
+MediaPipe's resize, short runs measured no gain beyond their run-to-run
+spread, and Pillow resizes as fast or faster (docs/benchmarks.md).
 
 A :class:`Placement` says where the model's input comes from in the
 upright image; a target travels with its image through the same placement:
@@ -64,6 +73,9 @@ MIN_CROP_AREA = 0.35
 MIN_DETECTION_CROP_AREA = 0.3
 # Uniform draws a training crop takes: its area, its x and y position, and whether it is mirrored.
 DRAWS = 4
+# MediaPipe's ImageToTensor on the CPU resizes with OpenCV's warp (INTER_LINEAR): sample positions rounded to
+# 1/2**5 px (OpenCV's INTER_BITS), the four neighbours' weights in fixed point.
+WARP_POSITION_BITS = 5
 
 
 def center_crop(img: Image.Image, resize_size: int, crop_size: int, interpolation: str) -> Image.Image:
@@ -73,6 +85,40 @@ def center_crop(img: Image.Image, resize_size: int, crop_size: int, interpolatio
     resized to 288 px high: 5.8 M x 288 pixels, 5 GB), only the part the crop
     keeps is resized, straight from the original (Pillow's resize box)."""
     return CenterCrop(resize_size, crop_size).apply(img, PIL_FILTERS[interpolation])
+
+
+def mediapipe_resize(pixels: np.ndarray, size: int) -> np.ndarray:
+    """uint8 ``pixels`` [H, W, C] resized to a ``size`` square as MediaPipe
+    Tasks' ObjectDetector resizes a frame on the CPU (ImageToTensor's OpenCV
+    converter: the frame's corners on the square's corners, a bilinear warp,
+    no antialiasing, edges replicated). Output pixel (i, j) samples the frame
+    at (i * H / size, j * W / size), not at pixel centres, each position
+    rounded to the nearest 1/32 px, its four neighbours weighted in fixed
+    point as OpenCV does. Equal to MediaPipe's pixels but where a position
+    falls exactly half-way between two 1/32 steps: MediaPipe's warp matrix,
+    solved and inverted in floating point, breaks those ties either way."""
+    height, width = pixels.shape[:2]
+    steps = 1 << WARP_POSITION_BITS
+    rows, row_weights = _warp_taps(height, size, steps)
+    columns, column_weights = _warp_taps(width, size, steps)
+    # OpenCV weights each neighbour by row weight x column weight (1/32 steps each) and rounds the sum once.
+    # Summed over the rows first (int16: at most 255 x 32), then the columns, the integer total is the same; its
+    # table's 15-bit weights (x 2**5) and rounding, (total * 2**5 + 2**14) >> 15, are (total + 2**9) >> 10.
+    along_rows = sum(pixels[taps] * weights.astype(np.int16)[:, None, None] for taps, weights in zip(rows, row_weights))
+    along_rows = along_rows.astype(np.int32)
+    total = sum(np.take(along_rows, taps, axis=1) * weights[:, None] for taps, weights in zip(columns, column_weights))
+    shift = 2 * WARP_POSITION_BITS
+    return ((total + (1 << (shift - 1))) >> shift).astype(np.uint8)
+
+
+def _warp_taps(side: int, size: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two source indices [2, size] (edges replicated) of each output
+    position along a ``side``-px axis resized to ``size``, and their weights
+    in 1/``steps`` units (summing to ``steps``)."""
+    position = np.rint(np.arange(size, dtype=np.float64) * (side / size) * steps).astype(np.int64)
+    first, fraction = position // steps, (position % steps).astype(np.int32)
+    indices = np.clip(np.stack([first, first + 1]), 0, side - 1)
+    return indices, np.stack([steps - fraction, fraction])
 
 
 def evaluation_resize(pre: Preprocessing, size: int) -> int:
@@ -162,7 +208,23 @@ class CenterCrop:
     mirror = False
 
 
-Placement = BoxCrop | CenterCrop
+@dataclass(frozen=True)
+class WholeImage:
+    """The whole image resized to a ``size`` square by :func:`mediapipe_resize`
+    (whichever filter the recipe names): the pixels MediaPipe's
+    ObjectDetector feeds a detector, its evaluation."""
+    size: int
+
+    mirror = False
+
+    def apply(self, img: Image.Image, resample) -> Image.Image:
+        return Image.fromarray(mediapipe_resize(np.asarray(img), self.size))
+
+    def affine(self, image_size: tuple[int, int]) -> tuple[float, float, float, float]:
+        return self.size / image_size[0], self.size / image_size[1], 0.0, 0.0
+
+
+Placement = BoxCrop | CenterCrop | WholeImage
 
 
 def placed_boxes(placement: Placement, image_size: tuple[int, int], boxes: np.ndarray) -> np.ndarray:
@@ -192,12 +254,13 @@ class Transform:
         """Where the input comes from in an upright image of ``image_size``
         (``draws``: a training crop's DRAWS uniform draws). ``whole``: a
         detector's, whose objects reach the image's edges: the whole image
-        resized to the square (as the SSD recipes evaluate and MediaPipe's
-        ObjectDetector feeds it), a training crop of it keeping its aspect."""
+        resized to the square as MediaPipe's ObjectDetector feeds it (the SSD
+        recipes evaluate the whole image too), a training crop of it keeping
+        its aspect."""
         w, h = image_size
         if whole:
             if not self.is_training:
-                return BoxCrop((0, 0, w, h), self.size)
+                return WholeImage(self.size)
             scale = math.sqrt(MIN_DETECTION_CROP_AREA + (1.0 - MIN_DETECTION_CROP_AREA) * float(draws[0]))
             crop_w, crop_h = w * scale, h * scale
             left, top = (w - crop_w) * float(draws[1]), (h - crop_h) * float(draws[2])
