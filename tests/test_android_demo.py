@@ -416,6 +416,25 @@ def test_golden_cases_cover_every_input_type_and_path(golden_dir):
             assert meta["input"]["dtype"] == dtype
 
 
+def test_the_detector_frames_are_evals_resize_and_tell_it_from_pillows(golden_dir):
+    """GoldenPreprocessingTest feeds these frames to the detection case's detector: Python resized them as
+    `edgevit eval` resizes a detector's photo (MediaPipe's resize), not as Pillow would, and together they
+    sample past every other pixel (a downscale beyond 2x) and exactly half-way between two 1/32 steps."""
+    from edgevit.data.transforms import WARP_POSITION_BITS, mediapipe_resize
+
+    size = json.loads((golden_dir / "detect.json").read_text())["preprocessing"]["input_size"]
+    frames = (golden_dir / "detector_frames.txt").read_text().split()
+    shapes = []
+    for name in frames:
+        photo = np.asarray(Image.open(golden_dir / f"{name}.png"))
+        fed = np.frombuffer((golden_dir / f"{name}.detector.rgb").read_bytes(), np.uint8).reshape(size, size, 3)
+        assert np.array_equal(fed, mediapipe_resize(photo, size)), name
+        assert not np.array_equal(fed, np.asarray(Image.fromarray(photo).resize((size, size), Image.BILINEAR))), name
+        shapes += photo.shape[:2]
+    assert max(shapes) > 2 * size
+    assert any((np.arange(size) * side * 2 ** (WARP_POSITION_BITS + 1) / size % 2 == 1).any() for side in shapes)
+
+
 def test_the_detection_golden_case_suppresses_across_classes(golden_dir):
     """GoldenDetectionTest compares at box_coding's threshold and at the one the app shows from: the first
     keeps boxes of more than one class, with tied scores (the order of ties is part of what must match), and

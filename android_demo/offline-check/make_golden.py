@@ -19,7 +19,11 @@ standard metadata) and the outputs it gave for a photo: Python decodes and
 suppresses them as `edgevit eval` does by default (`edgevit.models.
 box_coding.decode`, then `best_class_nms` as MediaPipe's ObjectDetector
 shows a raw file), which GoldenDetectionTest must reproduce from the file's
-own metadata. `--detector FILE` makes a new case from FILE.
+own metadata. `--detector FILE` makes a new case from FILE. The frames of
+DETECTOR_FRAMES are resized to that detector's input as `edgevit eval` resizes
+a detector's photo (MediaPipe's resize, `edgevit.data.transforms.
+mediapipe_resize`), which GoldenPreprocessingTest must reproduce from the
+same metadata.
 
     python android_demo/offline-check/make_golden.py [OUT_DIR] [--segmenter FILE.tflite] [--detector FILE.tflite]
 
@@ -39,7 +43,7 @@ from PIL import Image
 
 from edgevit.data.decode import open_rgb
 from edgevit.data.images import to_model_input
-from edgevit.data.transforms import PIL_FILTERS, BoxCrop, center_crop
+from edgevit.data.transforms import PIL_FILTERS, center_crop, transform
 from edgevit.evaluate import MEDIAPIPE_NMS, detection_postprocessing
 from edgevit.litert.inputs import file_inputs
 from edgevit.litert.metadata import build_metadata, preprocessing_of, read_embedded
@@ -125,6 +129,7 @@ def write_golden(out_dir: str | Path, segmenter: str | Path | None = None,
     written += _write_postprocessing(out)
     written += _write_segmentation(out, segmenter)
     written += _write_detection(out, detector)
+    written += _write_detector_frames(out)
     return sorted(written + ["cases.txt"])
 
 
@@ -209,9 +214,7 @@ def _write_detection(out: Path, detector: str | Path | None) -> list[str]:
         content = Path(detector).read_bytes()
         meta = read_embedded(content)
         pre = preprocessing_of(meta)
-        # a detector is fed the whole photo resized to the square, as edgevit eval and the app feed it
-        photo = open_rgb(out / "camera_bilinear.png")
-        photo = BoxCrop((0, 0, *photo.size), pre.input_size).apply(photo, PIL_FILTERS[pre.interpolation])
+        photo = _detector_input(open_rgb(out / "camera_bilinear.png"), pre)
         boxes, scores = split_outputs(content, run_in_process(content, file_inputs(content, to_model_input(photo, pre)[None],
                                                                                    meta)))
         for key, values, said in (("boxes", boxes, meta["detection"]["outputs"][0]),
@@ -246,6 +249,27 @@ def _write_detection(out: Path, detector: str | Path | None) -> list[str]:
         "anchors": anchors.tolist(), "scales": [decoding[k] for k in ("y_scale", "x_scale", "h_scale", "w_scale")],
         "cases": cases}, indent=2) + "\n")
     return [*names.values(), "detect.expected.json"]
+
+
+# Frames of CASES a detector is fed, to the detect.json detector's 64 px: 160 x 120 (more than 2x smaller: taps
+# skip pixels), 61 x 47 (larger: positions exactly half-way between 1/32 steps, rounded to even) and 13 x 10 (edges
+# repeated).
+DETECTOR_FRAMES = ("camera_bilinear", "downscale_bilinear", "upscale_bicubic")
+
+
+def _detector_input(photo: Image.Image, pre: Preprocessing) -> Image.Image:
+    """The whole photo resized to the square as `edgevit eval` feeds a detector (and the app does)."""
+    return transform(pre).placement(photo.size, whole=True).apply(photo, PIL_FILTERS[pre.interpolation])
+
+
+def _write_detector_frames(out: Path) -> list[str]:
+    """Each frame of DETECTOR_FRAMES as the detection case's detector is fed it: its RGB bytes, row by row."""
+    pre = preprocessing_of(json.loads((out / "detect.json").read_text()))
+    for name in DETECTOR_FRAMES:
+        (out / f"{name}.detector.rgb").write_bytes(np.asarray(_detector_input(open_rgb(out / f"{name}.png"), pre),
+                                                              np.uint8).tobytes())
+    (out / "detector_frames.txt").write_text("\n".join(DETECTOR_FRAMES) + "\n")
+    return [f"{name}.detector.rgb" for name in DETECTOR_FRAMES] + ["detector_frames.txt"]
 
 
 def _voc_color(index: int) -> int:

@@ -11,12 +11,15 @@ import kotlin.math.min
  * [0, 1], `(x - mean) / std` per channel, then quantize for int8/uint8 inputs.
  * A detector ([wholeImage]) is fed the whole image resized to the square input
  * instead, its aspect not kept, as `edgevit eval` and the SSD recipes feed it
- * (objects reach the image's edges; the metadata says "resize of the whole image").
+ * (objects reach the image's edges; the metadata says "resize of the whole image"),
+ * and resized as MediaPipe's ObjectDetector resizes a frame ([MediaPipeResize],
+ * whichever filter the metadata names), as `edgevit eval` scores it.
  *
  * Every step matches edgevit's Python preprocessing (`edgevit.data.images`,
- * `edgevit.litert.run_model.quantize`) exactly, including Pillow's resampling
- * ([PilResize]), Python's round-half-to-even for the resized size, float32
- * arithmetic for normalisation, and numpy's round-half-to-even when quantizing.
+ * `edgevit.data.transforms`, `edgevit.litert.run_model.quantize`) exactly,
+ * including Pillow's resampling ([PilResize]), Python's round-half-to-even for
+ * the resized size, float32 arithmetic for normalisation, and numpy's
+ * round-half-to-even when quantizing.
  */
 class ImagePreprocessor(
     private val pre: Preprocessing,
@@ -66,6 +69,7 @@ class ImagePreprocessor(
 
     /** Resize and center-crop (a detector: resize the whole image): `input_size` x `input_size` ARGB pixels. */
     fun resizeAndCrop(argb: IntArray, width: Int, height: Int): IntArray {
+        if (wholeImage) return MediaPipeResize.resize(argb, width, height, pre.inputSize)
         val g = geometry(width, height)
         return PilResize.resizeAndCrop(
             argb, width, height, g.resizedWidth, g.resizedHeight,

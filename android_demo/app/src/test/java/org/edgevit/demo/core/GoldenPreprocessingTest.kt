@@ -12,7 +12,8 @@ import javax.imageio.ImageIO
 /**
  * The app's preprocessing against edgevit's Python preprocessing, byte for
  * byte, on the cases of offline-check/make_golden.py: same PNG, same metadata
- * document, same resized pixels, float input bits and int8/uint8 bytes.
+ * document, same resized pixels, float input bits and int8/uint8 bytes; and a
+ * detector's frames resized as `edgevit eval` resizes them (MediaPipe's resize).
  *
  * Reads the cases from the folder named by the `edgevit.golden.dir` system
  * property (the pytest suite regenerates them there on each run), else from
@@ -36,19 +37,35 @@ class GoldenPreprocessingTest {
         assertTrue("no golden cases in $dir", cases.size >= 5)
     }
 
+    private fun rgbBytes(argb: IntArray): ByteArray {
+        val rgb = ByteArray(argb.size * 3)
+        for (i in argb.indices) {
+            rgb[i * 3] = (argb[i] shr 16).toByte()
+            rgb[i * 3 + 1] = (argb[i] shr 8).toByte()
+            rgb[i * 3 + 2] = argb[i].toByte()
+        }
+        return rgb
+    }
+
     @Test
     fun resizedAndCroppedPixelsMatchPillow() {
         for (name in cases) {
             val meta = ModelMetadata.parse(File(dir, "$name.float32.json").readText())
             val (argb, w, h) = pixels(name)
             val cropped = ImagePreprocessor(meta).resizeAndCrop(argb, w, h)
-            val rgb = ByteArray(cropped.size * 3)
-            for (i in cropped.indices) {
-                rgb[i * 3] = (cropped[i] shr 16).toByte()
-                rgb[i * 3 + 1] = (cropped[i] shr 8).toByte()
-                rgb[i * 3 + 2] = cropped[i].toByte()
-            }
-            assertArrayEquals("resized pixels of $name", File(dir, "$name.rgb").readBytes(), rgb)
+            assertArrayEquals("resized pixels of $name", File(dir, "$name.rgb").readBytes(), rgbBytes(cropped))
+        }
+    }
+
+    @Test
+    fun aDetectorsFramesAreResizedAsMediaPipeResizesThem() {
+        val detector = ModelMetadata.parse(File(dir, "detect.json").readText())
+        val frames = File(dir, "detector_frames.txt").readLines().filter { it.isNotBlank() }
+        assertTrue("no detector frames in $dir", frames.size >= 3)
+        for (name in frames) {
+            val (argb, w, h) = pixels(name)
+            val resized = ImagePreprocessor(detector).resizeAndCrop(argb, w, h)
+            assertArrayEquals("$name as a detector is fed it", File(dir, "$name.detector.rgb").readBytes(), rgbBytes(resized))
         }
     }
 
