@@ -1077,7 +1077,7 @@ def test_class_names_travel_from_finetune_into_the_converted_labels(tmp_path, mo
     code, _, err = run("finetune", *SMALL, "--data", data, "--epochs", "1", "--batch-size", "8", "-o", "m.keras")
     assert code == 0, err
     assert not (tmp_path / "m.keras.ckpt").exists()  # removed once the model is saved
-    code, _, err = run("convert", "--fp32", "m.keras", "--no-arm-run")  # named after m.keras
+    code, _, err = run("convert", "--fp32", "m.keras", "--no-arm-run", "--no-gpu-run")  # named after m.keras
     assert code == 0, err
     assert (tmp_path / "m_fp32.labels.txt").read_text() == "ants\nbees\n"
     assert json.loads((tmp_path / "m_fp32.json").read_text())["labels"] == ["ants", "bees"]

@@ -52,12 +52,12 @@ def test_smallest_variant_round_trips_and_converts(tmp_path):
     assert model.get_layer("resize_1").output.shape[1:3] == (112, 112)
     x = np.random.default_rng(1).random((2, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
     assert round_trip_outputs(tmp_path, model, x).shape == (2, 10)
-    for precision in ("fp32", "int8"):
-        report = export_variant(tmp_path, "crossvit_tiny", precision, SMALL_SIZE, model=model)
-        assert_deployable(report)
-        assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
-        # the branch resize is matrix products, no GATHER_ND / RESIZE_BICUBIC
-        assert not {"GATHER_ND", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"} & set(report["op_histogram"])
+    # int8 alone here, every precision in the slow matrix
+    report = export_variant(tmp_path, "crossvit_tiny", "int8", SMALL_SIZE, model=model)
+    assert_deployable(report)
+    assert report["agreement"]["cosine_mean"] > COSINE_FLOOR["int8"], report["agreement"]
+    # the branch resize is matrix products, no GATHER_ND / RESIZE_BICUBIC
+    assert not {"GATHER_ND", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"} & set(report["op_histogram"])
 
 
 @pytest.mark.slow

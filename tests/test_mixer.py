@@ -33,20 +33,19 @@ def test_parameter_count_equals_timm(name):
 
 @pytest.mark.parametrize("name", SMALLEST)
 def test_smallest_variant_round_trips_and_converts(tmp_path, name):
-    """Output shape, .keras round trip, fp32 and int8 files under the
-    deployment rules. The head is not zero-initialised (timm's is), so the
+    """Output shape, .keras round trip, the int8 file under the deployment
+    rules (every precision: the slow matrix). The head is not zero-initialised (timm's is), so the
     random-init logits are informative."""
     model = edgevit.create_model(name, num_classes=10, input_size=SMALL_SIZE)
     x = np.random.default_rng(1).random((2, SMALL_SIZE, SMALL_SIZE, 3), dtype="float32")
     out = round_trip_outputs(tmp_path, model, x)
     assert out.shape == (2, 10) and np.abs(out).max() > 0
-    for precision in ("fp32", "int8"):
-        report = export_variant(tmp_path, name, precision, SMALL_SIZE, model=model)
-        assert_deployable(report)
-        assert report["agreement"]["cosine_mean"] > COSINE_FLOOR[precision], report["agreement"]
-        if precision == "int8" and name.startswith("resmlp"):
-            # affine normalisation: no MEAN/RSQRT except the final pooling
-            assert report["op_histogram"].get("MEAN") == 1 and "RSQRT" not in report["op_histogram"]
+    report = export_variant(tmp_path, name, "int8", SMALL_SIZE, model=model)
+    assert_deployable(report)
+    assert report["agreement"]["cosine_mean"] > COSINE_FLOOR["int8"], report["agreement"]
+    if name.startswith("resmlp"):
+        # affine normalisation: no MEAN/RSQRT except the final pooling
+        assert report["op_histogram"].get("MEAN") == 1 and "RSQRT" not in report["op_histogram"]
 
 
 @pytest.mark.slow

@@ -85,7 +85,7 @@ def test_position_table_is_the_official_sinusoid_table():
 
 
 def test_smallest_variant_round_trips_and_converts(tmp_path):
-    """fp32 and full int8 at 32 px: deployment rules, the all-integer audit,
+    """Full int8 at 32 px: deployment rules, the all-integer audit,
     the GPU accelerator run; then --int8-mixed keeps the Performers' ops
     and the first LayerNorm (over raw pixel patches) in float."""
     model, reports = round_trips_and_converts(tmp_path, "t2t_vit_7", SMALL_SIZE)
