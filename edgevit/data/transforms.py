@@ -6,8 +6,10 @@ One factory, :func:`transform`, with a training flag:
   preprocessing's resize size for the input size, the centre square of the
   input size kept (:func:`center_crop`); the pixels the exported files
   describe in their metadata, and what calibration, validation and
-  ``edgevit eval`` read; a detector's: the whole image resized to the
-  square as MediaPipe's ObjectDetector resizes it (below);
+  ``edgevit eval`` read (:func:`deployment_pixels`); a detector's: the
+  whole image resized to the square as MediaPipe's ObjectDetector resizes
+  it (below), its metadata stating that bilinear resize
+  (:func:`deployment_preprocessing`);
 - training: a random resized crop of the image's centre square, mirrored
   or not, from four uniform draws (:func:`crop_draws`, counter-based: the
   same for the same epoch and position in whichever thread or worker). The
