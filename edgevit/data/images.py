@@ -115,9 +115,8 @@ def image_set(paths, pre: Preprocessing, limit: int | None = None, task: str = C
     return ImageSet(readable_images(paths, limit), read)
 
 
-def load_images(paths, pre: Preprocessing, limit: int | None = None,
-                task: str = CLASSIFICATION) -> tuple[np.ndarray, list[Path]]:
+def load_images(paths, pre: Preprocessing, limit: int | None = None) -> tuple[np.ndarray, list[Path]]:
     """Up to ``limit`` readable images as one [N, H, W, 3] array (see
     :func:`image_set`), and their paths."""
-    images = image_set(paths, pre, limit, task)
+    images = image_set(paths, pre, limit)
     return images[:], images.items

@@ -97,10 +97,9 @@ def sample_batch(pre: Preprocessing, count: int, held_out: bool = False, seed: i
     return sample_images(pre, count, held_out, seed, task)[:]
 
 
-def held_out_photos(pre: Preprocessing, task: str = CLASSIFICATION) -> tuple[list[str], np.ndarray]:
-    """The held-out photos whole, as a file of ``task`` sees them
-    (:func:`~edgevit.data.transforms.deployment_pixels`): (file names,
-    [N, H, W, 3] batch)."""
+def held_out_photos(pre: Preprocessing) -> tuple[list[str], np.ndarray]:
+    """The held-out photos whole, as a classifier evaluates them (resize,
+    centre crop): (file names, [N, H, W, 3] batch)."""
     names = list(HELD_OUT_PHOTOS)
-    batch, _ = load_images([photo_dir() / name for name in names], pre, task=task)
+    batch, _ = load_images([photo_dir() / name for name in names], pre)
     return names, batch.astype(np.float32)
