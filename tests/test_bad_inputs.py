@@ -1329,14 +1329,14 @@ def test_wide_and_tall_images_decode_in_bounded_memory(tmp_path):
 def test_a_resize_of_an_ordinary_image_is_the_reference_transform():
     """Up to MAX_RESIZED_SIDES the whole image is resized then cropped; the
     cropped-part resize used beyond gives the same pixels within 1."""
-    from edgevit.data import images
+    from edgevit.data import transforms
 
     img = Image.fromarray(np.random.default_rng(0).integers(0, 256, (30, 600, 3)).astype(np.uint8))  # 20:1
     whole = np.asarray(img.resize((1440, 72), Image.Resampling.BILINEAR)).astype(int)[4:68, 688:752]
-    np.testing.assert_allclose(np.asarray(images.center_crop(img, 72, 64, "bilinear")), whole, atol=1)
+    np.testing.assert_allclose(np.asarray(transforms.center_crop(img, 72, 64, "bilinear")), whole, atol=1)
     ordinary = img.crop((0, 0, 40, 30))
     expected = np.asarray(ordinary.resize((96, 72), Image.Resampling.BILINEAR))[4:68, 16:80]
-    np.testing.assert_array_equal(np.asarray(images.center_crop(ordinary, 72, 64, "bilinear")), expected)
+    np.testing.assert_array_equal(np.asarray(transforms.center_crop(ordinary, 72, 64, "bilinear")), expected)
 
 
 def test_a_skipped_file_warning_is_one_line_without_python_source(tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ from edgevit.export import detection
 from edgevit.export.pipeline import ExportOptions, export
 from edgevit.litert.detection_postprocess import ON_THE_CPU, POSTPROCESS_OP, Suppression, raw_view, \
     with_postprocess
+from edgevit.litert.inputs import file_inputs, inputs_for_file
 from edgevit.litert.metadata import read_embedded
 from edgevit.litert.metadata_check import metadata_problems
 from edgevit.litert.run_model import run_in_process, split_outputs
@@ -66,8 +67,9 @@ def files(tmp_path_factory):
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setattr(detection, "anchors_of", lambda model: _anchors())
     monkeypatch.setattr(detection, "box_scales", lambda: SCALES)
+    # bicubic as ssdlite_mobilevit_v2's recipe: the metadata states MediaPipe's bilinear resize all the same
     spec = dataclasses.replace(get_spec("mobilevit_v1_xxs"), name="ssd_standin", task="detection",
-                               preprocessing=Preprocessing(SIZE, SIZE))
+                               preprocessing=Preprocessing(SIZE, SIZE, "bicubic"))
     model, out, made = _standin(), tmp_path_factory.mktemp("det"), {}
     for form in ("raw", "nms"):
         path = out / f"det_{form}.tflite"
@@ -81,7 +83,7 @@ def files(tmp_path_factory):
 def _pixels(count: int = 6) -> np.ndarray:
     from edgevit.data import sample_photos
 
-    photos = sample_photos.sample_batch(Preprocessing(SIZE, SIZE), count, held_out=True)
+    photos = sample_photos.sample_batch(Preprocessing(SIZE, SIZE), count, held_out=True, task="detection")
     return np.clip(np.round(photos * 255), 0, 255).astype(np.uint8)
 
 
@@ -112,13 +114,26 @@ def test_raw_form_is_all_integer_and_its_metadata_is_what_mediapipe_reads(files)
     meta = read_embedded(content)
     assert meta["task"] == "detection" and meta["labels"] == CLASSES[1:] and meta["output"]["kind"] == "box_encodings"
     assert meta["detection"]["form"] == "raw" and meta["detection"]["box_scales"] == list(SCALES)
+    assert meta["preprocessing"]["interpolation"] == "bilinear"
     standard = read_standard(content)
+    assert f"{SIZE}x{SIZE} input (bilinear resize of the whole image)" in standard["description"]
     location, score = standard["subgraph_metadata"][0]["output_tensor_metadata"]
     assert location["name"] == "location" and location["content"]["content_properties"][1] == {
         "index": [1, 0, 3, 2], "type": 1}  # BOUNDARIES; coordinate_type RATIO is the default, 0
     assert score["name"] == "score" and standard["files"]["labels.txt"].decode().splitlines() == CLASSES[1:]
     custom = standard["subgraph_metadata"][0]["custom_metadata"][0]
     assert custom["name"] == DETECTOR_METADATA and custom["data"][4:8] == DETECTOR_IDENTIFIER
+
+
+def test_a_detector_file_is_checked_on_sample_photos_resized_as_mediapipe_does(files):
+    """The GPU and Arm64 runs' inputs: held-out views of the photos' whole
+    frame (their aspect kept) through MediaPipe's resize, as bytes."""
+    from edgevit.data import sample_photos
+
+    content = files["raw"][0].read_bytes()
+    inputs, _ = inputs_for_file(content, 2)
+    photos = sample_photos.sample_batch(Preprocessing(SIZE, SIZE), 2, held_out=True, task="detection")
+    np.testing.assert_array_equal(inputs, file_inputs(content, photos))
 
 
 def test_nms_form_ends_in_the_postprocessing_op_on_the_cpu(files):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import edgevit
-from edgevit.data.images import read_crops
+from edgevit.data.images import read_pixels
 from edgevit.data.listing import list_images
 from edgevit.data.transforms import normalise
 from edgevit.export.pipeline import ExportOptions, export
@@ -36,7 +36,7 @@ def _crops(folder, pre) -> tuple[np.ndarray, np.ndarray]:
     pixels, labels = [], []
     for label, name in enumerate(CLASSES):
         files = list_images(folder / name)
-        pixels += list(read_crops(files, pre.resize_size, pre.input_size, pre.interpolation))
+        pixels += list(read_pixels(files, pre))
         labels += [label] * len(files)
     return np.stack(pixels), np.asarray(labels)
 
@@ -174,7 +174,7 @@ def headline_file(tmp_path_factory):
     spec = get_spec("mobilevit_v3_xs")
     pre = spec.preprocessing_at(256)
     files = list_images(folder)[:32]
-    pixels = np.stack(list(read_crops(files, pre.resize_size, pre.input_size, pre.interpolation)))
+    pixels = np.stack(list(read_pixels(files, pre)))
     out = tmp_path_factory.mktemp("headline") / "mobilevit_v3_xs_int8.tflite"
     opts = ExportOptions(precision="int8", output=str(out), recalibrate_batchnorm=True, validation_samples=8,
                          gpu_images=0)

@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 from edgevit.data.decode import UnreadableImage, UnreadableTally, open_rgb
-from edgevit.data.transforms import center_crop, normalise
+from edgevit.data.transforms import CLASSIFICATION, deployment_pixels, normalise
 from edgevit.errors import EdgevitError
 from edgevit.registry import Preprocessing
 
@@ -27,9 +27,9 @@ def to_model_input(img: Image.Image, pre: Preprocessing) -> np.ndarray:
     return normalise(np.asarray(img), pre)
 
 
-def read_crops(paths, resize_size: int, crop_size: int, interpolation: str):
-    """For each of ``paths``, lazily and in order: its uint8
-    ``[crop_size, crop_size, 3]`` pixels (:func:`center_crop`), or the
+def read_pixels(paths, pre: Preprocessing, task: str = CLASSIFICATION):
+    """For each of ``paths``, lazily and in order: the uint8 pixels a file
+    of ``task`` sees for it (:func:`deployment_pixels`), or the
     :class:`UnreadableImage` saying why the file cannot be read."""
     for path in paths:
         try:
@@ -37,7 +37,7 @@ def read_crops(paths, resize_size: int, crop_size: int, interpolation: str):
         except UnreadableImage as err:
             yield err
             continue
-        yield np.asarray(center_crop(img, resize_size, crop_size, interpolation), np.uint8)
+        yield deployment_pixels(img, pre, task)
 
 
 class ImageSet:
@@ -99,13 +99,13 @@ def readable_images(paths, limit: int | None = None) -> list[Path]:
     return used
 
 
-def image_set(paths, pre: Preprocessing, limit: int | None = None) -> ImageSet:
+def image_set(paths, pre: Preprocessing, limit: int | None = None, task: str = CLASSIFICATION) -> ImageSet:
     """The first ``limit`` readable images of ``paths`` (see
-    :func:`readable_images`), each read with ``pre`` when a batch of them is."""
+    :func:`readable_images`), each read with ``pre`` when a batch of them is,
+    placed as a file of ``task`` sees it."""
     def read(batch_paths: list[Path]) -> np.ndarray:
         inputs = np.empty((len(batch_paths), pre.input_size, pre.input_size, 3), np.float32)
-        for row, (path, pixels) in enumerate(zip(batch_paths, read_crops(batch_paths, pre.resize_size,
-                                                                         pre.input_size, pre.interpolation))):
+        for row, (path, pixels) in enumerate(zip(batch_paths, read_pixels(batch_paths, pre, task))):
             if isinstance(pixels, UnreadableImage):
                 raise EdgevitError(f"{path} could be read before and not now ({pixels.reason}): "
                                    "was it changed or removed during the run?")

@@ -14,6 +14,7 @@ from PIL import Image
 
 from edgevit.data.decode import open_rgb
 from edgevit.data.images import ImageSet, load_images, to_model_input
+from edgevit.data.transforms import CLASSIFICATION, DETECTION, mediapipe_resize
 from edgevit.registry import Preprocessing
 
 # file name in skimage/data -> licence stated by scikit-image
@@ -48,11 +49,16 @@ def photo_dir() -> Path:
     return Path(skimage.__file__).parent / "data"
 
 
-def sample_images(pre: Preprocessing, count: int, held_out: bool = False, seed: int = 0) -> ImageSet:
-    """``count`` views of the default photos: square crops covering 35-100%
-    of the shorter side, some mirrored, resized to the input size;
-    ``held_out`` draws from photos never used for calibration. The views are
-    drawn here and made when read (the set keeps the few photos decoded)."""
+def sample_images(pre: Preprocessing, count: int, held_out: bool = False, seed: int = 0,
+                  task: str = CLASSIFICATION) -> ImageSet:
+    """``count`` views of the default photos: crops covering 35-100% of the
+    shorter side, some mirrored, resized to the input size; ``held_out``
+    draws from photos never used for calibration. A classifier's or
+    segmenter's views are squares resized bilinearly; a detector's keep the
+    photo's aspect and are resized to the square as MediaPipe's
+    ObjectDetector resizes a frame (:func:`mediapipe_resize`), the pixels its
+    file will see. The views are drawn here and made when read (the set
+    keeps the few photos decoded)."""
     names = list(HELD_OUT_PHOTOS if held_out else CALIBRATION_PHOTOS)
     rng = np.random.default_rng(seed + (1 if held_out else 0))
     per_photo = -(-count // len(names))
@@ -61,10 +67,17 @@ def sample_images(pre: Preprocessing, count: int, held_out: bool = False, seed: 
     for name, photo in photos.items():
         w, h = photo.size
         for _ in range(per_photo):
-            side = int(min(w, h) * rng.uniform(0.35, 1.0))
-            left, top = rng.integers(0, w - side + 1), rng.integers(0, h - side + 1)
-            views.append((name, (left, top, left + side, top + side), rng.random() < 0.5))
+            fraction = rng.uniform(0.35, 1.0)
+            crop_w, crop_h = (int(w * fraction), int(h * fraction)) if task == DETECTION else \
+                (int(min(w, h) * fraction),) * 2
+            left, top = rng.integers(0, w - crop_w + 1), rng.integers(0, h - crop_h + 1)
+            views.append((name, (left, top, left + crop_w, top + crop_h), rng.random() < 0.5))
     order = rng.permutation(len(views))[:count]
+
+    def resized(view: Image.Image) -> np.ndarray:
+        if task == DETECTION:
+            return mediapipe_resize(np.asarray(view), pre.input_size)
+        return np.asarray(view.resize((pre.input_size, pre.input_size), Image.Resampling.BILINEAR))
 
     def read(batch_views: list) -> np.ndarray:
         inputs = np.empty((len(batch_views), pre.input_size, pre.input_size, 3), np.float32)
@@ -72,20 +85,20 @@ def sample_images(pre: Preprocessing, count: int, held_out: bool = False, seed: 
             view = photos[name].crop(box)
             if mirrored:
                 view = view.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-            inputs[row] = to_model_input(view.resize((pre.input_size, pre.input_size), Image.Resampling.BILINEAR),
-                                         pre)
+            inputs[row] = to_model_input(resized(view), pre)
         return inputs
 
     return ImageSet([views[i] for i in order], read)
 
 
-def sample_batch(pre: Preprocessing, count: int, held_out: bool = False, seed: int = 0) -> np.ndarray:
+def sample_batch(pre: Preprocessing, count: int, held_out: bool = False, seed: int = 0,
+                 task: str = CLASSIFICATION) -> np.ndarray:
     """:func:`sample_images` as one [count, H, W, 3] array."""
-    return sample_images(pre, count, held_out, seed)[:]
+    return sample_images(pre, count, held_out, seed, task)[:]
 
 
 def held_out_photos(pre: Preprocessing) -> tuple[list[str], np.ndarray]:
-    """The held-out photos whole, as the model evaluates them (resize,
+    """The held-out photos whole, as a classifier evaluates them (resize,
     centre crop): (file names, [N, H, W, 3] batch)."""
     names = list(HELD_OUT_PHOTOS)
     batch, _ = load_images([photo_dir() / name for name in names], pre)

@@ -6,8 +6,10 @@ One factory, :func:`transform`, with a training flag:
   preprocessing's resize size for the input size, the centre square of the
   input size kept (:func:`center_crop`); the pixels the exported files
   describe in their metadata, and what calibration, validation and
-  ``edgevit eval`` read; a detector's: the whole image resized to the
-  square as MediaPipe's ObjectDetector resizes it (below);
+  ``edgevit eval`` read (:func:`deployment_pixels`); a detector's: the
+  whole image resized to the square as MediaPipe's ObjectDetector resizes
+  it (below), its metadata stating that bilinear resize
+  (:func:`deployment_preprocessing`);
 - training: a random resized crop of the image's centre square, mirrored
   or not, from four uniform draws (:func:`crop_draws`, counter-based: the
   same for the same epoch and position in whichever thread or worker). The
@@ -52,7 +54,7 @@ from edgevit.data.boxes import ImageBoxes, batch_boxes
 from edgevit.data.decode import open_rgb
 from edgevit.data.jpeg_header import read_jpeg_header
 from edgevit.data.masks import MaskFile, read_mask
-from edgevit.registry import Preprocessing
+from edgevit.registry import TASKS, Preprocessing
 
 PIL_FILTERS = {
     "nearest": Image.Resampling.NEAREST,
@@ -73,6 +75,8 @@ MIN_CROP_AREA = 0.35
 MIN_DETECTION_CROP_AREA = 0.3
 # Uniform draws a training crop takes: its area, its x and y position, and whether it is mirrored.
 DRAWS = 4
+# the tasks whose files see different pixels: a classifier's (and a segmenter's) centre crop, a detector's whole image
+CLASSIFICATION, DETECTION = TASKS[0], TASKS[2]
 # MediaPipe's ImageToTensor on the CPU resizes with OpenCV's warp (INTER_LINEAR): sample positions rounded to
 # 1/2**5 px (OpenCV's INTER_BITS), the four neighbours' weights in fixed point.
 WARP_POSITION_BITS = 5
@@ -119,6 +123,27 @@ def _warp_taps(side: int, size: int, steps: int) -> tuple[np.ndarray, np.ndarray
     first, fraction = position // steps, (position % steps).astype(np.int32)
     indices = np.clip(np.stack([first, first + 1]), 0, side - 1)
     return indices, np.stack([steps - fraction, fraction])
+
+
+def deployment_pixels(img: Image.Image, pre: Preprocessing, task: str = CLASSIFICATION) -> np.ndarray:
+    """uint8 [input size, input size, 3]: the pixels a deployed file of
+    ``task`` sees for the upright ``img``, as ``edgevit eval`` places them
+    (:meth:`Transform.placement`): a detector's the whole image resized as
+    MediaPipe's ObjectDetector resizes it, other tasks' the centre crop.
+    Calibration, validation and the sample photos read these, so a file's
+    int8 ranges come from the pixels it will see."""
+    placement = transform(pre).placement(img.size, whole=task == DETECTION)
+    return np.asarray(placement.apply(img, PIL_FILTERS[pre.interpolation]), np.uint8)
+
+
+def deployment_preprocessing(pre: Preprocessing, task: str) -> Preprocessing:
+    """The recipe a deployed file of ``task`` states in its metadata: a
+    detector's resize is MediaPipe's bilinear one of the whole image
+    (:func:`mediapipe_resize`), whichever filter its weights were trained
+    with (``pre``, the registry's, unchanged); other tasks' ``pre``."""
+    if task != DETECTION:
+        return pre
+    return Preprocessing(pre.input_size, pre.input_size, "bilinear", pre.mean, pre.std)
 
 
 def evaluation_resize(pre: Preprocessing, size: int) -> int:

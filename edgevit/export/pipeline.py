@@ -25,6 +25,7 @@ from edgevit.data import sample_photos
 from edgevit.data.images import ImageSet, batches, image_set
 from edgevit.data.labels import default_labels
 from edgevit.data.listing import list_images
+from edgevit.data.transforms import deployment_preprocessing
 from edgevit.errors import EdgevitError
 from edgevit.export.audit import Audit, audit
 from edgevit.export.convert import (
@@ -176,7 +177,7 @@ def prepare(model, spec: ModelSpec, opts: ExportOptions, progress: Progress) -> 
 
         progress.step("No weights given: estimating BatchNorm statistics on the calibration images")
         statistics_of = calib if calib is not None else sample_photos.sample_images(spec.preprocessing_at(input_size),
-                                                                                     opts.calib_samples)
+                                                                                     opts.calib_samples, task=spec.task)
         with (memory_of("BatchNorm estimation", model),
               progress.bar("BatchNorm statistics", len(statistics_of), "images") as advance):
             recalibrate_batchnorm(model, statistics_of, on_batch=advance)
@@ -196,8 +197,8 @@ def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
     """(calibration images or None, validation images, description of both)."""
     pre = spec.preprocessing_at(input_size)
     if opts.calib_dir is None:
-        calib = sample_photos.sample_images(pre, opts.calib_samples) if need_calibration else None
-        val = sample_photos.sample_images(pre, opts.validation_samples, held_out=True)
+        calib = sample_photos.sample_images(pre, opts.calib_samples, task=spec.task) if need_calibration else None
+        val = sample_photos.sample_images(pre, opts.validation_samples, held_out=True, task=spec.task)
         calib_note = f"; {sample_photos.FEW_PHOTOS_NOTE}" if opts.show_top5_photos else ""
         source = ImageSources(f"default: {sample_photos.SOURCE_NOTE}{calib_note}" if need_calibration else None,
                               f"default: held-out {sample_photos.SOURCE_NOTE}")
@@ -205,15 +206,15 @@ def _image_sets(spec: ModelSpec, input_size: int, opts: ExportOptions,
     files = list_images(opts.calib_dir)
     order = np.random.default_rng(0).permutation(len(files))
     files = [files[i] for i in order]
-    calib = image_set(files, pre, limit=opts.calib_samples) if need_calibration else None
+    calib = image_set(files, pre, limit=opts.calib_samples, task=spec.task) if need_calibration else None
     used = calib.items if calib is not None else []
     rest = files[files.index(used[-1]) + 1:] if used else files  # unreadable files were passed over too
     held_out = "held-out " if need_calibration else ""
     if len(rest) >= 8:
-        val = image_set(rest, pre, limit=opts.validation_samples)
+        val = image_set(rest, pre, limit=opts.validation_samples, task=spec.task)
         val_source = f"{len(val)} {held_out}images of {opts.calib_dir}"
     else:
-        val = sample_photos.sample_images(pre, opts.validation_samples, held_out=True)
+        val = sample_photos.sample_images(pre, opts.validation_samples, held_out=True, task=spec.task)
         val_source = (f"default: held-out {sample_photos.SOURCE_NOTE} ({opts.calib_dir} has too few images"
                       + (" beyond the calibration set)" if need_calibration else ": fewer than 8)"))
     source = ImageSources(f"{len(used)} images of {opts.calib_dir}" if need_calibration else None, val_source)
@@ -253,7 +254,7 @@ def package(content: bytes, model, spec: ModelSpec, opts: ExportOptions, job: Pr
     metadata = build_metadata(
         model_name=spec.name, family=spec.family, precision=opts.precision, weights=opts.weights_label,
         labels=labels, labels_file=job.files.labels.name, graph_input=checked.summary.input,
-        graph_output=checked.summary.output, preprocessing=pre.to_dict(),
+        graph_output=checked.summary.output, preprocessing=deployment_preprocessing(pre, spec.task).to_dict(),
         quantization_ranges=job.ranges, output_kind=output_kind,
         input_takes=input_takes(opts.precision, job.io_dtype, (pre.mean, pre.std)),
         licence=opts.licence, task=spec.task, detection=block)

@@ -12,7 +12,8 @@ from collections.abc import Callable
 import numpy as np
 
 from edgevit.litert.flatbuffer import read
-from edgevit.litert.metadata import TAKES_NORMALISED, TAKES_RGB_BYTES, preprocessing_of, read_embedded, takes_of
+from edgevit.litert.metadata import (TAKES_NORMALISED, TAKES_RGB_BYTES, preprocessing_of, read_embedded, takes_of,
+                                     task_of)
 
 
 def file_inputs(content: bytes, inputs: np.ndarray, metadata: dict | None = None) -> np.ndarray:
@@ -59,7 +60,8 @@ def inputs_for_file(content: bytes, count: int) -> tuple[np.ndarray, str]:
     metadata = trusted_metadata(content)
     if metadata:
         pre = preprocessing_of(metadata)
-        return (file_inputs(content, sample_photos.sample_batch(pre, count, held_out=True), metadata),
+        photos = sample_photos.sample_batch(pre, count, held_out=True, task=task_of(metadata))
+        return (file_inputs(content, photos, metadata),
                 f"{count} held-out sample photos, preprocessed as the file's metadata says")
     if len(shape) == 4 and shape[0] == 1 and shape[1] == shape[2] and shape[3] == 3:
         pre = Preprocessing(shape[1], shape[1])
