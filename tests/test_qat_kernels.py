@@ -131,6 +131,21 @@ def near_tie_logits(rows: int, width: int, lo: float, hi: float):
     return ((levels[nearest] - zero_point) * np.float32(scale)).astype(np.float32)[None]
 
 
+def assert_kernel_sets_part_and_the_qat_model_computes_each(path, qat, x):
+    """``qat``'s int8 file, written to ``path``, computes ``x`` otherwise on
+    x86 (this host) and Arm64 (emulated A76) kernels, and the QAT model
+    computes each when it targets it."""
+    from edgevit.litert.arm import PROFILES, find_emulator, run_guest
+
+    path.write_bytes(convert(qat, "int8", None, "int8"))
+    files = {"x86": run_in_child(path, x),
+             "arm64": run_guest(find_emulator(), path, x, PROFILES["a76"]).outputs["xnnpack"]}
+    assert np.sum(files["x86"] != files["arm64"]) > 0
+    for kernels, actual in files.items():
+        with targeting_kernels(kernels):
+            np.testing.assert_array_equal(outputs(qat, x), actual, err_msg=kernels)
+
+
 @needs_arm
 def test_the_qat_softmax_computes_what_each_kernel_sets_int8_softmax_computes(tmp_path):
     """One int8 SOFTMAX over rows of 20 (16 in a vector, 4 one by one on
@@ -139,21 +154,13 @@ def test_the_qat_softmax_computes_what_each_kernel_sets_int8_softmax_computes(tm
     every output of each, targeting its kernels."""
     import keras
 
-    from edgevit.litert.arm import PROFILES, find_emulator, run_guest
     from edgevit.quantize.qat import quantize_model
 
     x = near_tie_logits(512, 20, -4.0, 4.0)
     inputs = keras.Input(x.shape[1:])
     qat = quantize_model(keras.Model(inputs, keras.layers.Softmax()(inputs), name="softmax"), x,
                          input_range=(-4.0, 4.0))
-    path = tmp_path / "softmax.tflite"
-    path.write_bytes(convert(qat, "int8", None, "int8"))
-    files = {"x86": run_in_child(path, x),
-             "arm64": run_guest(find_emulator(), path, x, PROFILES["a76"]).outputs["xnnpack"]}
-    assert np.sum(files["x86"] != files["arm64"]) > 0
-    for kernels, actual in files.items():
-        with targeting_kernels(kernels):
-            np.testing.assert_array_equal(outputs(qat, x), actual, err_msg=kernels)
+    assert_kernel_sets_part_and_the_qat_model_computes_each(tmp_path / "softmax.tflite", qat, x)
 
 
 @needs_arm
@@ -168,7 +175,6 @@ def test_the_qat_matmul_computes_what_each_kernel_sets_int8_batch_matmul_compute
     import keras
 
     from edgevit.layers import HeadAttention, TokenSlice
-    from edgevit.litert.arm import PROFILES, find_emulator, run_guest
     from edgevit.quantize.qat import quantize_model
 
     tokens, channels, step = 16, 32, np.float32(8 / 255)  # step: the grid of the input range [-4, 4]
@@ -181,16 +187,9 @@ def test_the_qat_matmul_computes_what_each_kernel_sets_int8_batch_matmul_compute
     calibration[0, 2 * tokens:, :2] = [-128 * step, 127 * step]
     qat = quantize_model(keras.Model(inputs, HeadAttention(1)([q, k, v]), name="context"), calibration,
                          input_range=(-4.0, 4.0))
-    path = tmp_path / "context.tflite"
-    path.write_bytes(convert(qat, "int8", None, "int8"))
     x = np.zeros((2, 3 * tokens, channels), np.float32)
     x[:, tokens:] = rng.integers(-128, 128, (2, 2 * tokens, channels)) * step
-    files = {"x86": run_in_child(path, x),
-             "arm64": run_guest(find_emulator(), path, x, PROFILES["a76"]).outputs["xnnpack"]}
-    assert np.sum(files["x86"] != files["arm64"]) > 0
-    for kernels, actual in files.items():
-        with targeting_kernels(kernels):
-            np.testing.assert_array_equal(outputs(qat, x), actual, err_msg=kernels)
+    assert_kernel_sets_part_and_the_qat_model_computes_each(tmp_path / "context.tflite", qat, x)
 
 
 def test_the_qat_model_targets_the_kernels_of_the_machine_running_it_unless_told(monkeypatch):
