@@ -180,7 +180,9 @@ class ModelSpec:
 
 
 CATALOG = Path(__file__).with_name("data") / "models.json"
-TASKS = ("classification", "segmentation", "detection")
+# what a model does: a classifier outputs [1, classes], a segmenter logits [1, h, w, classes] at its output
+# stride, a detector boxes and scores (a file's metadata without a task is a classifier's)
+TASKS = CLASSIFICATION, SEGMENTATION, DETECTION = ("classification", "segmentation", "detection")
 
 # Every variant as the catalog describes it, read on first use.
 _REGISTRY: dict[str, ModelSpec] = {}

@@ -54,7 +54,7 @@ from edgevit.data.boxes import ImageBoxes, batch_boxes
 from edgevit.data.decode import open_rgb
 from edgevit.data.jpeg_header import read_jpeg_header
 from edgevit.data.masks import MaskFile, read_mask
-from edgevit.registry import TASKS, Preprocessing
+from edgevit.registry import CLASSIFICATION, DETECTION, Preprocessing
 
 PIL_FILTERS = {
     "nearest": Image.Resampling.NEAREST,
@@ -75,8 +75,6 @@ MIN_CROP_AREA = 0.35
 MIN_DETECTION_CROP_AREA = 0.3
 # Uniform draws a training crop takes: its area, its x and y position, and whether it is mirrored.
 DRAWS = 4
-# the tasks whose files see different pixels: a classifier's (and a segmenter's) centre crop, a detector's whole image
-CLASSIFICATION, DETECTION = TASKS[0], TASKS[2]
 # MediaPipe's ImageToTensor on the CPU resizes with OpenCV's warp (INTER_LINEAR): sample positions rounded to
 # 1/2**5 px (OpenCV's INTER_BITS), the four neighbours' weights in fixed point.
 WARP_POSITION_BITS = 5

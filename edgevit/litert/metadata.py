@@ -15,7 +15,11 @@ import json
 
 from edgevit.errors import EdgevitError
 from edgevit.litert.flatbuffer import metadata_entry, with_metadata
-from edgevit.registry import TASKS
+# the tasks its documents name (the registry's), for the modules reading documents
+from edgevit.registry import CLASSIFICATION as CLASSIFICATION
+from edgevit.registry import DETECTION as DETECTION
+from edgevit.registry import SEGMENTATION as SEGMENTATION
+from edgevit.registry import TASKS as TASKS
 
 METADATA_NAME = "edgevit_metadata"
 SCHEMA = "edgevit-model-metadata"
@@ -31,11 +35,6 @@ QUANTIZED_PRECISIONS = ("int8", "int8_mixed", "int16x8")
 IO_DTYPES = ("float32", "int8", "uint8")
 # what a file outputs: class probabilities (a softmax in the file) or raw logits
 OUTPUT_KINDS = ("probabilities", "logits")
-# what the model does (as the registry's tasks): a classifier outputs [1, classes],
-# a segmenter logits [1, h, w, classes] at its output stride, a detector boxes
-# and scores (its ``detection`` block says which form; a document without a
-# task is a classifier's: classifiers' documents stay as they were)
-CLASSIFICATION, SEGMENTATION, DETECTION = TASKS
 # what a detector file's first output is: the SSD box regressions of every
 # anchor (the raw form, its scores beside them) or the boxes the detection
 # post-processing op kept (the NMS form)
