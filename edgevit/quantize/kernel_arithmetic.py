@@ -76,6 +76,13 @@ def targeting_kernels(kernels: str | None):
         _TARGET.reset(token)
 
 
+def int8_value(levels, scale, zero_point):
+    """The value an int8 tensor with ``scale`` and ``zero_point`` holds for
+    ``levels`` steps from its zero point: saturated to [-128, 127], in the
+    arguments' dtype."""
+    return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
+
+
 def accumulator_requantized(x, input_params, kernel_scales, grid):
     """What XNNPACK writes for ``x``, the output of an int8 convolution or
     dense layer whose input has [scale, zero point] ``input_params`` and
@@ -92,7 +99,7 @@ def accumulator_requantized(x, input_params, kernel_scales, grid):
     step = part(input_params, 0) * kernel_scales
     accumulator = ops.round(x / step)
     levels = ops.round(accumulator * (step / scale))
-    return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
+    return int8_value(levels, scale, zero_point)
 
 
 def product_requantized(x, factor_params, grid, square: bool = False):
@@ -113,7 +120,7 @@ def product_requantized(x, factor_params, grid, square: bool = False):
         levels = ops.cast(ops.round(product * ops.cast(multiplier, "float64")), x.dtype)
     else:
         levels = ops.round(ops.cast(product, x.dtype) * multiplier)
-    return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
+    return int8_value(levels, scale, zero_point)
 
 
 def floor_log2(value):
@@ -177,8 +184,7 @@ def rndnu_accumulator_requantized(x, input_params, kernel_scale, grid):
     step = part(input_params, 0) * kernel_scale
     accumulator = ops.round(ops.cast(x, "float64") / ops.cast(step, "float64"))
     levels = ops.floor(accumulator * ops.cast(step / scale, "float64") + 0.5)
-    return ops.cast((ops.clip(levels + ops.cast(zero_point, "float64"), -128.0, 127.0)
-                     - ops.cast(zero_point, "float64")) * ops.cast(scale, "float64"), x.dtype)
+    return ops.cast(int8_value(levels, ops.cast(scale, "float64"), ops.cast(zero_point, "float64")), x.dtype)
 
 
 def _builtin_batch_matmul(x, lhs, rhs, grid):
@@ -194,9 +200,7 @@ def _builtin_batch_matmul(x, lhs, rhs, grid):
     accumulator = ops.round(ops.cast(x, "float64") / ops.cast(product_scale, "float64"))
     fine = ops.floor(accumulator * multiplier * steps + 0.5)
     rounded = ops.sign(fine) * ops.floor(ops.abs(fine) / steps + 0.5)
-    zero_point = ops.cast(zero_point, "float64")
-    return ops.cast((ops.clip(rounded + zero_point, -128.0, 127.0) - zero_point) * ops.cast(scale, "float64"),
-                    x.dtype)
+    return ops.cast(int8_value(rounded, ops.cast(scale, "float64"), ops.cast(zero_point, "float64")), x.dtype)
 
 
 def _ruy_batch_matmul(x, lhs, rhs, grid):
@@ -221,8 +225,7 @@ def _ruy_batch_matmul(x, lhs, rhs, grid):
     shift = ops.cast(31.0 - exponent, "int64")
     product = ops.cast(accumulator, "int64") * ops.cast(fixed, "int64")
     levels = f64(ops.right_shift(product + ops.left_shift(ops.ones_like(shift), shift - 1), shift))
-    zero_point = f64(zero_point)
-    return ops.cast((ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * f64(scale), x.dtype)
+    return ops.cast(int8_value(levels, f64(scale), f64(zero_point)), x.dtype)
 
 
 def input_quantized(x, grid):
@@ -233,7 +236,7 @@ def input_quantized(x, grid):
     within float32 error of a midpoint)."""
     scale, zero_point = grid
     levels = ops.round(x / scale)
-    return (ops.clip(levels + zero_point, -128.0, 127.0) - zero_point) * scale
+    return int8_value(levels, scale, zero_point)
 
 
 def mean_requantized(summands, summand_params, axes, grid):
