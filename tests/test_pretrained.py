@@ -660,6 +660,9 @@ def test_list_pretrained_shows_tag_source_top1_preprocessing_and_licence():
     assert xs["preprocessing"]["resize_size"] == 288 and xs["preprocessing"]["interpolation"] == "bilinear"
     code, stdout, _ = run("list", "--pretrained")
     assert code == 0 and "76.7%" in stdout and "non-commercial" in stdout and "mixer_s16" not in stdout
+    # a detector's published mAP was measured on the whole image resized to the square, not a crop
+    code, stdout, _ = run("list", "ssdlite_mobilevit_v2_100", "--pretrained")
+    assert code == 0 and "whole image to 320x320 (bicubic)" in stdout and "crop" not in stdout
 
 
 def test_convert_with_imagenet_weights_shows_top5_of_both_and_the_licence(servers, v1_caches, tmp_path):

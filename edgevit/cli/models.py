@@ -13,7 +13,7 @@ from edgevit.errors import EdgevitError
 from edgevit.litert.accelerator import DEFAULT_IMAGES as DEFAULT_GPU_IMAGES
 from edgevit.litert.arm import DEFAULT_IMAGES as DEFAULT_ARM_IMAGES
 from edgevit.native_output import import_tensorflow_quietly
-from edgevit.registry import TOP1
+from edgevit.registry import DETECTION, TOP1
 from edgevit.writing import refuse_existing
 
 
@@ -50,20 +50,25 @@ def _print_pretrained(specs, as_json: bool) -> None:
         return
     rows = [[s.name, s.pretrained.where, f"{s.pretrained.top1}%" + ("" if s.pretrained.metric == TOP1 else
                                                                       f" ({s.pretrained.metric})"),
-             _fmt_preprocessing(s.preprocessing),
+             _fmt_preprocessing(s.preprocessing, s.task),
              s.pretrained.channel_order, s.pretrained.licence] for s in specs]
-    print_table("Official ImageNet weights (--weights imagenet): top-1 as published, measured with this "
-                "preprocessing; 'trained on' BGR weights are made RGB at import",
+    print_table("Official pretrained weights (--weights imagenet): top-1 (or the metric named) as published, "
+                "measured with this preprocessing; 'trained on' BGR weights are made RGB at import",
                 ["model", "checkpoint", "top-1", "preprocessing", "trained on", "licence"], rows, width=180)
 
 
-def _fmt_preprocessing(pre) -> str:
+def _fmt_preprocessing(pre, task: str) -> str:
+    """The recipe the published figure was measured with: a detector's is
+    the whole image resized to the square (the SSD recipes), others' the
+    centre crop of the resized shorter side."""
     if pre.mean == (0.0, 0.0, 0.0) and pre.std == (1.0, 1.0, 1.0):
         norm = "pixels in [0, 1]"
     elif pre.mean == (0.5, 0.5, 0.5) and pre.std == (0.5, 0.5, 0.5):
         norm = "mean/std 0.5"
     else:
         norm = f"mean {list(pre.mean)} std {list(pre.std)}"
+    if task == DETECTION:
+        return f"whole image to {pre.input_size}x{pre.input_size} ({pre.interpolation}), {norm}"
     return f"shorter side {pre.resize_size} ({pre.interpolation}), crop {pre.input_size}, {norm}"
 
 
