@@ -28,17 +28,18 @@ from edgevit.registry import Preprocessing
 SHAPES = ("square", "disc")
 
 
-def make_detection_folder(root, per_split=8, size=(96, 80), seed=0):
+def make_detection_folder(root, per_split=8, size=(96, 80), seed=0, train_images=None):
     """A COCO-layout folder of synthetic shapes: each image a dark, noisy
     ground with one to three bright squares (category 1) and discs
-    (category 2) of 18-36 px, their boxes in instances_{train,val}.json."""
+    (category 2) of 18-36 px, their boxes in instances_{train,val}.json;
+    ``per_split`` images in each split, or ``train_images`` in train."""
     rng = np.random.default_rng(seed)
     (root / "annotations").mkdir(parents=True, exist_ok=True)
     w, h = size
-    for split in ("train", "val"):
+    for split, count in (("train", train_images or per_split), ("val", per_split)):
         (root / split).mkdir()
         images, annotations = [], []
-        for i in range(per_split):
+        for i in range(count):
             pixels = rng.integers(0, 50, (h, w, 3)).astype(np.uint8)
             yy, xx = np.mgrid[:h, :w]
             for _ in range(rng.integers(1, 4)):
