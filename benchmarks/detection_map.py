@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     parser.add_argument("--qat-steps-per-epoch", type=int, help="QAT steps an epoch (default: edgevit qat's own).")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.002)
-    parser.add_argument("--test-images", type=int, default=512, help="Held-out images the three models are scored on.")
+    parser.add_argument("--test-images", type=int, default=512, help="Held-out images the four models are scored on.")
     parser.add_argument("--out", type=Path, default=Path("detection-map"))
     args = parser.parse_args(argv)
 
